@@ -1,0 +1,1 @@
+"""Slurm backends behind one small interface (``base.SlurmBackend``)."""

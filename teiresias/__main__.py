@@ -1,0 +1,3 @@
+from teiresias.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""A job as the policies see it (Tiresias §3.2.3 vocabulary)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import NewType
+
+from teiresias.domain.placement import Placement
+
+JobId = NewType("JobId", int)
+
+
+class JobState(str, Enum):
+    """Only the two states a policy acts on; finished jobs leave the snapshot."""
+
+    PENDING = "PENDING"  # Tiresias' WAITING: never started, or preempted
+    RUNNING = "RUNNING"
+
+
+@dataclass(slots=True)
+class Job:
+    """One training job.
+
+    The owner (simulator or controller) keeps these fields current before each
+    round; a policy reads them and must not write them.
+
+    ``executed_time`` is Tiresias' t_J and ``waiting_time`` its delta_J: both
+    are reset to 0 by a starvation promotion (§3.2.3), so they are *since the
+    last promotion*. ``total_executed_time`` is never reset and is what the job
+    has really run; it decides completion in the simulator.
+    """
+
+    job_id: JobId
+    num_gpus: int
+    submit_time: float
+    user: str = ""
+    account: str = ""
+    model_name: str = ""
+    state: JobState = JobState.PENDING
+    first_start_time: float | None = None
+    executed_time: float = 0.0
+    waiting_time: float = 0.0
+    total_executed_time: float = 0.0
+    queue_index: int = 0
+    preemptions: int = 0
+    skew: float | None = None
+    placement: Placement | None = None
+    # Oracle knowledge: run time when running alone and consolidated. Only the
+    # simulator and the srtf/srsf oracles may read it; None on a live cluster.
+    duration: float | None = None
+
+    @property
+    def attained_service(self) -> float:
+        """W_J * t_J in GPU-seconds: the 2D attained service of §3.2.2."""
+        return self.num_gpus * self.executed_time
+
+    @property
+    def attained_gpu_seconds(self) -> float:
+        """All GPU-time ever received (not reset by promotion); for reports."""
+        return self.num_gpus * self.total_executed_time
+
+    @property
+    def remaining_time(self) -> float | None:
+        if self.duration is None:
+            return None
+        return max(self.duration - self.total_executed_time, 0.0)
+
+    @property
+    def is_running(self) -> bool:
+        return self.state is JobState.RUNNING

@@ -1,0 +1,39 @@
+"""What a policy returns: decisions out, for the owner to enact."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from teiresias.domain.job import JobId
+from teiresias.domain.placement import Placement
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decisions of one round.
+
+    - ``start``: PENDING jobs to start now, each with the GPUs it gets.
+    - ``preempt``: RUNNING jobs to stop (checkpoint and requeue); they become PENDING.
+    - ``keep``: RUNNING jobs that go on where they are.
+    - ``promote``: jobs whose t_J and delta_J the owner resets to 0 (starvation
+      promotion, Tiresias §3.2.3); applied before the next round.
+    - ``queues``: the MLFQ queue index (0 = Q1) of every job after this round.
+    - ``order``: every job id in the order the policy ranks them (highest first);
+      the controller turns it into Slurm priorities, ``teiresias queue`` shows it.
+    - ``reasons``: for each job left waiting, why (shown as "why pending").
+    - ``index``: the 2D-Gittins index of each job where the policy computed one.
+    """
+
+    start: Mapping[JobId, Placement] = field(default_factory=dict)
+    preempt: tuple[JobId, ...] = ()
+    keep: tuple[JobId, ...] = ()
+    promote: tuple[JobId, ...] = ()
+    queues: Mapping[JobId, int] = field(default_factory=dict)
+    order: tuple[JobId, ...] = ()
+    reasons: Mapping[JobId, str] = field(default_factory=dict)
+    index: Mapping[JobId, float] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.start and not self.preempt and not self.promote

@@ -1,0 +1,39 @@
+"""The one contract every scheduling and placement policy keeps.
+
+A scheduling policy is an object built once from its parameters and then
+called once per round::
+
+    plan = policy.decide(snapshot)
+
+- Pure: no clock (use ``snapshot.now``), no I/O, no randomness that is not
+  seeded from its parameters, no mutation of the snapshot or its jobs.
+- Total: every job in the snapshot appears in ``plan.order`` and ``plan.queues``;
+  every RUNNING job is in exactly one of ``plan.keep`` / ``plan.preempt``; a
+  started job gets a Placement with exactly ``num_gpus`` GPUs, all of them free
+  after the plan's preemptions (all-or-nothing, Tiresias §3.1).
+- The simulator and the live controller call the very same objects; they differ
+  only in who builds the snapshot and who enacts the plan.
+
+A placement policy answers one question: given the free GPUs per node, where
+do this job's GPUs go (or None when it cannot be placed now).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Protocol, runtime_checkable
+
+from teiresias.domain import Cluster, Job, Placement, Plan, Snapshot
+
+
+@runtime_checkable
+class SchedulingPolicy(Protocol):
+    name: str
+
+    def decide(self, snapshot: Snapshot) -> Plan: ...
+
+
+@runtime_checkable
+class PlacementPolicy(Protocol):
+    name: str
+
+    def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None: ...
