@@ -1,0 +1,112 @@
+"""The protocol between the controller and a job launched by ``tsbatch``.
+
+This module is the contract; both sides import it and nothing else of each other.
+
+Where a job's files live
+    ``tsbatch`` chooses a *job base directory* (``--checkpoint-dir``, default
+    ``~/.teiresias/jobs``) and records it in the Slurm job comment as
+    ``teiresias:dir=<base>`` (plus ``;profile=0|1`` and other ``;key=value``
+    items). At run time the job's own directory is ``<base>/<SLURM_JOB_ID>``
+    (the id survives requeues), mode 0700, owned by the job's user:
+
+    ``<jobdir>/checkpoints/``   checkpoints (last K kept), written by rank 0
+    ``<jobdir>/ack.json``       preemption acknowledgement (below)
+    ``<jobdir>/checkpoints.jsonl``  one line per checkpoint written: step, bytes, seconds
+    ``<jobdir>/profile/``       communication profiler records (profiler/)
+
+Preemption (two-phase, issue 3)
+    1. The controller sends ``PREEMPT_SIGNAL`` to the whole job
+       (``scancel --signal=USR1 --full``) and notes the time.
+    2. The job finishes its current optimizer step, saves, writes ``ack.json``
+       (an ``Ack`` with ``restart_count`` = its ``SLURM_RESTART_COUNT``) and
+       then *waits* to be requeued: it must not exit, since a job that ends is
+       COMPLETED and can no longer be requeued.
+    3. The controller requeues when an Ack for the current run appears, or when
+       its grace time runs out, whichever is first.
+
+Time limits: ``tsbatch`` asks Slurm for ``TIMELIMIT_SIGNAL`` shortly before the
+limit; the job saves and requeues itself (``scontrol requeue``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PREEMPT_SIGNAL = "USR1"
+TIMELIMIT_SIGNAL = "USR2"
+COMMENT_PREFIX = "teiresias:"
+DEFAULT_BASE = "~/.teiresias/jobs"
+
+ENV_BASE = "TEIRESIAS_JOB_BASE"  # set by tsbatch in the job's environment
+ENV_ENABLE = "TEIRESIAS_CHECKPOINT"  # "1" activates the hooks
+ENV_EVERY = "TEIRESIAS_CHECKPOINT_EVERY"  # periodic checkpoint every N steps (0: only on signals)
+ENV_PROFILE = "TEIRESIAS_PROFILE"  # "1": profile this run's communication
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A checkpoint written in answer to a preemption signal."""
+
+    job_id: int
+    restart_count: int
+    step: int
+    path: str
+    bytes: int
+    seconds: float
+    time: float
+
+
+def parse_comment(comment: str) -> dict[str, str]:
+    """``teiresias:dir=/x;profile=1`` -> {"dir": "/x", "profile": "1"}; {} if not ours."""
+    if not comment or not comment.startswith(COMMENT_PREFIX):
+        return {}
+    out: dict[str, str] = {}
+    for item in comment[len(COMMENT_PREFIX):].split(";"):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def format_comment(items: dict[str, str]) -> str:
+    return COMMENT_PREFIX + ";".join(f"{k}={v}" for k, v in items.items())
+
+
+def job_dir(base: str | os.PathLike[str], job_id: int | str) -> Path:
+    return Path(os.path.expanduser(str(base))) / str(job_id)
+
+
+def ack_path(jobdir: Path) -> Path:
+    return jobdir / "ack.json"
+
+
+def write_json_atomic(path: Path, payload: object) -> None:
+    """Temporary file in the same folder, fsync, rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_ack(jobdir: Path, ack: Ack) -> None:
+    write_json_atomic(ack_path(jobdir), asdict(ack))
+
+
+def read_ack(jobdir: Path) -> Ack | None:
+    """The last Ack, or None when there is none or it cannot be read."""
+    try:
+        data = json.loads(ack_path(jobdir).read_text())
+        return Ack(**data)
+    except (OSError, ValueError, TypeError):
+        return None
