@@ -40,6 +40,19 @@ class LazyGroup(click.Group):
             raise click.ClickException(f"subcommand {name!r} is unavailable: {exc}") from exc
 
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # A part that fails to import is listed as such instead of breaking --help.
+        rows = []
+        for name in self.list_commands(ctx):
+            try:
+                cmd = self.get_command(ctx, name)
+                rows.append((name, cmd.get_short_help_str(limit=formatter.width - 20) if cmd else ""))
+            except click.ClickException as exc:
+                rows.append((name, f"(unavailable: {exc.message})"))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
 class TeiresiasGroup(LazyGroup):
     def invoke(self, ctx: click.Context):
         try:
