@@ -1,0 +1,231 @@
+"""The controller's YAML configuration (``etc/teiresias.yaml``), validated on load.
+
+Every mistake a site can make in the file (unknown key, wrong type, queue
+thresholds out of order, missing samples file) becomes one ``ConfigError``
+line naming the file and the key, so ``teiresias controller run`` refuses to
+start instead of scheduling with half a configuration.
+
+Relative paths in the file are resolved against the file's own folder, so a
+config can travel with its state directory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from teiresias.errors import ConfigError
+
+BACKENDS = ("auto", "cli", "restd", "pyslurm")
+DEFAULT_CONFIG = "etc/teiresias.yaml"
+ENV_CONFIG = "TEIRESIAS_CONFIG"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    name: str = "las"
+    # K-1 thresholds in GPU-seconds between queues Q1..QK (Tiresias §3.2.3).
+    queues: tuple[float, ...] = (3600.0,)
+    # delta_J >= knob * t_J promotes a starving job to Q1; None disables promotion.
+    promote_knob: float | None = None
+    # Optional file of past jobs' GPU-seconds (one number a line) seeding 2D-Gittins.
+    gittins_samples: Path | None = None
+
+
+@dataclass(frozen=True)
+class PreemptionConfig:
+    # How long a signalled job may take to checkpoint and write its Ack.
+    grace_seconds: float = 30.0
+    # A released job that Slurm has not started after this long is held again.
+    start_timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    path: Path | None = None
+    partitions: tuple[str, ...] = ("gpu",)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    placement: str = "consolidate"
+    packlimit: int | None = None
+    poll_interval: float = 3.0
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+    state_db: Path = Path("/var/lib/teiresias/state.db")
+    audit_log: Path = Path("/var/log/teiresias/audit.jsonl")
+    backend: str = "auto"
+    slurm_conf: Path | None = None
+    # switch name -> Slurm node names; nodes not listed share the default switch.
+    topology: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def switch_of(self, node: str) -> str:
+        for switch, nodes in self.topology.items():
+            if node in nodes:
+                return switch
+        return "default"
+
+    def manages(self, partition: str) -> bool:
+        """Slurm reports a multi-partition submission as ``a,b``; any managed one counts."""
+        return any(p in self.partitions for p in partition.split(",") if p)
+
+
+# key -> allowed keys beneath it (None: a leaf)
+_SCHEMA: dict[str, Any] = {
+    "partitions": None,
+    "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None},
+    "placement": None,
+    "packlimit": None,
+    "poll_interval": None,
+    "preemption": {"grace_seconds": None, "start_timeout_seconds": None},
+    "state_db": None,
+    "audit_log": None,
+    "backend": None,
+    "slurm_conf": None,
+    "topology": {"switches": None},
+}
+
+
+class _Reader:
+    """Type checks that name the file and the dotted key in their one-line error."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {problem}")
+
+    def check_keys(self, data: Mapping[str, Any], schema: Mapping[str, Any], prefix: str = "") -> None:
+        for key, value in data.items():
+            dotted = f"{prefix}{key}"
+            if key not in schema:
+                valid = ", ".join(sorted(schema))
+                raise ConfigError(f"{self.path}: unknown key '{dotted}'; valid keys"
+                                  f"{' under ' + prefix.rstrip('.') if prefix else ''} are: {valid}")
+            sub = schema[key]
+            if sub is not None and value is not None:
+                if not isinstance(value, Mapping):
+                    raise self.fail(dotted, f"must be a mapping with keys {', '.join(sorted(sub))}")
+                if key != "topology" or "switches" in value:
+                    self.check_keys(value, sub, dotted + ".")
+
+    def number(self, key: str, value: Any, *, positive: bool = True, allow_none: bool = False) -> float | None:
+        if value is None and allow_none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise self.fail(key, f"must be a number, got {value!r}")
+        if positive and value <= 0:
+            raise self.fail(key, f"must be > 0, got {value!r}")
+        if not positive and value < 0:
+            raise self.fail(key, f"must be >= 0, got {value!r}")
+        return float(value)
+
+    def string(self, key: str, value: Any, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"must be a non-empty string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.fail(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def strings(self, key: str, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(key, f"must be a non-empty list of names, got {value!r}")
+        return tuple(value)
+
+
+def _resolve(base: Path, value: str) -> Path:
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else (base / p)
+
+
+def parse_config(data: Any, path: str = "<config>", base: Path | None = None) -> ControllerConfig:
+    """Validate a loaded YAML document; ``base`` resolves relative paths."""
+    r = _Reader(path)
+    base = base or Path.cwd()
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: the file must hold a mapping of keys, got {type(data).__name__}")
+    r.check_keys(data, _SCHEMA)
+    d = ControllerConfig()
+    kw: dict[str, Any] = {"path": Path(path) if path != "<config>" else None}
+
+    if "partitions" in data:
+        kw["partitions"] = r.strings("partitions", data["partitions"])
+
+    pol = data.get("policy") or {}
+    pd = PolicyConfig()
+    name = r.string("policy.name", pol.get("name", pd.name))
+    queues = pol.get("queues", list(pd.queues))
+    if not isinstance(queues, list) or not queues:
+        raise r.fail("policy.queues", f"must be a non-empty list of GPU-second thresholds, got {queues!r}")
+    qs = tuple(r.number(f"policy.queues[{i}]", q) for i, q in enumerate(queues))
+    if any(b <= a for a, b in zip(qs, qs[1:])):  # type: ignore[operator]
+        raise r.fail("policy.queues", f"thresholds must be strictly increasing, got {list(queues)}")
+    knob = r.number("policy.promote_knob", pol.get("promote_knob"), allow_none=True)
+    samples = pol.get("gittins_samples")
+    samples_path = None
+    if samples is not None:
+        samples_path = _resolve(base, r.string("policy.gittins_samples", samples))
+        if not samples_path.is_file():
+            raise r.fail("policy.gittins_samples", f"file {samples_path} does not exist")
+    kw["policy"] = PolicyConfig(name, qs, knob, samples_path)  # type: ignore[arg-type]
+
+    if "placement" in data:
+        kw["placement"] = r.string("placement", data["placement"])
+    if data.get("packlimit") is not None:
+        v = data["packlimit"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise r.fail("packlimit", f"must be an integer >= 1, got {v!r}")
+        kw["packlimit"] = v
+    if "poll_interval" in data:
+        kw["poll_interval"] = r.number("poll_interval", data["poll_interval"])
+    pre = data.get("preemption") or {}
+    pdd = PreemptionConfig()
+    kw["preemption"] = PreemptionConfig(
+        grace_seconds=r.number("preemption.grace_seconds", pre.get("grace_seconds", pdd.grace_seconds), positive=False),  # type: ignore[arg-type]
+        start_timeout_seconds=r.number("preemption.start_timeout_seconds",  # type: ignore[arg-type]
+                                       pre.get("start_timeout_seconds", pdd.start_timeout_seconds)),
+    )
+    for key in ("state_db", "audit_log"):
+        if key in data:
+            kw[key] = _resolve(base, r.string(key, data[key]))
+    if "backend" in data:
+        kw["backend"] = r.string("backend", data["backend"], BACKENDS)
+    if data.get("slurm_conf") is not None:
+        kw["slurm_conf"] = _resolve(base, r.string("slurm_conf", data["slurm_conf"]))
+
+    topo = (data.get("topology") or {}).get("switches") or {}
+    if not isinstance(topo, Mapping):
+        raise r.fail("topology.switches", "must map switch names to lists of Slurm node names")
+    switches: dict[str, tuple[str, ...]] = {}
+    seen: dict[str, str] = {}
+    for sw, nodes in topo.items():
+        names = r.strings(f"topology.switches.{sw}", nodes)
+        for n in names:
+            if n in seen:
+                raise r.fail(f"topology.switches.{sw}", f"node {n} is already under switch {seen[n]}")
+            seen[n] = str(sw)
+        switches[str(sw)] = names
+    kw["topology"] = switches
+    return ControllerConfig(**{**d.__dict__, **kw})
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> ControllerConfig:
+    """Read and validate the config file (``--config``, else $TEIRESIAS_CONFIG, else etc/teiresias.yaml)."""
+    chosen = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+    try:
+        text = chosen.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{chosen}: cannot read config ({exc.strerror}); pass --config FILE") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{chosen}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+    return parse_config(data, str(chosen), chosen.resolve().parent)

@@ -1,0 +1,73 @@
+"""The controller's YAML config: the shipped example loads; each mistake is one line naming file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_plugin.config import load_config
+from teiresias.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "t.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_shipped_example_loads():
+    cfg = load_config(REPO / "etc" / "teiresias.yaml")
+    assert cfg.partitions == ("gpu",)
+    assert cfg.policy.queues == (3600.0,)
+    assert cfg.poll_interval == 3.0
+    assert cfg.backend == "auto"
+
+
+def test_relative_paths_resolve_against_the_file(tmp_path):
+    (tmp_path / "seed.txt").write_text("10\n20\n")
+    cfg = load_config(write(tmp_path, "state_db: s/state.db\naudit_log: a.jsonl\n"
+                                      "policy: {name: gittins, queues: [10, 20], gittins_samples: seed.txt}\n"))
+    assert cfg.state_db == tmp_path / "s" / "state.db"
+    assert cfg.audit_log == tmp_path / "a.jsonl"
+    assert cfg.policy.gittins_samples == tmp_path / "seed.txt"
+
+
+def test_topology_maps_nodes_to_switches(tmp_path):
+    cfg = load_config(write(tmp_path, "topology:\n  switches:\n    s0: [node1, node2]\n    s1: [node3]\n"))
+    assert cfg.switch_of("node2") == "s0" and cfg.switch_of("node3") == "s1"
+    assert cfg.switch_of("node9") == "default"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("colour: blue\n", "unknown key 'colour'"),
+    ("policy: {name: las, queus: [1]}\n", "unknown key 'policy.queus'"),
+    ("policy: {queues: [100, 50]}\n", "policy.queues: thresholds must be strictly increasing"),
+    ("policy: {queues: [100, 100]}\n", "strictly increasing"),
+    ("policy: {queues: []}\n", "policy.queues"),
+    ("policy: {queues: [-5]}\n", "policy.queues[0]: must be > 0"),
+    ("poll_interval: fast\n", "poll_interval: must be a number"),
+    ("poll_interval: 0\n", "poll_interval: must be > 0"),
+    ("backend: grpc\n", "backend: must be one of auto, cli, restd, pyslurm"),
+    ("partitions: []\n", "partitions: must be a non-empty list"),
+    ("packlimit: 0\n", "packlimit: must be an integer >= 1"),
+    ("preemption: {grace_seconds: -1}\n", "preemption.grace_seconds: must be >= 0"),
+    ("policy: {gittins_samples: nope.txt}\n", "does not exist"),
+    ("topology: {switches: {a: [n1], b: [n1]}}\n", "already under switch a"),
+    ("- just\n- a list\n", "must hold a mapping"),
+    ("policy: [1, 2\n", "is not valid YAML"),
+])
+def test_bad_config_is_one_line_naming_file_and_key(tmp_path, text, needle):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert str(path) in msg and needle in msg, msg
+
+
+def test_missing_file_names_the_flag(tmp_path):
+    with pytest.raises(ConfigError, match="pass --config FILE"):
+        load_config(tmp_path / "absent.yaml")
