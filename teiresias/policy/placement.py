@@ -1,0 +1,144 @@
+"""Placement policies: where a job's GPUs go (Tiresias §3.3).
+
+A placement answers one question for one job: given the free GPUs per node,
+which nodes give it exactly ``num_gpus`` GPUs, or None when no such choice
+exists now. Placements never look at other jobs and never mutate ``free``.
+
+- ``consolidate``: fewest nodes, within one switch when possible (§3.3; the
+  packing Microsoft's production cluster enforces).
+- ``spread``: fragmentation-minimizing best fit: take GPUs from the nodes
+  with the fewest free GPUs first, so whole nodes stay free for big
+  consolidated jobs; the job may span any number of nodes and switches.
+- ``profile``: Tiresias' profile-based placement (§3.3.2): consolidate only
+  jobs whose skew S_J exceeds PACKLIMIT, spread the others. A job whose skew
+  is not known yet is consolidated: an unprofiled job might be sensitive
+  (VGG, AlexNet lose up to 1.67x unconsolidated, Table 6), and consolidation
+  is the safe default until the profiler has measured it.
+
+Every tie is broken by node order in the Cluster, so results are deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from teiresias.domain import Cluster, Job, Node, Placement
+
+
+def _fits_anywhere(need: int, free: Mapping[str, int], cluster: Cluster) -> bool:
+    # Cheap rejection first: most pending jobs in a busy cluster fail here.
+    return need > 0 and sum(max(free.get(n.name, 0), 0) for n in cluster.nodes) >= need
+
+
+def _fewest_nodes(need: int, nodes: list[tuple[int, int, Node]]) -> list[tuple[Node, int]] | None:
+    """Fewest nodes out of ``nodes`` = [(free, order, node)] holding ``need`` GPUs.
+
+    Greedy by most free GPUs is optimal for the node count; the last node is
+    then the best fit (fewest free GPUs that still cover the remainder) so
+    bigger holes stay whole.
+    """
+    by_free = sorted(nodes, key=lambda t: (-t[0], t[1]))
+    chosen: list[tuple[Node, int]] = []
+    left = need
+    for i, (f, _, node) in enumerate(by_free):
+        if f <= 0:
+            break
+        if f >= left:
+            # Best fit for the remainder among the nodes not yet taken.
+            rest = [t for t in by_free[i:] if t[0] >= left]
+            best = min(rest, key=lambda t: (t[0], t[1]))
+            chosen.append((best[2], left))
+            return chosen
+        chosen.append((node, f))
+        left -= f
+    return None
+
+
+class ConsolidatePlacement:
+    """Fewest nodes, same switch first (Tiresias §3.3, consolidated placement)."""
+
+    name = "consolidate"
+
+    def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
+        need = job.num_gpus
+        if not _fits_anywhere(need, free, cluster):
+            return None
+        best: list[tuple[Node, int]] | None = None
+        # One switch at a time: a solution inside a switch beats any cross-switch one
+        # with the same node count (no traffic over the core).
+        order = {n.name: i for i, n in enumerate(cluster.nodes)}
+        for nodes in cluster.switches().values():
+            cand = [(free.get(n.name, 0), order[n.name], n) for n in nodes]
+            got = _fewest_nodes(need, cand)
+            if got is not None and (best is None or len(got) < len(best)):
+                best = got
+                if len(best) == 1:
+                    break
+        if best is None:
+            cand = [(free.get(n.name, 0), i, n) for i, n in enumerate(cluster.nodes)]
+            best = _fewest_nodes(need, cand)
+        if best is None:
+            return None
+        return _as_placement(best, order)
+
+
+class SpreadPlacement:
+    """Fragmentation-minimizing best fit: fill partly used nodes first.
+
+    Not consolidated: the job takes GPUs from the nodes with the fewest free
+    GPUs (ties by node order) until it has ``num_gpus``, so fully free nodes
+    stay whole for jobs that need consolidation.
+    """
+
+    name = "spread"
+
+    def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
+        need = job.num_gpus
+        if not _fits_anywhere(need, free, cluster):
+            return None
+        order = {n.name: i for i, n in enumerate(cluster.nodes)}
+        cand = sorted(
+            ((free.get(n.name, 0), i, n) for i, n in enumerate(cluster.nodes) if free.get(n.name, 0) > 0),
+            key=lambda t: (t[0], t[1]),
+        )
+        # A single node that fits exactly-or-best keeps the job whole at no cost
+        # to fragmentation; only spread when no single node can hold it.
+        for f, _, node in cand:
+            if f >= need:
+                return _as_placement([(node, need)], order)
+        chosen: list[tuple[Node, int]] = []
+        left = need
+        for f, _, node in cand:
+            take = min(f, left)
+            chosen.append((node, take))
+            left -= take
+            if left == 0:
+                return _as_placement(chosen, order)
+        return None
+
+
+class ProfilePlacement:
+    """Profile-based placement (Tiresias §3.3.2): consolidate iff skew > PACKLIMIT.
+
+    Unknown skew (not profiled yet) is consolidated; see the module docstring.
+    """
+
+    name = "profile"
+
+    def __init__(self, packlimit: float = 0.5) -> None:
+        self.packlimit = packlimit
+        self._consolidate = ConsolidatePlacement()
+        self._spread = SpreadPlacement()
+
+    def wants_consolidation(self, job: Job) -> bool:
+        return job.skew is None or job.skew > self.packlimit
+
+    def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
+        inner = self._consolidate if self.wants_consolidation(job) else self._spread
+        return inner.place(job, free, cluster)
+
+
+def _as_placement(chosen: list[tuple[Node, int]], order: Mapping[str, int]) -> Placement:
+    # Allocations listed in node order so equal placements compare equal.
+    chosen = sorted(chosen, key=lambda t: order[t[0].name])
+    return Placement.of([(n.name, g) for n, g in chosen])

@@ -1,0 +1,77 @@
+"""Build policies by name: the one entry point for simulator, controller and CLIs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from teiresias.errors import ConfigError
+from teiresias.policy.base import PlacementPolicy, SchedulingPolicy
+
+if TYPE_CHECKING:
+    from teiresias.policy.gittins import ServiceDistribution
+
+POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins")
+PLACEMENT_NAMES = ("consolidate", "spread", "profile")
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Parameters of every policy; each policy reads the ones it needs.
+
+    - ``queues``: MLFQ thresholds Q_i^hi in GPU-seconds, strictly increasing;
+      K = len(queues) + 1 queues (Tiresias §3.2.3; paper default one 1 h threshold).
+    - ``promote_knob``: PROMOTEKNOB; None disables promotion (= infinity).
+    - ``distribution``: job GPU-time distribution, required by ``gittins``.
+    - ``placement`` / ``packlimit``: placement policy and PACKLIMIT (§3.3.2).
+    - ``continuous``: las/gittins with continuous priority (Fig. 7) instead of queues.
+    """
+
+    queues: tuple[float, ...] = (3600.0,)
+    promote_knob: float | None = None
+    distribution: "ServiceDistribution | None" = None
+    placement: str = "consolidate"
+    packlimit: float = 0.5
+    continuous: bool = False
+
+    def __post_init__(self) -> None:
+        qs = tuple(float(q) for q in self.queues)
+        if any(q <= 0 for q in qs) or any(b <= a for a, b in zip(qs, qs[1:])):
+            raise ConfigError(
+                f"queue thresholds {list(self.queues)} must be positive and strictly increasing"
+                " GPU-seconds, e.g. --queues 3600,36000"
+            )
+        object.__setattr__(self, "queues", qs)
+        if self.promote_knob is not None and self.promote_knob < 0:
+            raise ConfigError(f"promote knob {self.promote_knob} must be >= 0 (omit it to disable promotion)")
+        if not 0.0 <= self.packlimit:
+            raise ConfigError(f"packlimit {self.packlimit} must be >= 0")
+
+
+def build_placement(name: str, packlimit: float = 0.5) -> PlacementPolicy:
+    """A placement policy by name (Tiresias §3.3); ConfigError listing valid names otherwise."""
+    from teiresias.policy.placement import ConsolidatePlacement, ProfilePlacement, SpreadPlacement
+
+    if name == "consolidate":
+        return ConsolidatePlacement()
+    if name == "spread":
+        return SpreadPlacement()
+    if name == "profile":
+        return ProfilePlacement(packlimit)
+    raise ConfigError(f"unknown placement {name!r}; choose one of: {', '.join(PLACEMENT_NAMES)}")
+
+
+def build_policy(name: str, params: PolicyParams = PolicyParams()) -> SchedulingPolicy:
+    """A scheduling policy by name; ConfigError listing valid names on an unknown one."""
+    placement = build_placement(params.placement, params.packlimit)
+    if name == "fifo":
+        from teiresias.policy.fifo import FifoPolicy
+
+        return FifoPolicy(placement)
+    if name == "best-effort":
+        from teiresias.policy.fifo import BestEffortPolicy
+
+        return BestEffortPolicy(placement)
+    if name in POLICY_NAMES:
+        raise ConfigError(f"policy {name!r} is not implemented yet; available now: fifo, best-effort")
+    raise ConfigError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")
