@@ -72,6 +72,26 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
         from teiresias.policy.fifo import BestEffortPolicy
 
         return BestEffortPolicy(placement)
-    if name in POLICY_NAMES:
-        raise ConfigError(f"policy {name!r} is not implemented yet; available now: fifo, best-effort")
+    if name == "sjf":
+        from teiresias.policy.oracle import SjfPolicy
+
+        return SjfPolicy(placement)
+    if name == "srtf":
+        from teiresias.policy.oracle import SrtfPolicy
+
+        return SrtfPolicy(placement)
+    if name == "srsf":
+        from teiresias.policy.oracle import SrsfPolicy
+
+        return SrsfPolicy(placement)
+    if name == "las":
+        from teiresias.policy.las import LasPolicy
+
+        return LasPolicy(placement, params.queues, params.promote_knob, params.continuous)
+    if name == "gittins":
+        from teiresias.policy.gittins_policy import GittinsPolicy
+
+        return GittinsPolicy(
+            placement, params.distribution, params.queues, params.promote_knob, params.continuous
+        )
     raise ConfigError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")

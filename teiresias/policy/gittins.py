@@ -1,0 +1,175 @@
+"""The job-service distribution and the 2D-Gittins index (Tiresias §3.2.2, Pseudocode 1).
+
+A ServiceDistribution holds samples of job total GPU-time (GPU-seconds),
+e.g. the reference simulator's ``yarn-gput*.csv`` (one column ``duration``)
+or the GPU-times of jobs the live controller saw complete.
+
+The Gittins index of a job with attained service ``a`` and service quantum
+``delta`` is (Pseudocode 1, line 11)::
+
+    G(a, delta) = P(S - a <= delta | S > a) / E[min(S - a, delta) | S > a]
+
+With samples sorted as s_0 <= ... <= s_{n-1}, i = #{s <= a}, j = #{s <= a + delta},
+m = n - i survivors and c = j - i of them finishing within ``delta``::
+
+    G = c / (sum_{k=i}^{j-1} (s_k - a) + (n - j) * delta)
+
+(the 1/m cancels), so with prefix sums one index costs two binary searches.
+The continuous index takes the supremum over delta > 0; between sample points
+the numerator is constant and the denominator grows, so the supremum is
+reached at some delta = s_k - a and is a maximum over the survivors.
+
+Immutable: ``extended`` returns a new distribution, so a policy holding one
+stays pure; the controller swaps in a new one as jobs complete.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from teiresias.errors import TraceError
+
+
+class ServiceDistribution:
+    """Empirical distribution of job GPU-time (GPU-seconds) with fast Gittins indices."""
+
+    __slots__ = ("_s", "_prefix", "_cache", "_sup_cache", "_np", "_np_prefix")
+
+    def __init__(self, samples: Iterable[float]) -> None:
+        s = sorted(float(x) for x in samples)
+        if not s:
+            raise TraceError("a service distribution needs at least one GPU-time sample")
+        bad = next((x for x in s if not math.isfinite(x) or x <= 0), None)
+        if bad is not None:
+            raise TraceError(f"GPU-time sample {bad} is not a positive finite number")
+        self._s = s
+        prefix = [0.0]
+        for x in s:
+            prefix.append(prefix[-1] + x)
+        self._prefix = prefix
+        self._cache: dict[tuple[float, float], float] = {}
+        self._sup_cache: dict[float, float] = {}
+        self._np: np.ndarray | None = None
+        self._np_prefix: np.ndarray | None = None
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_values(cls, values: Iterable[float]) -> "ServiceDistribution":
+        return cls(values)
+
+    @classmethod
+    def from_samples_file(cls, path: str | Path) -> "ServiceDistribution":
+        """Read a one-column CSV with header ``duration`` (GPU-seconds per job).
+
+        Raises TraceError naming the file and line of the first bad value.
+        """
+        p = Path(path)
+        try:
+            fh = p.open(newline="")
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot read GPU-time samples ({exc.strerror}); give a CSV with a 'duration' column") from exc
+        with fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise TraceError(f"{p}: empty file; expected a header 'duration' and one GPU-time per line")
+            names = [h.strip() for h in header]
+            if "duration" not in names:
+                raise TraceError(f"{p}:1: no 'duration' column (found {', '.join(names) or 'nothing'})")
+            col = names.index("duration")
+            values: list[float] = []
+            for row in reader:
+                line = reader.line_num
+                if not row or all(not c.strip() for c in row):
+                    continue
+                raw = row[col].strip() if col < len(row) else ""
+                try:
+                    v = float(raw)
+                except ValueError:
+                    raise TraceError(f"{p}:{line}: duration {raw!r} is not a number") from None
+                if not math.isfinite(v) or v <= 0:
+                    raise TraceError(f"{p}:{line}: duration {raw!r} must be a positive number of GPU-seconds")
+                values.append(v)
+        if not values:
+            raise TraceError(f"{p}: no GPU-time samples after the header")
+        return cls(values)
+
+    def extended(self, values: Iterable[float]) -> "ServiceDistribution":
+        """A new distribution with more samples (e.g. GPU-times of jobs that just completed)."""
+        return ServiceDistribution([*self._s, *values])
+
+    # -- queries ------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._s)
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        return tuple(self._s)
+
+    def mean(self) -> float:
+        return self._prefix[-1] / len(self._s)
+
+    def index(self, attained: float, delta: float | None = None) -> float:
+        """Gittins index G(attained, delta) of Pseudocode 1 (Tiresias §3.2.2).
+
+        ``delta=None`` takes the supremum over delta > 0 (continuous 2D-Gittins);
+        ``delta=math.inf`` is 1 / E[S - a | S > a]. A job that has outlived every
+        sample gets 0 (lowest priority: the distribution says nothing about it).
+        """
+        if delta is None:
+            return self._sup_index(attained)
+        key = (attained, delta)
+        got = self._cache.get(key)
+        if got is None:
+            got = self._index(attained, delta)
+            if len(self._cache) > 1_000_000:
+                self._cache.clear()  # bound memory on very long replays
+            self._cache[key] = got
+        return got
+
+    def _index(self, a: float, delta: float) -> float:
+        s, pre, n = self._s, self._prefix, len(self._s)
+        i = bisect.bisect_right(s, a)
+        if i == n:
+            return 0.0
+        if math.isinf(delta):
+            j = n
+            denom = pre[n] - pre[i] - (n - i) * a
+        else:
+            j = bisect.bisect_right(s, a + delta)
+            denom = pre[j] - pre[i] - (j - i) * a + (n - j) * delta
+        c = j - i
+        return c / denom if denom > 0 else 0.0
+
+    def _sup_index(self, a: float) -> float:
+        got = self._sup_cache.get(a)
+        if got is not None:
+            return got
+        s, n = self._s, len(self._s)
+        i = bisect.bisect_right(s, a)
+        if i == n:
+            got = 0.0
+        else:
+            if self._np is None:
+                self._np = np.asarray(s)
+                self._np_prefix = np.asarray(self._prefix)
+            # Candidate delta_k = s_k - a for every survivor k >= i; with equal
+            # samples only the last of a run matters (it counts them all).
+            ks = np.arange(i, n)
+            last_of_run = np.append(self._np[i + 1 :] != self._np[i:-1], True)
+            ks = ks[last_of_run]
+            j = ks + 1
+            deltas = self._np[ks] - a
+            denom = self._np_prefix[j] - self._np_prefix[i] - (j - i) * a + (n - j) * deltas
+            ratios = (j - i) / denom
+            got = float(ratios.max())
+        if len(self._sup_cache) > 1_000_000:
+            self._sup_cache.clear()
+        self._sup_cache[a] = got
+        return got
