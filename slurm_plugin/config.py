@@ -33,7 +33,7 @@ class PolicyConfig:
     queues: tuple[float, ...] = (3600.0,)
     # delta_J >= knob * t_J promotes a starving job to Q1; None disables promotion.
     promote_knob: float | None = None
-    # Optional file of past jobs' GPU-seconds (one number a line) seeding 2D-Gittins.
+    # Optional CSV (column 'duration') of past jobs' GPU-seconds seeding 2D-Gittins.
     gittins_samples: Path | None = None
 
 
@@ -51,7 +51,8 @@ class ControllerConfig:
     partitions: tuple[str, ...] = ("gpu",)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     placement: str = "consolidate"
-    packlimit: int | None = None
+    # PACKLIMIT of profile placement (Tiresias §3.3.2); None: the policy default.
+    packlimit: float | None = None
     poll_interval: float = 3.0
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     state_db: Path = Path("/var/lib/teiresias/state.db")
@@ -178,10 +179,7 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"])
     if data.get("packlimit") is not None:
-        v = data["packlimit"]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise r.fail("packlimit", f"must be an integer >= 1, got {v!r}")
-        kw["packlimit"] = v
+        kw["packlimit"] = r.number("packlimit", data["packlimit"], positive=False)
     if "poll_interval" in data:
         kw["poll_interval"] = r.number("poll_interval", data["poll_interval"])
     pre = data.get("preemption") or {}

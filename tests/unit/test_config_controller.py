@@ -52,7 +52,7 @@ def test_topology_maps_nodes_to_switches(tmp_path):
     ("poll_interval: 0\n", "poll_interval: must be > 0"),
     ("backend: grpc\n", "backend: must be one of auto, cli, restd, pyslurm"),
     ("partitions: []\n", "partitions: must be a non-empty list"),
-    ("packlimit: 0\n", "packlimit: must be an integer >= 1"),
+    ("packlimit: -1\n", "packlimit: must be >= 0"),
     ("preemption: {grace_seconds: -1}\n", "preemption.grace_seconds: must be >= 0"),
     ("policy: {gittins_samples: nope.txt}\n", "does not exist"),
     ("topology: {switches: {a: [n1], b: [n1]}}\n", "already under switch a"),

@@ -1,0 +1,90 @@
+"""`teiresias controller run`: the live controller daemon (docs/controller.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+
+import click
+
+from slurm_plugin.config import load_config
+from slurm_plugin.controller.loop import RoundResult
+from slurm_plugin.controller.runtime import make_controller, setup_logging
+from teiresias.errors import SlurmUnreachable
+
+log = logging.getLogger("teiresias.controller")
+
+EXIT_UNREACHABLE = 3
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def controller() -> None:
+    """The live controller: schedules the managed partitions' jobs in Slurm.
+
+    \b
+    Example:
+      teiresias controller run --config etc/teiresias.yaml
+    """
+
+
+@controller.command("run")
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="YAML config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).")
+@click.option("-n", "--dry-run", is_flag=True, help="Decide and print, but change nothing in Slurm or the state.")
+@click.option("-1", "--once", is_flag=True, help="Run one round and exit.")
+@click.option("-j", "--json", "as_json", is_flag=True, help="Print each round's plan and actions as JSON (one object a line).")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, verbose: bool) -> None:
+    """Run the controller: poll Slurm, decide with the policy, enact.
+
+    Each round: snapshot Slurm -> reconcile with the state DB -> policy ->
+    plan -> enact (hold/release with a node list, two-phase preemption).
+    Slurm unreachable: one log line, then retries with back-off. Exit codes:
+    0 ok, 2 bad input (config), 3 Slurm unreachable with --once.
+
+    \b
+    Examples:
+      teiresias controller run --config etc/teiresias.yaml
+      teiresias controller run --config etc/teiresias.yaml --once --json
+      teiresias controller run -c etc/teiresias.yaml --dry-run --once
+    """
+    setup_logging(verbose)
+    config = load_config(config_path)
+    ctl = make_controller(config, dry_run=dry_run)
+
+    def emit(result: RoundResult) -> None:
+        if as_json:
+            click.echo(json.dumps(result.to_json()))
+        elif result.actions or once:
+            for a in result.actions:
+                click.echo(f"round {result.round}: job {a.job} {a.action}"
+                           f"{'' if a.ok else ' (dry run)' if a.ok is None else ' FAILED'}: {a.reason}")
+            if once and not result.actions:
+                click.echo(f"round {result.round}: {result.jobs} job(s), nothing to do")
+
+    if once:
+        try:
+            emit(ctl.round())
+        except SlurmUnreachable as exc:
+            click.echo(f"teiresias: error: slurmctld unreachable ({exc}); is Slurm up and SLURM_CONF right?",
+                       err=True)
+            raise SystemExit(EXIT_UNREACHABLE)
+        finally:
+            ctl.store.close()
+            ctl.audit.close()
+        return
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("controller started: partitions %s, policy %s, poll every %gs, state %s%s",
+             ",".join(config.partitions), config.policy.name, config.poll_interval, config.state_db,
+             " (dry run)" if dry_run else "")
+    try:
+        ctl.run(stop, emit)
+    finally:
+        ctl.store.close()
+        ctl.audit.close()
+        log.info("controller stopped")

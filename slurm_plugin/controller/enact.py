@@ -1,0 +1,251 @@
+"""Plan -> Slurm actions, each announced in the journal before it is enacted.
+
+Every action follows the same three steps:
+
+1. one transaction: a ``pending`` journal row (+ the record's new phase where
+   a crash must not forget it, e.g. PREEMPTING once a signal may have left);
+2. the backend calls;
+3. one transaction: the record's bookkeeping + the journal row marked done.
+
+A crash between 1 and 3 leaves the row pending; :meth:`Enactor.recover`
+finishes it on the next start, looking at Slurm first so that nothing is done
+twice (a requeue is redone only if the job still runs the very run we meant
+to requeue: same restart count, still RUNNING).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob
+from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller import accounting
+from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.preemption import RequeueDue
+from slurm_plugin.controller.reconcile import RUNNING_STATES, base_state
+from slurm_plugin.controller.state import JobRecord, JournalEntry, JournalStatus, Phase, StateStore
+from teiresias.domain import Placement
+from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
+from wrappers.protocol import PREEMPT_SIGNAL
+
+log = logging.getLogger("teiresias.controller")
+
+# Slurm priorities of released jobs: above anything priority/basic hands out
+# by itself is not needed (the node list pins them); the order still shows
+# the policy's ranking in squeue.
+PRIORITY_BASE = 1_000_000
+
+
+@dataclass
+class Action:
+    job: int
+    action: str  # hold | start | signal | requeue | recover-*
+    reason: str
+    ok: bool | None = True  # None: dry run, not enacted
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Enactor:
+    def __init__(self, config: ControllerConfig, backend: SlurmBackend, store: StateStore,
+                 audit: AuditLog, dry_run: bool = False) -> None:
+        self.config = config
+        self.backend = backend
+        self.store = store
+        self.audit = audit
+        self.dry_run = dry_run
+        self.actions: list[Action] = []
+
+    # ---------------------------------------------------------------- core
+    def _do(self, rec: JobRecord, action: str, reason: str, calls: Callable[[], None], *,
+            restart_count: int, before: Callable[[], None] | None = None,
+            after: Callable[[], None] | None = None, detail: dict[str, Any] | None = None) -> Action:
+        act = Action(rec.job_id, action, reason, detail=detail or {})
+        self.actions.append(act)
+        if self.dry_run:
+            act.ok = None
+            return act
+        with self.store.transaction():
+            entry = self.store.journal_begin(rec.job_id, action, restart_count, **(detail or {}))
+            if before:
+                before()
+            self.store.save_job(rec)
+        try:
+            calls()
+        except SlurmUnreachable:
+            raise  # journal row stays pending; the next round finishes it
+        except JobVanished as exc:
+            act.ok = False
+            act.detail["error"] = str(exc)
+            with self.store.transaction():
+                self.store.journal_finish(entry.id, JournalStatus.FAILED)
+            log.warning("[job %d] %s: job vanished from Slurm (%s); its record is closed next round",
+                        rec.job_id, action, exc)
+            return act
+        except SlurmError as exc:
+            act.ok = False
+            act.detail["error"] = str(exc)
+            with self.store.transaction():
+                self.store.journal_finish(entry.id, JournalStatus.FAILED)
+            log.warning("[job %d] %s failed: %s", rec.job_id, action, exc)
+            self.audit.write(rec.job_id, action + "-failed", str(exc))
+            return act
+        with self.store.transaction():
+            if after:
+                after()
+            self.store.save_job(rec)
+            self.store.journal_finish(entry.id)
+        self.audit.write(rec.job_id, action, reason, **(detail or {}))
+        log.info("[job %d] %s: %s", rec.job_id, action, reason)
+        return act
+
+    # ------------------------------------------------------------- actions
+    def hold(self, rec: JobRecord, reason: str, now: float) -> Action:
+        def after() -> None:
+            rec.phase, rec.phase_since = Phase.PENDING, now
+            rec.planned = None
+        return self._do(rec, "hold", reason, lambda: self.backend.hold(rec.job_id),
+                        restart_count=rec.restart_count, after=after)
+
+    def _start_calls(self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob,
+                     now: float) -> Callable[[], None]:
+        def calls() -> None:
+            if sj.eligible_time and sj.eligible_time > now:
+                self.backend.clear_begin_time(rec.job_id)  # Slurm's ~120 s delay after a requeue
+            self.backend.set_nodelist(rec.job_id, placement.nodes)
+            if sj.held or sj.priority == 0:
+                self.backend.release(rec.job_id)
+            self.backend.set_priority(rec.job_id, priority)  # release recomputed it
+        return calls
+
+    def start(self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, reason: str,
+              now: float) -> Action:
+        def before() -> None:
+            # STARTING is saved with the journal row: a crash mid-start leaves a
+            # record that the start-timeout re-holds if Slurm never starts it.
+            rec.phase, rec.phase_since = Phase.STARTING, now
+            rec.planned = placement
+            rec.reason = ""
+        detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations],
+                  "priority": priority}
+        return self._do(rec, "start", reason, self._start_calls(rec, placement, priority, sj, now),
+                        restart_count=sj.restart_count, before=before, detail=detail)
+
+    def signal(self, rec: JobRecord, reason: str, now: float) -> Action:
+        def before() -> None:
+            rec.phase, rec.phase_since = Phase.PREEMPTING, now
+            rec.signal_time = now
+            rec.signal_restart = rec.restart_count
+        return self._do(rec, "signal", reason, lambda: self.backend.signal(rec.job_id, PREEMPT_SIGNAL),
+                        restart_count=rec.restart_count, before=before,
+                        detail={"signal": PREEMPT_SIGNAL})
+
+    def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None) -> None:
+        seg = accounting.close_run(rec, when, "controller")
+        if seg is not None:
+            self.store.add_segment(rec.job_id, seg.restart_count, seg.start, seg.end, seg.source)
+        rec.preemptions += 1
+        rec.phase, rec.phase_since = Phase.PENDING, when
+        rec.planned = None
+        rec.signal_time = None
+        rec.signal_restart = None
+        if due is not None and due.ack is not None:
+            rec.ckpt_seconds = due.ack.seconds
+            rec.ckpt_bytes = due.ack.bytes
+
+    def requeue(self, rec: JobRecord, due: RequeueDue, now: float) -> Action:
+        def calls() -> None:
+            self.backend.requeue(rec.job_id, hold=True)
+            try:
+                self.backend.clear_begin_time(rec.job_id)
+            except SlurmError as exc:  # some states refuse it; done again at the next start
+                log.debug("[job %d] clearing BeginTime after requeue: %s", rec.job_id, exc)
+        detail: dict[str, Any] = {"acked": due.ack is not None}
+        if due.ack is not None:
+            detail.update(ckpt_seconds=due.ack.seconds, ckpt_bytes=due.ack.bytes, step=due.ack.step)
+        restart = rec.signal_restart if rec.signal_restart is not None else rec.restart_count
+        return self._do(rec, "requeue", due.reason, calls, restart_count=restart,
+                        after=lambda: self._after_requeue(rec, now, due), detail=detail)
+
+    # ------------------------------------------------------------ recovery
+    def recover(self, records: dict[int, JobRecord], slurm: dict[int, SlurmJob], now: float) -> list[Action]:
+        """Finish the actions a crash interrupted (journal rows still pending)."""
+        done: list[Action] = []
+        if self.dry_run:
+            return done
+        for entry in self.store.journal(JournalStatus.PENDING):
+            rec = records.get(entry.job_id)
+            sj = slurm.get(entry.job_id)
+            if rec is None or sj is None:
+                with self.store.transaction():
+                    self.store.journal_finish(entry.id, JournalStatus.FAILED)
+                log.warning("[job %d] interrupted %s: job no longer known; dropped", entry.job_id, entry.action)
+                continue
+            done.append(self._recover_one(entry, rec, sj, now))
+        return done
+
+    def _recover_one(self, entry: JournalEntry, rec: JobRecord, sj: SlurmJob, now: float) -> Action:
+        state = base_state(sj.state)
+        running_same_run = state in RUNNING_STATES and sj.restart_count == entry.restart_count
+        act = Action(rec.job_id, "recover-" + entry.action, "", detail={"journal": entry.id})
+        calls: Callable[[], None] = lambda: None
+        after: Callable[[], None] | None = None
+        if entry.action == "requeue":
+            if running_same_run:
+                act.reason = "requeue was interrupted before Slurm did it: requeueing now"
+                calls = lambda: self.backend.requeue(rec.job_id, hold=True)
+            else:
+                act.reason = (f"requeue already happened (Slurm: {sj.state}, restart {sj.restart_count});"
+                              " not repeated")
+            if rec.phase is Phase.PREEMPTING:
+                when = entry.time if not running_same_run else now
+                after = lambda: self._after_requeue(rec, when, None)
+        elif entry.action == "signal":
+            # Assume the signal left: sending it twice could make a job checkpoint twice.
+            # The grace time still bounds the wait.
+            act.reason = "signal assumed delivered; waiting for the ack or the grace time"
+        elif entry.action == "start":
+            if state == "PENDING":
+                act.reason = "start was interrupted: finishing node list, release, priority"
+                placement = rec.planned
+                if placement is not None:
+                    calls = self._start_calls(rec, placement, int(entry.args.get("priority", PRIORITY_BASE)),
+                                              sj, now)
+            else:
+                act.reason = f"start already happened (Slurm: {sj.state})"
+        elif entry.action == "hold":
+            if state == "PENDING" and not sj.held:
+                act.reason = "hold was interrupted: holding now"
+                calls = lambda: self.backend.hold(rec.job_id)
+            else:
+                act.reason = "hold already in place or no longer needed"
+        try:
+            calls()
+        except SlurmUnreachable:
+            raise
+        except SlurmError as exc:
+            act.ok = False
+            act.detail["error"] = str(exc)
+        with self.store.transaction():
+            if after is not None:
+                after()
+            self.store.save_job(rec)
+            self.store.journal_finish(entry.id, JournalStatus.DONE if act.ok else JournalStatus.FAILED)
+        self.audit.write(rec.job_id, act.action, act.reason, journal=entry.id)
+        log.warning("[job %d] %s: %s", rec.job_id, act.action, act.reason)
+        self.actions.append(act)
+        return act
+
+
+def priority_for(rank: int, total: int) -> int:
+    """Slurm priority of the job ranked ``rank`` (0 = first) in the policy's order."""
+    return PRIORITY_BASE + max(total - rank, 1)
+
+
+def now_s() -> float:
+    return time.time()

@@ -1,0 +1,268 @@
+"""One controller round, and the loop that repeats it.
+
+    poll Slurm -> finish interrupted actions -> reconcile -> policy.decide -> enact
+
+The policy is the very object the simulator uses (teiresias.policy.registry);
+this module only builds its Snapshot from Slurm and enacts its Plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller import accounting, preemption
+from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.enact import Action, Enactor, priority_for
+from slurm_plugin.controller.reconcile import Reconciled, reconcile
+from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from teiresias.domain import Plan
+from teiresias.errors import SlurmUnreachable
+from teiresias.policy.base import SchedulingPolicy
+
+log = logging.getLogger("teiresias.controller")
+
+
+def build_distribution(seed: Any, samples: list[float]) -> Any:
+    """The 2D-Gittins job-size distribution: the seed file's samples plus the
+    GPU-seconds of jobs finished under this controller (None when both are empty)."""
+    if seed is None and not samples:
+        return None
+    if seed is None:
+        from teiresias.policy.gittins import ServiceDistribution
+
+        return ServiceDistribution(samples)
+    return seed.extended(samples) if samples else seed
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "start": {str(j): [{"node": a.node, "gpus": a.gpus} for a in p.allocations]
+                  for j, p in plan.start.items()},
+        "preempt": list(plan.preempt),
+        "keep": list(plan.keep),
+        "promote": list(plan.promote),
+        "queues": {str(j): q for j, q in plan.queues.items()},
+        "order": list(plan.order),
+        "reasons": {str(j): r for j, r in plan.reasons.items()},
+        "index": {str(j): v for j, v in plan.index.items()},
+    }
+
+
+@dataclass
+class RoundResult:
+    time: float
+    round: int
+    dry_run: bool
+    plan: Plan
+    actions: list[Action]
+    notes: list[str] = field(default_factory=list)
+    jobs: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def requeued(self) -> bool:
+        return any(a.action in ("requeue", "hold") and a.ok for a in self.actions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"time": self.time, "round": self.round, "dry_run": self.dry_run, "jobs": self.jobs,
+                "plan": plan_to_json(self.plan), "actions": [a.to_json() for a in self.actions],
+                "notes": self.notes, "timings": {k: round(v, 6) for k, v in self.timings.items()}}
+
+
+class Controller:
+    """Owns the state store, the policy and the backend; :meth:`round` is one round."""
+
+    def __init__(self, config: ControllerConfig, backend: SlurmBackend, store: StateStore,
+                 audit: AuditLog, *, dry_run: bool = False,
+                 policy_factory: Callable[[ControllerConfig, Any], SchedulingPolicy] | None = None) -> None:
+        self.config = config
+        self.backend = backend
+        self.store = store
+        self.audit = audit
+        self.dry_run = dry_run
+        self._policy_factory = policy_factory or default_policy
+        self._seed: Any = None
+        if config.policy.name == "gittins" and config.policy.gittins_samples is not None:
+            from teiresias.policy.gittins import ServiceDistribution
+
+            self._seed = ServiceDistribution.from_samples_file(config.policy.gittins_samples)
+        self._policy: SchedulingPolicy | None = None
+        self._policy_samples = -1
+
+    # -------------------------------------------------------------- policy
+    def policy(self) -> SchedulingPolicy:
+        """Rebuilt when new finished jobs change the Gittins distribution (only that policy reads it)."""
+        uses_samples = self.config.policy.name == "gittins"
+        count = self.store.sample_count() if uses_samples else 0
+        if self._policy is None or count != self._policy_samples:
+            dist = build_distribution(self._seed, self.store.samples()) if uses_samples else None
+            self._policy = self._policy_factory(self.config, dist)
+            self._policy_samples = count
+        return self._policy
+
+    # --------------------------------------------------------------- round
+    def round(self, now: float | None = None, slurm_jobs: list[SlurmJob] | None = None,
+              slurm_nodes: list[SlurmNode] | None = None) -> RoundResult:
+        """One round. Raises SlurmUnreachable when slurmctld does not answer."""
+        t0 = time.perf_counter()
+        if slurm_jobs is None:
+            slurm_jobs = self.backend.jobs()
+        if slurm_nodes is None:
+            slurm_nodes = self.backend.nodes()
+        now = time.time() if now is None else now
+        t1 = time.perf_counter()
+        enactor = Enactor(self.config, self.backend, self.store, self.audit, self.dry_run)
+        records = self.store.jobs()
+        managed = {sj.job_id: sj for sj in slurm_jobs if self.config.manages(sj.partition)}
+        enactor.recover(records, managed, now)
+        rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now)
+        t2 = time.perf_counter()
+        plan = self.policy().decide(rec.snapshot)
+        t3 = time.perf_counter()
+        notes = self._bookkeep(rec, plan, now)
+        self._enact(enactor, rec, plan, now)
+        t4 = time.perf_counter()
+        n = int(self.store.get_meta("rounds", "0") or 0) + 1
+        if not self.dry_run:
+            with self.store.transaction():
+                self.store.set_meta("rounds", str(n))
+                self.store.set_meta("last_round", str(now))
+        return RoundResult(now, n, self.dry_run, plan, enactor.actions, notes, len(rec.snapshot.jobs),
+                           {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
+                            "enact_s": t4 - t3, "total_s": t4 - t0})
+
+    def _bookkeep(self, rec: Reconciled, plan: Plan, now: float) -> list[str]:
+        """Persist what reconcile observed and what the plan decided about queues."""
+        notes: list[str] = []
+        for job_id, note in rec.notes:
+            notes.append(f"job {job_id}: {note}")
+            log.info("[job %d] %s", job_id, note)
+        for job_id in rec.vanished:
+            notes.append(f"job {job_id}: vanished from Slurm between two rounds; record closed")
+            log.warning("[job %d] vanished from Slurm between two rounds; record closed", job_id)
+            self.audit.write(job_id, "vanished", "Slurm no longer knows the job")
+        promoted = set(plan.promote)
+        for job_id, r in rec.records.items():
+            if job_id in promoted:
+                # Tiresias §3.2.3: t_J and delta_J restart from 0.
+                r.promo_time = now
+                r.promo_executed = accounting.total_executed(r, now)
+                self.audit.write(job_id, "promote", "waited >= PROMOTEKNOB x executed time; back to Q1")
+            q = plan.queues.get(job_id)  # type: ignore[call-overload]
+            if q is not None and q != r.queue:
+                self.audit.write(job_id, "queue", f"Q{r.queue + 1} -> Q{q + 1}",
+                                 attained_gpu_seconds=round(r.gpus * accounting.executed_time(r, now), 1))
+                r.queue = q
+            if job_id in plan.index:
+                r.gittins = float(plan.index[job_id])  # type: ignore[index]
+            if r.active:
+                r.reason = plan.reasons.get(job_id, "") if r.phase is Phase.PENDING else ""  # type: ignore[call-overload]
+        for job_id in rec.finished:
+            r = rec.records[job_id]
+            gpu_s = accounting.attained_gpu_seconds(r, now)
+            self.audit.write(job_id, "finished", r.final_state or "", jct=round((r.end_time or now) - r.submit_time, 3),
+                             attained_gpu_seconds=round(gpu_s, 1))
+            if not self.dry_run and gpu_s > 0:
+                self.store.add_sample(job_id, gpu_s)  # the site's own prior for 2D-Gittins
+        with self.store.transaction():
+            for job_id, seg in rec.segments:
+                self.store.add_segment(job_id, seg.restart_count, seg.start, seg.end, seg.source)
+            for r in rec.records.values():
+                self.store.save_job(r)
+        return notes
+
+    def _enact(self, enactor: Enactor, rec: Reconciled, plan: Plan, now: float) -> None:
+        records = rec.records
+        starting = set(plan.start)
+        # 1. Jobs that slipped out of control go back on hold (unless started right now).
+        for job_id, why in rec.to_hold.items():
+            if job_id not in starting:
+                enactor.hold(records[job_id], why, now)
+        # 2. Preemptions the plan asks for. A job still STARTING only needs its hold back.
+        free = rec.snapshot.free_gpus()
+        for job_id in plan.preempt:
+            r = records[job_id]
+            if r.phase is Phase.STARTING:
+                for a in (r.planned.allocations if r.planned else ()):
+                    free[a.node] = free.get(a.node, 0) + a.gpus
+                enactor.hold(r, "preempted before Slurm started it", now)
+            elif r.phase is Phase.RUNNING:
+                enactor.signal(r, plan.reasons.get(job_id, "a higher-priority job needs its GPUs") or
+                               "a higher-priority job needs its GPUs", now)
+        # 3. Preemptions in progress: requeue on Ack or when the grace time is over.
+        for job_id, r in records.items():
+            if r.phase is Phase.PREEMPTING:
+                sj = rec.slurm.get(job_id)
+                if sj is None or sj.restart_count != r.signal_restart:
+                    continue
+                due = preemption.requeue_due(r, now, self.config.preemption.grace_seconds)
+                if due is not None:
+                    enactor.requeue(r, due, now)
+        # 4. Starts whose GPUs are free now; the others wait for preempted jobs to leave.
+        rank = {j: i for i, j in enumerate(plan.order)}
+        for job_id, placement in sorted(plan.start.items(), key=lambda kv: rank.get(kv[0], 0)):
+            r = records[job_id]
+            short = {a.node: a.gpus - free.get(a.node, 0) for a in placement.allocations
+                     if a.gpus > free.get(a.node, 0)}
+            if short:
+                r.reason = "waiting for preempted jobs to release " + ", ".join(
+                    f"{g} GPU(s) on {n}" for n, g in short.items())
+                if not self.dry_run:
+                    with self.store.transaction():
+                        self.store.save_job(r)
+                continue
+            for a in placement.allocations:
+                free[a.node] -= a.gpus
+            q = plan.queues.get(job_id, r.queue)  # type: ignore[call-overload]
+            enactor.start(r, placement, priority_for(rank.get(job_id, 0), len(plan.order)),
+                          rec.slurm[job_id], f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
+
+    # ---------------------------------------------------------------- loop
+    def run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None = None,
+            max_backoff: float = 30.0) -> None:
+        """Round after round until ``stop`` is set. Slurm unreachable: one line, wait, retry."""
+        backoff = self.config.poll_interval
+        down_since: float | None = None
+        while not stop.is_set():
+            try:
+                result = self.round()
+            except SlurmUnreachable as exc:
+                if down_since is None:
+                    down_since = time.time()
+                    log.warning("slurmctld unreachable (%s); retrying every %.0fs at most", exc, max_backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, max_backoff)
+                continue
+            if down_since is not None:
+                log.warning("slurmctld answers again after %.0fs; carrying on", time.time() - down_since)
+                down_since = None
+            backoff = self.config.poll_interval
+            if on_round is not None:
+                on_round(result)
+            # A requeue frees GPUs within a second: look again soon instead of a full interval.
+            stop.wait(min(1.0, self.config.poll_interval) if result.requeued else self.config.poll_interval)
+
+
+def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPolicy:
+    from teiresias.policy.registry import PolicyParams, build_policy
+
+    params = PolicyParams(queues=config.policy.queues, promote_knob=config.policy.promote_knob,
+                          distribution=distribution, placement=config.placement,
+                          **({"packlimit": config.packlimit} if config.packlimit is not None else {}))
+    name = config.policy.name
+    if name == "gittins" and distribution is None:
+        # Tiresias Pseudocode 1: without a distribution the priority is LAS's.
+        log.info("no GPU-time samples yet (no seed file, no finished job): 2D-LAS until there are")
+        name = "las"
+    return build_policy(name, params)
+
+
+def active_records(store: StateStore) -> dict[int, JobRecord]:
+    return store.jobs()

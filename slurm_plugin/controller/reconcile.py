@@ -1,0 +1,198 @@
+"""Slurm's view + the controller's records -> the Snapshot a policy decides on.
+
+Pure: given the stored records, one poll of Slurm (jobs and nodes) and
+``now``, it updates the records (phases, run segments) and returns the
+Snapshot plus what the round must do before or besides the policy (hold jobs
+that escaped the submission hold, re-hold jobs Slurm did not start in time,
+record finished jobs). The caller persists and enacts.
+
+How Slurm states map to the policy's two states:
+- RUNNING / CONFIGURING -> RUNNING, placed where Slurm runs it.
+- PENDING and held, or PENDING after our requeue -> PENDING.
+- Released by us but not started yet (phase STARTING) -> RUNNING on its planned
+  placement: those GPUs are promised, the next round must not give them away.
+- COMPLETING, REQUEUED, SUSPENDED, ... (in transit) -> left out of the
+  snapshot; their GPUs are still busy in Slurm and so count as unavailable.
+- COMPLETED, FAILED, CANCELLED, TIMEOUT, ... -> the job leaves the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from slurm_plugin.backends.base import SlurmJob, SlurmNode
+from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller import accounting
+from slurm_plugin.controller.accounting import Segment
+from slurm_plugin.controller.state import JobRecord, Phase
+from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
+
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})
+TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
+
+
+def base_state(state: str) -> str:
+    """Slurm may report ``PENDING,REQUEUED`` or ``CANCELLED by 0``: keep the base state."""
+    return state.replace("+", ",").split(",")[0].split(" ")[0].strip().upper()
+
+
+@dataclass
+class Reconciled:
+    snapshot: Snapshot
+    records: dict[int, JobRecord]                  # every record touched (active and just finished)
+    slurm: dict[int, SlurmJob]                     # managed jobs as Slurm shows them
+    segments: list[tuple[int, Segment]] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    vanished: list[int] = field(default_factory=list)
+    to_hold: dict[int, str] = field(default_factory=dict)  # job -> why it must be held now
+    notes: list[tuple[int, str]] = field(default_factory=list)
+    in_transit: list[int] = field(default_factory=list)
+
+
+def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Cluster:
+    """The nodes of the managed partitions, grouped by the configured switches."""
+    chosen = [n for n in nodes if any(config.manages(p) for p in n.partitions)]
+    return Cluster(tuple(Node(n.name, config.switch_of(n.name), n.gpus, n.cpus, n.mem_mb / 1024.0)
+                         for n in chosen))
+
+
+def running_placement(sj: SlurmJob, rec: JobRecord) -> Placement:
+    """GPUs per node of a running job: the plan we gave it when Slurm honoured it,
+    else what it asked per node, else an even split (Slurm's own choice is not in squeue)."""
+    nodes = sj.nodes or (rec.planned.nodes if rec.planned else ())
+    if rec.planned and set(rec.planned.nodes) == set(nodes) and rec.planned.num_gpus == sj.gpus:
+        return rec.planned
+    if not nodes:
+        return Placement(())
+    if sj.gpus_per_node and sj.gpus_per_node * len(nodes) == sj.gpus:
+        return Placement.of([(n, sj.gpus_per_node) for n in nodes])
+    share, extra = divmod(sj.gpus, len(nodes))
+    return Placement.of([(n, share + (1 if i < extra else 0)) for i, n in enumerate(nodes)])
+
+
+def _new_record(sj: SlurmJob, now: float) -> JobRecord:
+    return JobRecord(job_id=sj.job_id, user=sj.user, account=sj.account, partition=sj.partition,
+                     name=sj.name, comment=sj.comment, gpus=sj.gpus, submit_time=float(sj.submit_time or now),
+                     phase=Phase.PENDING, phase_since=now, restart_count=sj.restart_count)
+
+
+def _set_phase(rec: JobRecord, phase: Phase, now: float) -> None:
+    if rec.phase is not phase:
+        rec.phase = phase
+        rec.phase_since = now
+
+
+def reconcile(
+    config: ControllerConfig,
+    records: Mapping[int, JobRecord],
+    slurm_jobs: Iterable[SlurmJob],
+    slurm_nodes: Iterable[SlurmNode],
+    now: float,
+) -> Reconciled:
+    """Update the records from one poll of Slurm and build the round's Snapshot."""
+    slurm_nodes = list(slurm_nodes)
+    cluster = build_cluster(slurm_nodes, config)
+    managed = {sj.job_id: sj for sj in slurm_jobs if config.manages(sj.partition)}
+    out = Reconciled(snapshot=Snapshot(now, cluster, ()), records={}, slurm=managed)
+
+    for job_id, sj in managed.items():
+        rec = records.get(job_id)
+        state = base_state(sj.state)
+        if rec is None:
+            if state in TERMINAL_STATES:
+                continue  # ended before we ever saw it: not ours to account
+            rec = _new_record(sj, now)
+        elif not rec.active:
+            continue
+        out.records[job_id] = rec
+        rec.comment = sj.comment or rec.comment
+        rec.gpus = sj.gpus or rec.gpus
+        running = state in RUNNING_STATES
+        segs, notes = accounting.observe_run(rec, sj, now, running)
+        out.segments += [(job_id, s) for s in segs]
+        out.notes += [(job_id, n) for n in notes]
+
+        if state in TERMINAL_STATES:
+            _set_phase(rec, Phase.FINISHED, now)
+            rec.final_state = state
+            rec.end_time = float(sj.end_time) if sj.end_time else now
+            out.finished.append(job_id)
+        elif running:
+            if rec.phase is Phase.PENDING and not rec.planned:
+                out.notes.append((job_id, "started without the controller (submitted before the hold?);"
+                                          " now managed"))
+            if rec.phase is not Phase.PREEMPTING or (rec.signal_restart is not None
+                                                     and sj.restart_count > rec.signal_restart):
+                _set_phase(rec, Phase.RUNNING, now)
+        elif state == "PENDING":
+            if rec.phase in (Phase.RUNNING, Phase.PREEMPTING) and rec.run_start is None:
+                # Requeued (by us, by itself at its time limit, or by Slurm): waiting again.
+                _set_phase(rec, Phase.PENDING, now)
+            if rec.phase is Phase.STARTING:
+                if now - rec.phase_since > config.preemption.start_timeout_seconds:
+                    out.to_hold[job_id] = (f"Slurm did not start it on {','.join(rec.planned.nodes) if rec.planned else '?'}"
+                                           f" within {config.preemption.start_timeout_seconds:g}s ({sj.state_reason})")
+            elif not sj.held:
+                out.to_hold[job_id] = "pending without a hold (outside the controller's control)"
+        else:
+            out.in_transit.append(job_id)
+
+    # Active records Slurm no longer knows: gone between two rounds (purged,
+    # or cancelled and forgotten while the controller was away).
+    for job_id, rec in records.items():
+        if rec.active and job_id not in managed:
+            accounting.close_run(rec, rec.last_running_seen or now, "estimated")
+            _set_phase(rec, Phase.FINISHED, now)
+            rec.final_state = "VANISHED"
+            rec.end_time = rec.last_running_seen or now
+            out.records[job_id] = rec
+            out.vanished.append(job_id)
+
+    out.snapshot = build_snapshot(cluster, out, slurm_nodes, now)
+    return out
+
+
+def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placement | None) -> Job:
+    return Job(
+        job_id=JobId(rec.job_id), num_gpus=rec.gpus, submit_time=rec.submit_time, user=rec.user,
+        account=rec.account, model_name=rec.name, state=state, first_start_time=rec.first_start_time,
+        executed_time=accounting.executed_time(rec, now), waiting_time=accounting.waiting_time(rec, now),
+        total_executed_time=accounting.total_executed(rec, now), queue_index=rec.queue,
+        preemptions=rec.preemptions, skew=rec.skew, placement=placement,
+    )
+
+
+def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[SlurmNode], now: float) -> Snapshot:
+    jobs: list[Job] = []
+    slurm_running: dict[str, int] = {}
+    for job_id, rec in rec_out.records.items():
+        if not rec.active or job_id in rec_out.in_transit:
+            continue
+        sj = rec_out.slurm[job_id]
+        state = base_state(sj.state)
+        if state in RUNNING_STATES:
+            placement = running_placement(sj, rec)
+            for a in placement.allocations:
+                slurm_running[a.node] = slurm_running.get(a.node, 0) + a.gpus
+            jobs.append(to_policy_job(rec, now, JobState.RUNNING, placement))
+        elif rec.phase is Phase.STARTING and rec.planned is not None and job_id not in rec_out.to_hold:
+            jobs.append(to_policy_job(rec, now, JobState.RUNNING, rec.planned))
+        elif state == "PENDING":
+            jobs.append(to_policy_job(rec, now, JobState.PENDING, None))
+    # GPUs managed jobs may not use: all of a node Slurm will not schedule on,
+    # else whatever Slurm counts as used beyond our running jobs (other
+    # partitions' jobs, jobs in transit).
+    unavailable: dict[str, int] = {}
+    for n in slurm_nodes:
+        if n.name not in cluster:
+            continue
+        if not n.usable:
+            unavailable[n.name] = n.gpus
+        else:
+            other = max(n.gpus_used - slurm_running.get(n.name, 0), 0)
+            if other:
+                unavailable[n.name] = min(other, n.gpus)
+    jobs.sort(key=lambda j: j.job_id)
+    return Snapshot(now, cluster, tuple(jobs), unavailable)

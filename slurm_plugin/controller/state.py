@@ -1,0 +1,264 @@
+"""The controller's durable state: one SQLite file in WAL mode.
+
+Tables
+    jobs      one row per managed job: accounting (closed run time, the open
+              run), queue, preemption phase, planned placement, checkpoint cost.
+    segments  every run of every job (start, end, how the end was known).
+    journal   one row written *before* each action on Slurm and marked done
+              after it; rows still ``pending`` at start-up are actions a crash
+              interrupted, which the controller finishes (idempotently) first.
+    samples   finished jobs' GPU-seconds: the site's own prior for 2D-Gittins.
+    meta      small key/values (round counter, last round time).
+
+Which states persist across a crash is documented in docs/job-states.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterator
+
+from teiresias.domain import Placement
+
+
+class Phase(str, Enum):
+    """A managed job's phase in the controller (docs/job-states.md)."""
+
+    PENDING = "PENDING"        # held in Slurm, waiting for the controller to start it
+    STARTING = "STARTING"      # released with a node list; Slurm has not started it yet
+    RUNNING = "RUNNING"
+    PREEMPTING = "PREEMPTING"  # signalled; waiting for its Ack or the grace time
+    FINISHED = "FINISHED"      # ended (or vanished from Slurm); kept for reports
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: int
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    name: str = ""
+    comment: str = ""
+    gpus: int = 0
+    submit_time: float = 0.0
+    phase: Phase = Phase.PENDING
+    phase_since: float = 0.0
+    first_start_time: float | None = None
+    # Sum of completed run segments (seconds); the open run is counted live.
+    closed_run_seconds: float = 0.0
+    run_start: float | None = None        # start of the open run (Slurm's StartTime)
+    run_restart: int | None = None        # Slurm restart count of the open run
+    closed_restart: int = -1              # restart count of the last closed run
+    last_running_seen: float | None = None
+    restart_count: int = 0                # last restart count Slurm reported
+    # Starvation promotion (Tiresias §3.2.3) resets t_J and delta_J: we keep
+    # the promotion time and the executed time at that instant instead.
+    promo_time: float | None = None
+    promo_executed: float = 0.0
+    queue: int = 0
+    gittins: float | None = None
+    preemptions: int = 0
+    planned: Placement | None = None
+    reason: str = ""
+    skew: float | None = None
+    signal_time: float | None = None
+    signal_restart: int | None = None
+    ckpt_seconds: float | None = None
+    ckpt_bytes: int | None = None
+    final_state: str | None = None
+    end_time: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.phase is not Phase.FINISHED
+
+
+class JournalStatus(str, Enum):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    id: int
+    time: float
+    job_id: int
+    action: str
+    restart_count: int
+    args: dict[str, Any] = field(default_factory=dict)
+    status: JournalStatus = JournalStatus.PENDING
+
+
+_JOB_FIELDS = [f.name for f in fields(JobRecord)]
+_REAL = {"submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
+         "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
+         "ckpt_seconds", "end_time"}
+_INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue",
+        "preemptions", "signal_restart", "ckpt_bytes"}
+
+
+def _col_type(name: str) -> str:
+    return "REAL" if name in _REAL else "INTEGER" if name in _INT else "TEXT"
+
+
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS jobs (" + ", ".join(
+        f"{n} {_col_type(n)}" + (" PRIMARY KEY" if n == "job_id" else "") for n in _JOB_FIELDS) + ")",
+    "CREATE INDEX IF NOT EXISTS jobs_phase ON jobs(phase)",
+    "CREATE TABLE IF NOT EXISTS segments (job_id INTEGER, restart_count INTEGER, start REAL,"
+    " end REAL, source TEXT, PRIMARY KEY (job_id, restart_count, start))",
+    "CREATE TABLE IF NOT EXISTS journal (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL,"
+    " job_id INTEGER, action TEXT, restart_count INTEGER, args TEXT, status TEXT, done_time REAL)",
+    "CREATE INDEX IF NOT EXISTS journal_status ON journal(status)",
+    "CREATE TABLE IF NOT EXISTS samples (job_id INTEGER PRIMARY KEY, gpu_seconds REAL, time REAL)",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
+]
+
+
+def _placement_to_json(p: Placement | None) -> str | None:
+    return None if p is None else json.dumps([[a.node, a.gpus] for a in p.allocations])
+
+
+def _placement_from_json(s: str | None) -> Placement | None:
+    return None if not s else Placement.of([(n, g) for n, g in json.loads(s)])
+
+
+class StateStore:
+    """All reads and writes of the controller's SQLite file.
+
+    Writes go through :meth:`transaction` so a job's bookkeeping and the
+    journal row that explains it land together or not at all.
+    """
+
+    def __init__(self, path: str | Path, *, readonly_copy: bool = False) -> None:
+        self.path = Path(path)
+        if readonly_copy:
+            # --dry-run and `teiresias queue`: work on an in-memory copy so nothing persists.
+            self.db = sqlite3.connect(":memory:", isolation_level=None)
+            if self.path.exists():
+                src = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+                try:
+                    src.backup(self.db)
+                finally:
+                    src.close()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a journal row is on disk before the action it announces is enacted.
+            self.db.execute("PRAGMA synchronous=FULL")
+        for stmt in _SCHEMA:
+            self.db.execute(stmt)
+        self._depth = 0
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    # ------------------------------------------------------------------ jobs
+    def _row_to_job(self, row: sqlite3.Row | tuple) -> JobRecord:
+        kw = dict(zip(_JOB_FIELDS, row))
+        kw["phase"] = Phase(kw["phase"])
+        kw["planned"] = _placement_from_json(kw["planned"])
+        for k in ("user", "account", "partition", "name", "comment", "reason"):
+            kw[k] = kw[k] or ""
+        return JobRecord(**kw)
+
+    def jobs(self, *, active_only: bool = True) -> dict[int, JobRecord]:
+        sql = f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs"
+        if active_only:
+            sql += " WHERE phase != 'FINISHED'"
+        return {r[0]: self._row_to_job(r) for r in self.db.execute(sql + " ORDER BY job_id")}
+
+    def job(self, job_id: int) -> JobRecord | None:
+        r = self.db.execute(f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        return None if r is None else self._row_to_job(r)
+
+    def save_job(self, rec: JobRecord) -> None:
+        values = []
+        for name in _JOB_FIELDS:
+            v = getattr(rec, name)
+            if name == "phase":
+                v = v.value
+            elif name == "planned":
+                v = _placement_to_json(v)
+            values.append(v)
+        self.db.execute(f"INSERT OR REPLACE INTO jobs ({', '.join(_JOB_FIELDS)}) VALUES "
+                        f"({', '.join('?' * len(_JOB_FIELDS))})", values)
+
+    # -------------------------------------------------------------- segments
+    def add_segment(self, job_id: int, restart_count: int, start: float, end: float, source: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?)",
+                        (job_id, restart_count, start, end, source))
+
+    def segments(self, job_id: int) -> list[tuple[int, float, float, str]]:
+        return list(self.db.execute("SELECT restart_count, start, end, source FROM segments"
+                                    " WHERE job_id=? ORDER BY start", (job_id,)))
+
+    # --------------------------------------------------------------- journal
+    def journal_begin(self, job_id: int, action: str, restart_count: int, **args: Any) -> JournalEntry:
+        now = time.time()
+        cur = self.db.execute("INSERT INTO journal (time, job_id, action, restart_count, args, status)"
+                              " VALUES (?, ?, ?, ?, ?, 'pending')",
+                              (now, job_id, action, restart_count, json.dumps(args)))
+        return JournalEntry(int(cur.lastrowid or 0), now, job_id, action, restart_count, args)
+
+    def journal_finish(self, entry_id: int, status: JournalStatus = JournalStatus.DONE) -> None:
+        self.db.execute("UPDATE journal SET status=?, done_time=? WHERE id=?",
+                        (status.value, time.time(), entry_id))
+
+    def journal(self, status: JournalStatus | None = None, job_id: int | None = None) -> list[JournalEntry]:
+        sql, params = "SELECT id, time, job_id, action, restart_count, args, status FROM journal WHERE 1=1", []
+        if status is not None:
+            sql += " AND status=?"
+            params.append(status.value)
+        if job_id is not None:
+            sql += " AND job_id=?"
+            params.append(job_id)
+        return [JournalEntry(i, t, j, a, rc, json.loads(args or "{}"), JournalStatus(s))
+                for i, t, j, a, rc, args, s in self.db.execute(sql + " ORDER BY id", params)]
+
+    # --------------------------------------------------------------- samples
+    def add_sample(self, job_id: int, gpu_seconds: float) -> None:
+        self.db.execute("INSERT OR REPLACE INTO samples VALUES (?, ?, ?)", (job_id, gpu_seconds, time.time()))
+
+    def samples(self) -> list[float]:
+        return [r[0] for r in self.db.execute("SELECT gpu_seconds FROM samples ORDER BY job_id")]
+
+    def sample_count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        r = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return default if r is None else r[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
