@@ -117,16 +117,12 @@ def observe_run(rec: JobRecord, sj: SlurmJob, now: float, running: bool) -> tupl
             seg = close_run(rec, end, source)
             if seg:
                 closed.append(seg)
-        elif (sj.start_time and sj.end_time and sj.end_time > sj.start_time
-              and rc - 1 > rec.closed_restart and rc > 0 and sj.state == "PENDING"):
-            # A requeued job whose whole last run happened while we were away:
-            # Slurm still shows that run's StartTime and EndTime.
-            seg = Segment(rc - 1, float(sj.start_time), float(sj.end_time), "slurm")
-            rec.closed_run_seconds += seg.seconds
+        elif rc - 1 > rec.closed_restart and rec.closed_restart >= 0:
+            # A requeued job whose whole last run happened while we were away. Slurm
+            # cannot tell us its length: a requeued job's StartTime/EndTime already
+            # describe the next (future) run, so it is not counted.
+            notes.append(f"{rc - 1 - rec.closed_restart} run(s) went unseen while the controller was away;"
+                         " not counted")
             rec.closed_restart = rc - 1
-            if rec.first_start_time is None:
-                rec.first_start_time = seg.start
-            closed.append(seg)
-            notes.append(f"run {seg.restart_count} went unseen; taken from Slurm's start/end times")
     rec.restart_count = rc
     return closed, notes

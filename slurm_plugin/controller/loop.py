@@ -149,6 +149,7 @@ class Controller:
             log.warning("[job %d] vanished from Slurm between two rounds; record closed", job_id)
             self.audit.write(job_id, "vanished", "Slurm no longer knows the job")
         promoted = set(plan.promote)
+        rank = {j: i for i, j in enumerate(plan.order)}
         for job_id, r in rec.records.items():
             if job_id in promoted:
                 # Tiresias §3.2.3: t_J and delta_J restart from 0.
@@ -160,6 +161,7 @@ class Controller:
                 self.audit.write(job_id, "queue", f"Q{r.queue + 1} -> Q{q + 1}",
                                  attained_gpu_seconds=round(r.gpus * accounting.executed_time(r, now), 1))
                 r.queue = q
+            r.rank = rank.get(job_id)  # type: ignore[call-overload]
             if job_id in plan.index:
                 r.gittins = float(plan.index[job_id])  # type: ignore[index]
             if r.active:

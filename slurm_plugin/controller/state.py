@@ -62,6 +62,7 @@ class JobRecord:
     promo_time: float | None = None
     promo_executed: float = 0.0
     queue: int = 0
+    rank: int | None = None               # position in the policy's last order (0 = first)
     gittins: float | None = None
     preemptions: int = 0
     planned: Placement | None = None
@@ -100,7 +101,7 @@ _JOB_FIELDS = [f.name for f in fields(JobRecord)]
 _REAL = {"submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
          "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
          "ckpt_seconds", "end_time"}
-_INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue",
+_INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue", "rank",
         "preemptions", "signal_restart", "ckpt_bytes"}
 
 

@@ -36,7 +36,7 @@ def test_open_run_is_measured_from_slurm_start_time_not_first_sight():
 def test_requeue_closes_the_run_and_the_next_run_adds_to_it():
     r = rec()
     accounting.observe_run(r, sj(start=100.0), 110.0, True)
-    segs, _ = accounting.observe_run(r, sj("PENDING", restart=1, start=100.0, end=130.0), 135.0, False)
+    segs, _ = accounting.observe_run(r, sj("COMPLETED", restart=0, start=100.0, end=130.0), 135.0, False)
     assert [(s.start, s.end, s.source) for s in segs] == [(100.0, 130.0, "slurm")]
     assert accounting.total_executed(r, 200.0) == pytest.approx(30.0)
     accounting.observe_run(r, sj(restart=1, start=200.0), 210.0, True)
@@ -53,14 +53,22 @@ def test_a_run_seen_while_the_controller_was_away_is_closed_at_an_estimated_end(
     assert r.run_start == 400.0 and r.run_restart == 1
 
 
-def test_a_whole_run_missed_is_recovered_from_slurm_start_and_end():
+def test_a_requeued_job_end_time_in_the_future_is_not_taken_as_its_run_end():
+    """Observed on Slurm 22.05: after a requeue, StartTime/EndTime describe the next run (now + 120 s)."""
     r = rec()
-    segs, notes = accounting.observe_run(r, sj("PENDING", restart=1, start=100.0, end=175.0), 300.0, False)
-    assert [(s.start, s.end) for s in segs] == [(100.0, 175.0)]
-    assert accounting.total_executed(r, 400.0) == pytest.approx(75.0)
-    # Seen again: not counted twice.
-    segs, _ = accounting.observe_run(r, sj("PENDING", restart=1, start=100.0, end=175.0), 320.0, False)
-    assert segs == [] and accounting.total_executed(r, 400.0) == pytest.approx(75.0)
+    accounting.observe_run(r, sj(start=100.0), 110.0, True)
+    segs, _ = accounting.observe_run(r, sj("PENDING", restart=1, start=250.0, end=550.0), 131.0, False)
+    assert [(s.end, s.source) for s in segs] == [(110.0, "estimated")]  # last seen running
+
+
+def test_a_whole_run_missed_is_noted_once_and_not_counted():
+    r = rec()
+    accounting.observe_run(r, sj(start=100.0), 110.0, True)
+    accounting.observe_run(r, sj("PENDING", restart=1, start=0, end=0), 120.0, False)
+    _, notes = accounting.observe_run(r, sj("PENDING", restart=3, start=0, end=0), 300.0, False)
+    assert notes and "not counted" in notes[0]
+    _, notes = accounting.observe_run(r, sj("PENDING", restart=3, start=0, end=0), 310.0, False)
+    assert notes == [] and accounting.total_executed(r, 400.0) == pytest.approx(10.0)
 
 
 def test_executed_and_waiting_time_restart_at_a_promotion():

@@ -1,0 +1,99 @@
+"""What `teiresias queue` (and the demo's live table) shows: one row per managed job.
+
+Built from the controller's state DB; Slurm's live state is added when it
+answers. Attained GPU-time is computed at ``now`` from the stored run
+segments and the open run's Slurm StartTime, so it is current even between
+two controller rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping
+
+from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.controller import accounting
+from slurm_plugin.controller.state import JobRecord, Phase
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    job_id: int
+    user: str
+    name: str
+    gpus: int
+    state: str                 # the controller's phase (PENDING, STARTING, RUNNING, PREEMPTING, FINISHED)
+    slurm_state: str | None    # what Slurm says now (None when Slurm did not answer)
+    queue: str                 # Q1..QK
+    queue_index: int
+    rank: int | None
+    attained_gpu_seconds: float
+    executed_seconds: float
+    gittins_index: float | None
+    preemptions: int
+    placement: list[dict[str, Any]]
+    reason: str
+    skew: float | None
+    submit_time: float
+    first_start_time: float | None
+    end_time: float | None
+    final_state: str | None
+    ckpt_seconds: float | None
+    ckpt_bytes: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_rows(records: Iterable[JobRecord], now: float,
+               slurm: Mapping[int, SlurmJob] | None = None) -> list[QueueRow]:
+    """Rows ordered like the policy ranks them: running first, then waiting jobs by rank."""
+    rows = []
+    for r in records:
+        sj = slurm.get(r.job_id) if slurm is not None else None
+        live = (Phase.STARTING, Phase.RUNNING, Phase.PREEMPTING)
+        if r.phase in live and r.planned is not None:
+            alloc = [{"node": a.node, "gpus": a.gpus} for a in r.planned.allocations]
+        elif r.phase in live and sj is not None and sj.nodes:
+            alloc = [{"node": n, "gpus": None} for n in sj.nodes]  # placed by Slurm, not by us
+        else:
+            alloc = []
+        rows.append(QueueRow(
+            job_id=r.job_id, user=r.user, name=r.name, gpus=r.gpus, state=r.phase.value,
+            slurm_state=sj.state if sj is not None else None, queue=f"Q{r.queue + 1}", queue_index=r.queue,
+            rank=r.rank, attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
+            executed_seconds=round(accounting.total_executed(r, now), 1), gittins_index=r.gittins,
+            preemptions=r.preemptions, placement=alloc, reason=r.reason, skew=r.skew,
+            submit_time=r.submit_time, first_start_time=r.first_start_time, end_time=r.end_time,
+            final_state=r.final_state, ckpt_seconds=r.ckpt_seconds, ckpt_bytes=r.ckpt_bytes,
+        ))
+    order = {Phase.RUNNING.value: 0, Phase.PREEMPTING.value: 0, Phase.STARTING.value: 1,
+             Phase.PENDING.value: 2, Phase.FINISHED.value: 3}
+    rows.sort(key=lambda x: (order[x.state], x.rank if x.rank is not None else 1 << 30, x.job_id))
+    return rows
+
+
+def _fmt_gpu_time(s: float) -> str:
+    if s < 600:
+        return f"{s:.0f}s"
+    if s < 36000:
+        return f"{s / 60:.1f}m"
+    return f"{s / 3600:.1f}h"
+
+
+def format_table(rows: list[QueueRow]) -> str:
+    """squeue-like text table."""
+    head = ["JOBID", "USER", "NAME", "GPUS", "STATE", "QUEUE", "ATTAINED", "GITTINS", "PREEMPT", "NODES", "SKEW",
+            "WHY"]
+    lines = [head]
+    for r in rows:
+        nodes = ",".join(f"{p['node']}:{p['gpus']}" if p["gpus"] is not None else p["node"] for p in r.placement)
+        state = r.state if r.final_state is None else r.final_state
+        lines.append([str(r.job_id), r.user[:10], r.name[:14], str(r.gpus), state, r.queue,
+                      _fmt_gpu_time(r.attained_gpu_seconds),
+                      "-" if r.gittins_index is None else f"{r.gittins_index:.3g}",
+                      str(r.preemptions), nodes or "-", "-" if r.skew is None else f"{r.skew:.2f}",
+                      r.reason or ""])
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1]
+                     for row in lines).rstrip() + "\n"
