@@ -4,8 +4,9 @@ A placement answers one question for one job: given the free GPUs per node,
 which nodes give it exactly ``num_gpus`` GPUs, or None when no such choice
 exists now. Placements never look at other jobs and never mutate ``free``.
 
-- ``consolidate``: fewest nodes, within one switch when possible (§3.3; the
-  packing Microsoft's production cluster enforces).
+- ``consolidate``: the fewest nodes a job could ever need, all under one
+  switch, or the job waits (§3.3; the constraint Microsoft's production
+  cluster enforces, the reference simulator's ``yarn`` scheme).
 - ``spread``: fragmentation-minimizing best fit: take GPUs from the nodes
   with the fewest free GPUs first, so whole nodes stay free for big
   consolidated jobs; the job may span any number of nodes and switches.
@@ -54,8 +55,50 @@ def _fewest_nodes(need: int, nodes: list[tuple[int, int, Node]]) -> list[tuple[N
     return None
 
 
-class ConsolidatePlacement:
-    """Fewest nodes, same switch first (Tiresias §3.3, consolidated placement)."""
+class _Topology:
+    """Per-cluster facts placements reuse every call (clusters are immutable)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.order = {n.name: i for i, n in enumerate(cluster.nodes)}
+        self.switches = tuple(cluster.switches().values())
+        self.max_switch_gpus = max((sum(n.gpus for n in ns) for ns in self.switches), default=0)
+        self._sizes = sorted((n.gpus for n in cluster.nodes), reverse=True)
+
+    def min_nodes(self, need: int) -> int:
+        """Fewest nodes that could ever hold ``need`` GPUs (the consolidation target)."""
+        total = 0
+        for k, g in enumerate(self._sizes, start=1):
+            total += g
+            if total >= need:
+                return k
+        return len(self._sizes) + 1  # larger than the cluster: never placeable
+
+
+class _TopologyCache:
+    def __init__(self) -> None:
+        self._topo: _Topology | None = None
+
+    def topology(self, cluster: Cluster) -> _Topology:
+        # Identity check, not equality: hashing 2,048 nodes each call would cost more
+        # than the placement itself.
+        if self._topo is None or self._topo.cluster is not cluster:
+            self._topo = _Topology(cluster)
+        return self._topo
+
+
+class ConsolidatePlacement(_TopologyCache):
+    """Consolidated placement (Tiresias §3.3): the fewest nodes possible, in one switch.
+
+    A strict constraint, as in the YARN-CS production cluster the paper starts
+    from ("a job may be placed in the WAITQUEUE even if there are GPUs available
+    across the cluster") and the reference simulator's ``yarn`` scheme: a job
+    gets exactly as many nodes as it minimally needs (1 for a job that fits a
+    node; ceil(GPUs / GPUs-per-node) on a uniform cluster), all under one
+    switch, or it waits. Only a job bigger than any switch may cross switches,
+    still on the fewest nodes. Among valid choices the tightest fit wins (the
+    nodes with the fewest free GPUs left over), ties by node order.
+    """
 
     name = "consolidate"
 
@@ -63,26 +106,32 @@ class ConsolidatePlacement:
         need = job.num_gpus
         if not _fits_anywhere(need, free, cluster):
             return None
-        best: list[tuple[Node, int]] | None = None
-        # One switch at a time: a solution inside a switch beats any cross-switch one
-        # with the same node count (no traffic over the core).
-        order = {n.name: i for i, n in enumerate(cluster.nodes)}
-        for nodes in cluster.switches().values():
-            cand = [(free.get(n.name, 0), order[n.name], n) for n in nodes]
+        topo = self.topology(cluster)
+        k = topo.min_nodes(need)
+        if k == 1:
+            best = None
+            for i, n in enumerate(cluster.nodes):
+                f = free.get(n.name, 0)
+                if f >= need and (best is None or f < best[0]):
+                    best = (f, i, n)
+                    if f == need:
+                        break
+            return None if best is None else _as_placement([(best[2], need)], topo.order)
+        groups = topo.switches if need <= topo.max_switch_gpus else (cluster.nodes,)
+        chosen: list[tuple[Node, int]] | None = None
+        waste = 0
+        for nodes in groups:
+            cand = [(free.get(n.name, 0), topo.order[n.name], n) for n in nodes]
             got = _fewest_nodes(need, cand)
-            if got is not None and (best is None or len(got) < len(best)):
-                best = got
-                if len(best) == 1:
-                    break
-        if best is None:
-            cand = [(free.get(n.name, 0), i, n) for i, n in enumerate(cluster.nodes)]
-            best = _fewest_nodes(need, cand)
-        if best is None:
-            return None
-        return _as_placement(best, order)
+            if got is None or len(got) != k:
+                continue
+            w = sum(free.get(n.name, 0) for n, _ in got) - need
+            if chosen is None or w < waste:
+                chosen, waste = got, w
+        return None if chosen is None else _as_placement(chosen, topo.order)
 
 
-class SpreadPlacement:
+class SpreadPlacement(_TopologyCache):
     """Fragmentation-minimizing best fit: fill partly used nodes first.
 
     Not consolidated: the job takes GPUs from the nodes with the fewest free
@@ -96,7 +145,7 @@ class SpreadPlacement:
         need = job.num_gpus
         if not _fits_anywhere(need, free, cluster):
             return None
-        order = {n.name: i for i, n in enumerate(cluster.nodes)}
+        order = self.topology(cluster).order
         cand = sorted(
             ((free.get(n.name, 0), i, n) for i, n in enumerate(cluster.nodes) if free.get(n.name, 0) > 0),
             key=lambda t: (t[0], t[1]),

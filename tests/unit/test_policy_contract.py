@@ -1,0 +1,135 @@
+"""The policy contract (docs/policy-contract.md) for every policy and placement,
+checked on random snapshots: pure, deterministic, total, all-or-nothing,
+within capacity, every waiting job explained."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
+from teiresias.policy.gittins import ServiceDistribution
+from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES, PolicyParams, build_policy
+
+DIST = ServiceDistribution.from_values([10, 40, 90, 300, 1200, 5000])
+PREEMPTIVE = {"sjf", "srtf", "srsf", "las", "gittins"}
+
+
+def random_snapshot(rng: random.Random) -> Snapshot:
+    """A valid snapshot: running jobs sit on GPUs that exist and are not unavailable."""
+    gpus = rng.choice([1, 2, 4, 8])
+    c = Cluster.from_tiresias_spec(rng.randint(1, 2), rng.randint(1, 3), gpus)
+    unavailable = {n.name: rng.randint(0, 1) for n in c.nodes if rng.random() < 0.2}
+    left = {n.name: n.gpus - unavailable.get(n.name, 0) for n in c.nodes}
+    jobs: list[Job] = []
+    for i in range(rng.randint(0, 12)):
+        need = rng.choice([1, 1, 2, 3, 4, 8, 16])
+        executed = rng.choice([0.0, 0.0, 5.0, 50.0, 400.0])
+        kw = dict(
+            submit_time=float(rng.randint(0, 20)),
+            executed_time=executed,
+            total_executed_time=executed,
+            waiting_time=float(rng.choice([0, 10, 1000])),
+            duration=float(rng.randint(1, 600)) + executed,
+            skew=rng.choice([None, 0.1, 0.9]),
+        )
+        if rng.random() < 0.5:
+            # Try to make it RUNNING somewhere it fits.
+            take: dict[str, int] = {}
+            want = need
+            for name in rng.sample(list(left), len(left)):
+                g = min(left[name], want)
+                if g > 0:
+                    take[name] = g
+                    want -= g
+                if want == 0:
+                    break
+            if want == 0:
+                for name, g in take.items():
+                    left[name] -= g
+                jobs.append(Job(JobId(i), need, state=JobState.RUNNING, placement=Placement.of(take),
+                                first_start_time=kw["submit_time"], **kw))
+                continue
+        started = rng.random() < 0.3
+        jobs.append(Job(JobId(i), need, first_start_time=kw["submit_time"] if started else None, **kw))
+    rng.shuffle(jobs)
+    return Snapshot(float(rng.randint(20, 40)), c, jobs, unavailable)
+
+
+def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) -> None:
+    params = PolicyParams(queues=(100.0, 1000.0), promote_knob=2.0, distribution=DIST,
+                          placement=placement, continuous=continuous)
+    policy = build_policy(name, params)
+    before = copy.deepcopy(snap)
+    plan = policy.decide(snap)
+    assert snap == before, "policy mutated its snapshot"
+    assert policy.decide(snap) == plan, "same snapshot, different plan"
+
+    ids = [j.job_id for j in snap.jobs]
+    by_id = {j.job_id: j for j in snap.jobs}
+    assert sorted(plan.order) == sorted(ids) and len(plan.order) == len(ids)
+    assert set(plan.queues) == set(ids)
+    running = {j.job_id for j in snap.jobs if j.is_running}
+    assert not set(plan.keep) & set(plan.preempt)
+    assert set(plan.keep) | set(plan.preempt) == running
+    assert len(plan.keep) + len(plan.preempt) == len(running)
+    assert all(not by_id[j].is_running for j in plan.start)
+    if name not in PREEMPTIVE:
+        assert plan.preempt == ()
+
+    # All-or-nothing, on GPUs that are free once the preemptions are done.
+    used = {n.name: snap.unavailable.get(n.name, 0) for n in snap.cluster.nodes}
+    for jid in plan.keep:
+        for a in by_id[jid].placement.allocations:
+            used[a.node] += a.gpus
+    for jid, pl in plan.start.items():
+        assert pl.num_gpus == by_id[jid].num_gpus
+        assert len(set(pl.nodes)) == len(pl.nodes)
+        for a in pl.allocations:
+            assert a.node in snap.cluster and a.gpus > 0
+            used[a.node] += a.gpus
+    for n in snap.cluster.nodes:
+        assert used[n.name] <= n.gpus, f"node {n.name} over-committed"
+
+    for j in snap.jobs:
+        waiting = (not j.is_running and j.job_id not in plan.start) or j.job_id in plan.preempt
+        if waiting:
+            assert plan.reasons.get(j.job_id), f"job {j.job_id} waits without a reason"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rng=st.randoms(use_true_random=False),
+    name=st.sampled_from(POLICY_NAMES),
+    placement=st.sampled_from(PLACEMENT_NAMES),
+    continuous=st.booleans(),
+)
+def test_every_policy_keeps_the_contract(rng, name, placement, continuous) -> None:
+    check_contract(name, placement, continuous, random_snapshot(rng))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rng=st.randoms(use_true_random=False), placement=st.sampled_from(PLACEMENT_NAMES))
+def test_best_effort_leaves_no_placeable_job_waiting(rng, placement) -> None:
+    """Best-effort skips only jobs that truly cannot be placed on what is left."""
+    snap = random_snapshot(rng)
+    policy = build_policy("best-effort", PolicyParams(placement=placement))
+    plan = policy.decide(snap)
+    free = snap.free_gpus()
+    for pl in plan.start.values():
+        for a in pl.allocations:
+            free[a.node] -= a.gpus
+    for j in snap.jobs:
+        if not j.is_running and j.job_id not in plan.start:
+            assert policy.placement.place(j, free, snap.cluster) is None
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_empty_snapshot_gives_empty_plan(name) -> None:
+    c = Cluster.from_tiresias_spec(1, 1, 4)
+    plan = build_policy(name, PolicyParams(distribution=DIST)).decide(Snapshot(0.0, c, []))
+    assert plan.is_empty and plan.order == () and plan.keep == ()

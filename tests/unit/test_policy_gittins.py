@@ -1,0 +1,75 @@
+"""Discretized and continuous 2D-Gittins scheduling (Tiresias §3.2.2-3.2.3)."""
+
+import pytest
+
+from teiresias.errors import ConfigError
+from teiresias.policy.gittins import ServiceDistribution
+from teiresias.policy.registry import PolicyParams, build_policy
+from teiresias.policy.testing import cluster, pending, running, snap
+
+D = ServiceDistribution.from_values([4, 8, 12])
+
+
+def gittins(**kw):
+    return build_policy("gittins", PolicyParams(**{"queues": (10.0,), "distribution": D, **kw}))
+
+
+def test_non_last_queue_is_sorted_by_index_with_delta_equal_to_the_threshold() -> None:
+    # Q1 = [0, 10), Delta_1 = 10. G(a, 10): a=0 -> P(S<=10)=2/3, E[min(S,10)]=22/3 -> 1/11;
+    # a=4 -> R={4,8}: P=1, E=6 -> 1/6; a=8 -> R={4}: 1/4. So 8 > 4 > 0, whatever start order.
+    j1 = pending(1, 1, first_start_time=0.0, executed_time=0.0)
+    j2 = pending(2, 1, first_start_time=1.0, executed_time=4.0)
+    j3 = pending(3, 1, first_start_time=2.0, executed_time=8.0)
+    plan = gittins().decide(snap(cluster(1, 8), j1, j2, j3, now=20.0))
+    assert plan.order == (3, 2, 1)
+    assert plan.index[1] == pytest.approx(1 / 11)
+    assert plan.index[2] == pytest.approx(1 / 6)
+    assert plan.index[3] == pytest.approx(1 / 4)
+
+
+def test_equal_indices_break_ties_by_job_id() -> None:
+    jobs = [pending(i, 1, submit=10.0 - i) for i in (3, 1, 2)]
+    assert gittins().decide(snap(cluster(1, 8), *jobs)).order == (1, 2, 3)
+
+
+def test_last_queue_is_fifo_by_start_time_and_has_no_index() -> None:
+    # Both in Q2 (attained >= 10); job 5 has the higher G but started later.
+    early = pending(4, 1, first_start_time=0.0, executed_time=10.0)
+    late = pending(5, 1, first_start_time=5.0, executed_time=11.0)
+    plan = gittins().decide(snap(cluster(1, 8), late, early, now=20.0))
+    assert plan.order == (4, 5)
+    assert plan.queues == {4: 1, 5: 1} and plan.index == {}
+
+
+def test_index_order_drives_preemption_inside_a_queue() -> None:
+    # One GPU. Running job 1 at a=0 (G=1/11) vs waiting job 2 at a=8 (G=1/4): swap.
+    plan = gittins().decide(snap(cluster(1, 1), running(1, 1, {"s0n0": 1}),
+                                 pending(2, 1, first_start_time=0.0, executed_time=8.0)))
+    assert plan.preempt == (1,) and set(plan.start) == {2}
+
+
+def test_a_promoted_job_is_indexed_at_attained_service_zero() -> None:
+    starving = pending(1, 1, first_start_time=0.0, executed_time=20.0, waiting_time=100.0)
+    plan = gittins(promote_knob=1.0).decide(snap(cluster(1, 1), starving))
+    assert plan.promote == (1,) and plan.queues[1] == 0
+    assert plan.index[1] == pytest.approx(D.index(0, 10.0))
+
+
+def test_continuous_gittins_ranks_by_the_supremum_index() -> None:
+    # G(0)=1/8, G(4)=1/6, G(8)=1/4 (see test_gittins_index).
+    jobs = [pending(1, 1), pending(2, 1, executed_time=4.0), pending(3, 2, executed_time=4.0)]
+    plan = gittins(continuous=True).decide(snap(cluster(1, 8), *jobs))
+    assert plan.order == (3, 2, 1)  # job 3: 2 GPUs x 4 = attained 8
+    assert plan.index == pytest.approx({1: 1 / 8, 2: 1 / 6, 3: 1 / 4})
+
+
+def test_gittins_without_a_distribution_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="--gittins-samples"):
+        build_policy("gittins", PolicyParams())
+
+
+def test_with_distribution_swaps_in_learned_samples() -> None:
+    p = gittins()
+    q = p.with_distribution(D.extended([16]))
+    assert q.distribution is not p.distribution and len(q.distribution) == 4
+    assert (q.thresholds, q.promote_knob, q.placement) == (p.thresholds, p.promote_knob, p.placement)
