@@ -1,0 +1,85 @@
+"""What ``teiresias cells`` and ``CellPlan.report`` show: per VC quota, binding, use, loss."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from teiresias.cells.faults import lost_guarantee
+from teiresias.cells.metrics import fragmentation
+from teiresias.domain import JobId
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    """One cell type of a VC's quota: how many virtual cells, bound now, GPUs used, lost to faults."""
+
+    chain: str
+    type_name: str
+    level: int
+    cell_gpus: int
+    quota: int
+    bound: int
+    used_gpus: int
+    lost: int
+
+
+@dataclass(frozen=True, slots=True)
+class VCRow:
+    name: str
+    accounts: tuple[str, ...]
+    quota: tuple[QuotaRow, ...]
+    quota_gpus: int
+    guaranteed_gpus: int
+    opportunistic_gpus: int
+    lost_gpus: int
+    guaranteed_jobs: tuple[JobId, ...]
+    opportunistic_jobs: tuple[JobId, ...]
+
+
+@dataclass(frozen=True)
+class CellsReport:
+    vcs: tuple[VCRow, ...]
+    total_gpus: int
+    nodes: int
+    bad_nodes: tuple[str, ...]
+    fragmentation: float
+    free_cells: dict[str, int]  # "chain/type" -> unbound maximal free physical cells
+    other_jobs: tuple[JobId, ...]  # opportunistic jobs of accounts in no VC
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_report(world) -> CellsReport:  # world: teiresias.cells.world.World (import cycle)
+    lost = lost_guarantee(world.physical, world.vcs.values(), world.config.chains)
+    lost_keys = {(v.vc, v.number) for v in lost}
+    rows: list[VCRow] = []
+    for vc in world.vcs.values():
+        used_by_number = vc.used_cells()
+        qrows: list[QuotaRow] = []
+        for q in vc.spec.quota:
+            cells = [v for v in vc.cells if v.chain == q.chain and v.level == q.level]
+            gpus = world.config.chains[q.chain].type_at(q.level).gpus
+            qrows.append(QuotaRow(q.chain, q.type_name, q.level, gpus, q.count,
+                                  sum(1 for v in cells if v.bound is not None),
+                                  sum(used_by_number.get(v.number, 0) for v in cells),
+                                  sum(1 for v in cells if (v.vc, v.number) in lost_keys)))
+        jobs = [j for j, name in world.job_vc.items() if name == vc.name and j in world.job_cells]
+        g = tuple(sorted(j for j in jobs if j in world.guaranteed))
+        o = tuple(sorted(j for j in jobs if j not in world.guaranteed))
+        rows.append(VCRow(
+            vc.name, vc.spec.accounts, tuple(qrows), world.config.quota_gpus(vc.spec),
+            sum(sum(c.gpus for c in world.job_cells[j]) for j in g),
+            sum(sum(c.gpus for c in world.job_cells[j]) for j in o),
+            sum(r.lost * r.cell_gpus for r in qrows), g, o))
+    capacity = {n: nc.gpus for n, nc in world.topology.node_cells.items()}
+    frag = fragmentation(capacity, world.high_used_per_node(), exclude=world.bad_nodes)
+    free: dict[str, int] = {}
+    for (chain, level), pool in world.physical.free.items():
+        if pool:
+            key = f"{chain}/{world.config.chains[chain].type_at(level).name}"
+            free[key] = free.get(key, 0) + len(pool)
+    other = tuple(sorted(j for j, name in world.job_vc.items() if name is None and j in world.job_cells))
+    return CellsReport(tuple(rows), world.topology.total_gpus, len(world.topology.node_cells),
+                       tuple(sorted(world.bad_nodes)), frag, free, other)

@@ -1,0 +1,174 @@
+"""The VC-aware scheduling policy: HiveD cells under a Tiresias ordering.
+
+``CellsPolicy(config, ranker).decide(snapshot) -> CellPlan`` (a Plan, so it
+keeps the policy contract of docs/policy-contract.md). One round:
+
+1. Rank every job with ``ranker`` (any registry policy: las, gittins, fifo,
+   ...); only its ``order``, ``queues``, ``promote`` and ``index`` are used,
+   so 2D-LAS / 2D-Gittins order applies inside each VC (a VC's jobs keep
+   their relative global order) and across opportunistic jobs.
+2. Rebuild the cell state (world.py) from the running jobs and the stored
+   binding (state.py): guaranteed jobs hold cells of their VC, the others are
+   opportunistic.
+3. Guaranteed pass, highest rank first: a pending job of a VC gets cells
+   inside the VC (buddy allocation, binding virtual cells lazily), preempting
+   the opportunistic jobs on them, chosen to preempt the fewest. If the VC's
+   cells are all taken, lower-ranked running guaranteed jobs of the same VC
+   are evicted, lowest first, until it fits (Tiresias Pseudocode 2 inside the
+   VC); an evicted job that ends up not in the way gets its cells back.
+4. Opportunistic pass, highest rank first: every job still pending (beyond
+   its VC's quota, or of an account in no VC) runs on idle GPUs if there are
+   enough; it never preempts anyone.
+
+The placement a job gets is node counts (Placement); cells below the node
+level are accounted only, the GPU indices inside a node are Slurm's choice.
+Where the binding state lives: see state.py (the controller persists
+``CellPlan.cells`` and passes it to ``decide_cells``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from teiresias.cells.config import CellsConfig
+from teiresias.cells.faults import bad_nodes_of
+from teiresias.cells.model import Cell
+from teiresias.cells.report import CellsReport, build_report
+from teiresias.cells.state import CellsState
+from teiresias.cells.world import World, placement_of
+from teiresias.domain import Job, JobId, Placement, Plan, Snapshot
+from teiresias.policy.base import SchedulingPolicy
+
+
+@dataclass(frozen=True)
+class CellPlan(Plan):
+    """A Plan plus the cell binding after the round and what it means for each VC."""
+
+    cells: CellsState = field(default_factory=CellsState)
+    guaranteed: frozenset[JobId] = frozenset()
+    report: CellsReport | None = None
+
+
+class CellsPolicy:
+    """HiveD buddy-cell virtual clusters with the ranking of ``ranker`` (see module doc)."""
+
+    name = "cells"
+
+    def __init__(self, config: CellsConfig, ranker: SchedulingPolicy, bad_nodes: Iterable[str] = (),
+                 with_report: bool = True) -> None:
+        self.config = config
+        self.ranker = ranker
+        self.name = f"cells+{ranker.name}"
+        self.topology = config.topology()  # immutable; per-round state lives in World
+        self.bad_nodes = frozenset(bad_nodes)
+        self.with_report = with_report
+
+    def decide(self, snapshot: Snapshot) -> CellPlan:
+        return self.decide_cells(snapshot, None)
+
+    def world(self, snapshot: Snapshot) -> World:
+        caps = {n: nc.gpus for n, nc in self.topology.node_cells.items()}
+        bad = bad_nodes_of(snapshot.unavailable, caps, self.bad_nodes)
+        return World(self.config, self.topology, bad, snapshot.unavailable)
+
+    def decide_cells(self, snapshot: Snapshot, state: CellsState | None) -> CellPlan:
+        """One round (HiveD §3 under Tiresias ordering); ``state`` is last round's ``plan.cells``."""
+        ranked_plan = self.ranker.decide(snapshot)
+        jobs = {j.job_id: j for j in snapshot.jobs}
+        order = [jobs[i] for i in ranked_plan.order if i in jobs]
+        rank = {j.job_id: k for k, j in enumerate(order)}
+        w = self.world(snapshot)
+
+        prior = {jc.job_id: jc for jc in state.jobs} if state else {}
+        bindings = {(b.vc, b.number): b.cell for b in state.bindings} if state else {}
+        running = sorted((j for j in snapshot.jobs if j.is_running),
+                         key=lambda j: (j.first_start_time if j.first_start_time is not None else snapshot.now,
+                                        j.job_id))
+        # Jobs the store says are guaranteed first: they own their cells.
+        for j in sorted(running, key=lambda j: not (prior.get(j.job_id) and prior[j.job_id].guaranteed)):
+            w.restore(j, prior.get(j.job_id), bindings)
+
+        start: dict[JobId, Placement] = {}
+        preempted: dict[JobId, str] = {}
+        reasons: dict[JobId, str] = {}
+
+        # Guaranteed pass.
+        for j in order:
+            if j.is_running or w.vc_of(j) is None:
+                continue
+            got = w.try_guaranteed(j)
+            if got is None:
+                got = self._evict_for(w, j, order, rank, preempted)
+            if got is None:
+                vc = w.vc_of(j)
+                reasons[j.job_id] = f"VC {vc.name}: no free cells for {j.num_gpus} GPUs in its quota"  # type: ignore[union-attr]
+                continue
+            cells, displaced = got
+            for v in displaced:
+                preempted[v] = f"opportunistic job preempted for guaranteed job {j.job_id} of VC {w.vc_of(j).name}"  # type: ignore[union-attr]
+            w.start_guaranteed(j, cells, displaced)
+            start[j.job_id] = placement_of(cells)
+
+        # Opportunistic pass.
+        for j in order:
+            if j.is_running or j.job_id in start:
+                continue
+            cells = w.try_opportunistic(j)
+            if cells is None:
+                why = reasons.get(j.job_id)
+                idle = sum(w.idle_gpus(nc) for nc in self.topology.node_cells.values())
+                opp = f"{idle} idle GPUs, not enough for {j.num_gpus} as an opportunistic job"
+                reasons[j.job_id] = f"{why}; {opp}" if why else opp
+                continue
+            reasons.pop(j.job_id, None)
+            w.start_opportunistic(j, cells)
+            start[j.job_id] = placement_of(cells)
+
+        keep = tuple(j.job_id for j in order if j.is_running and j.job_id not in preempted)
+        for jid, why in preempted.items():
+            reasons[jid] = why
+        return CellPlan(
+            start=start,
+            preempt=tuple(j.job_id for j in order if j.job_id in preempted),
+            keep=keep,
+            promote=ranked_plan.promote,
+            queues=ranked_plan.queues,
+            order=tuple(j.job_id for j in order),
+            reasons=reasons,
+            index=ranked_plan.index,
+            cells=w.to_state(),
+            guaranteed=frozenset(w.guaranteed & (set(keep) | set(start))),
+            report=build_report(w) if self.with_report else None,
+        )
+
+    @staticmethod
+    def _evict_for(w: World, job: Job, order: list[Job], rank: dict[JobId, int],
+                   preempted: dict[JobId, str]) -> tuple[list[Cell], list[JobId]] | None:
+        """Evict lower-ranked running guaranteed jobs of ``job``'s VC, lowest first, until it fits."""
+        vc = w.vc_of(job)
+        assert vc is not None
+        lower = [j for j in reversed(order)
+                 if rank[j.job_id] > rank[job.job_id] and j.is_running and j.job_id in w.guaranteed
+                 and w.job_vc.get(j.job_id) == vc.name and j.job_id not in preempted]
+        if job.num_gpus > w.config.quota_gpus(vc.spec):
+            return None  # beyond the whole quota: evicting cannot help
+        evicted: list[tuple[Job, list[Cell]]] = []
+        got = None
+        for victim in lower:
+            evicted.append((victim, w.drop(victim.job_id)))
+            got = w.try_guaranteed(job)
+            if got is not None:
+                break
+        if got is None:
+            for victim, cells in reversed(evicted):
+                if not w.readopt(victim.job_id, cells):  # cannot happen: release undoes allocation
+                    preempted[victim.job_id] = f"lost its cells while making room for job {job.job_id}"
+            return None
+        cells, displaced = got
+        taken = {leaf.index for c in cells for leaf in c.leaves()}
+        for victim, vcells in sorted(evicted, key=lambda t: rank[t[0].job_id]):
+            mine = {leaf.index for c in vcells for leaf in c.leaves()}
+            if mine & taken or not w.readopt(victim.job_id, vcells):
+                preempted[victim.job_id] = f"preempted by higher-priority job {job.job_id} of VC {vc.name}"
+        return got

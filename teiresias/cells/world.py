@@ -1,0 +1,313 @@
+"""One round's cell state: physical space, VCs, GPU owners, and the operations on them.
+
+Built fresh by the policy at the start of every round from the config, the
+snapshot and the stored binding (see state.py), then mutated while the round
+is decided, then summarised (``to_state``, ``report``). Nothing here survives
+a round, which is what keeps the policy pure.
+
+Job -> cells (HiveD's cell request, at node granularity): a job of G GPUs on
+a chain with N-GPU nodes asks for G // N node cells and, for the remainder r,
+one cell of the lowest level holding r GPUs, of which exactly r GPUs are used
+(``carve``); the rest of that cell stays free for other jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from teiresias.cells.buddy import BuddySpace
+from teiresias.cells.config import CellsConfig
+from teiresias.cells.model import Cell, CellChain, Topology
+from teiresias.cells.preempt import Occupancy, victims
+from teiresias.cells.state import Binding, CellsState, JobCells
+from teiresias.cells.vc import VirtualCluster
+from teiresias.domain import Job, JobId, Placement
+
+
+def request_levels(chain: CellChain, gpus: int) -> list[tuple[int, int]]:
+    """[(cell level, GPUs used in it)] for a job of ``gpus`` GPUs on ``chain``."""
+    n = chain.node_gpus
+    out = [(int(chain.node_level), n)] * (gpus // n)
+    r = gpus % n
+    if r:
+        out.append((int(chain.level_for_gpus(r)), r))
+    return out
+
+
+def carve(c: Cell, gpus: int, cost: Callable[[Cell], tuple] | None = None) -> tuple[list[Cell], list[Cell]]:
+    """Split ``c`` into (cells used, cells left free) so that exactly ``gpus`` GPUs are used.
+
+    Children are filled whole while they fit, the remainder is carved inside
+    the next child, recursively: the used GPUs stay as compact as buddies
+    allow. ``cost`` orders the children (cheapest first) so that a guaranteed
+    job avoids GPUs of opportunistic jobs where it can.
+    """
+    if gpus >= c.gpus:
+        return [c], []
+    kids = sorted(c.children, key=cost) if cost is not None else list(c.children)
+    used: list[Cell] = []
+    free: list[Cell] = []
+    left = gpus
+    for k in kids:
+        if left >= k.gpus:
+            used.append(k)
+            left -= k.gpus
+        elif left > 0:
+            u, f = carve(k, left, cost)
+            used += u
+            free += f
+            left = 0
+        else:
+            free.append(k)
+    return used, free
+
+
+def placement_of(cells: Iterable[Cell]) -> Placement:
+    counts: dict[str, int] = {}
+    for c in cells:
+        for n in c.nodes:
+            counts[n] = counts.get(n, 0) + (c.gpus if c.node is not None else c.gpus // len(c.nodes))
+    return Placement.of(sorted(counts.items()))
+
+
+@dataclass
+class World:
+    config: CellsConfig
+    topology: Topology
+    bad_nodes: frozenset[str]
+    unavailable: Mapping[str, int]
+    physical: BuddySpace = field(init=False)
+    vcs: dict[str, VirtualCluster] = field(init=False)
+    occ: Occupancy = field(init=False)
+    job_cells: dict[JobId, list[Cell]] = field(init=False)
+    job_vc: dict[JobId, str | None] = field(init=False)
+    guaranteed: set[JobId] = field(init=False)
+    foreign: set[JobId] = field(init=False)  # running on nodes outside the cells config
+
+    def __post_init__(self) -> None:
+        self.physical = BuddySpace(self.topology.roots)
+        self.physical.set_bad_nodes(self.bad_nodes, self.topology.node_cells)
+        chains = dict(self.config.chains)
+        self.vcs = {s.name: VirtualCluster(s, chains, self.bad_nodes, self.topology.node_cells)
+                    for s in self.config.vcs}
+        self.occ = Occupancy()
+        self.job_cells = {}
+        self.job_vc = {}
+        self.guaranteed = set()
+        self.foreign = set()
+
+    def vc_of(self, job: Job) -> VirtualCluster | None:
+        name = self.config.vc_of_account(job.account)
+        return self.vcs.get(name) if name is not None else None
+
+    # -- restoring running jobs ---------------------------------------------------
+
+    def restore(self, job: Job, prior: JobCells | None, bindings: Mapping[tuple[str, int], str]) -> None:
+        """Account a running job: exactly as stored when that still matches, else rebuilt."""
+        vc = self.vc_of(job)
+        self.job_vc[job.job_id] = vc.name if vc else None
+        placement = job.placement
+        if placement is None or any(n not in self.topology.node_cells for n in placement.nodes):
+            self.foreign.add(job.job_id)
+            return
+        cells = self._stored_cells(job, prior)
+        if cells is not None and prior is not None and prior.guaranteed and vc is not None \
+                and self._restore_guaranteed(vc, cells, bindings):
+            self._hold(job.job_id, cells, guaranteed=True)
+            return
+        if cells is None:
+            cells = self._cells_for_placement(placement)
+        guaranteed = False
+        if vc is not None and (prior is None or prior.guaranteed):
+            guaranteed = self._adopt_all(vc, cells)
+        self._hold(job.job_id, cells, guaranteed)
+
+    def _stored_cells(self, job: Job, prior: JobCells | None) -> list[Cell] | None:
+        if prior is None:
+            return None
+        cells = [self.topology.by_address.get(a) for a in prior.cells]
+        if any(c is None for c in cells):
+            return None
+        got = [c for c in cells if c is not None]
+        if placement_of(got) != Placement.of(sorted((a.node, a.gpus) for a in job.placement.allocations)):
+            return None  # the job moved (requeued and restarted elsewhere): rebuild
+        if any(leaf.index in self.occ.owner for c in got for leaf in c.leaves()):
+            return None
+        return got
+
+    def _restore_guaranteed(self, vc: VirtualCluster, cells: list[Cell],
+                            bindings: Mapping[tuple[str, int], str]) -> bool:
+        done: list[Cell] = []
+        for c in cells:
+            if vc.bound_root_of(c) is None:
+                for v in vc.unbound_cells():
+                    addr = bindings.get((vc.name, v.number))
+                    pc = self.topology.by_address.get(addr) if addr else None
+                    if pc is not None and pc.level == v.level and pc.contains(c) and self.physical.take(pc):
+                        vc.bind(v, pc)
+                        break
+            if vc.bound_root_of(c) is None or not vc.space.take(c):
+                for d in done:
+                    vc.release(d, self.physical)
+                return False
+            done.append(c)
+        return True
+
+    def _adopt_all(self, vc: VirtualCluster, cells: list[Cell]) -> bool:
+        done: list[Cell] = []
+        for c in cells:
+            if not vc.adopt(c, self.physical):
+                for d in reversed(done):
+                    vc.release(d, self.physical)
+                return False
+            done.append(c)
+        return True
+
+    def _cells_for_placement(self, placement: Placement) -> list[Cell]:
+        """Cells matching a placement's node counts, compact inside each node (accounting only)."""
+        out: list[Cell] = []
+        for a in placement.allocations:
+            nc = self.topology.node_cells[a.node]
+            if a.gpus >= nc.gpus and self.occ.used_gpus(nc) == 0:
+                out.append(nc)
+            else:
+                out += self._idle_leaves_cells(nc, min(a.gpus, nc.gpus))
+        return out
+
+    def _idle_leaves_cells(self, nc: Cell, gpus: int) -> list[Cell]:
+        """``gpus`` unowned GPUs of node cell ``nc``: a whole idle sub-cell carved when one exists."""
+        level = nc.chain.level_for_gpus(gpus)
+        for c in nc.descendants_at(level):
+            if self.occ.used_gpus(c) == 0:
+                return carve(c, gpus)[0]
+        free = [leaf for leaf in nc.leaves() if leaf.index not in self.occ.owner]
+        return free[:gpus]
+
+    def _hold(self, job: JobId, cells: list[Cell], guaranteed: bool) -> None:
+        self.job_cells[job] = cells
+        if guaranteed:
+            self.guaranteed.add(job)
+        self.occ.occupy(job, cells, opportunistic=not guaranteed)
+
+    # -- guaranteed jobs ----------------------------------------------------------
+
+    def try_guaranteed(self, job: Job) -> tuple[list[Cell], list[JobId]] | None:
+        """Cells for ``job`` inside its VC, and the opportunistic jobs they displace; None if no fit.
+
+        Each chain where the VC has quota is tried in config order; a failed
+        attempt is rolled back exactly (buddy release undoes allocation).
+        """
+        vc = self.vc_of(job)
+        if vc is None:
+            return None
+        for chain_name in dict.fromkeys(v.chain for v in vc.cells):
+            chain = self.config.chains[chain_name]
+            got: list[Cell] = []
+            used: list[Cell] = []
+            ok = True
+            for level, gpus in request_levels(chain, job.num_gpus):
+                if level > chain.node_level:
+                    ok = False
+                    break
+                c = vc.alloc(chain_name, level, self.physical, self.occ.cost)
+                if c is None:
+                    ok = False
+                    break
+                u, f = carve(c, gpus, self.occ.cost)
+                for x in f:
+                    vc.space.release(x)
+                got.append(c)
+                used += u
+            if ok:
+                return used, victims(self.occ, used)
+            for c in used:
+                vc.release(c, self.physical)
+        return None
+
+    def start_guaranteed(self, job: Job, cells: list[Cell], displaced: list[JobId]) -> None:
+        for v in displaced:
+            self.drop(v)
+        self._hold(job.job_id, cells, guaranteed=True)
+        self.job_vc[job.job_id] = self.vc_of(job).name  # type: ignore[union-attr]
+
+    def drop(self, job: JobId) -> list[Cell]:
+        """Release every cell of a job (preempted or evicted); returns them for a possible restore."""
+        cells = self.job_cells.pop(job, [])
+        self.occ.vacate(job)
+        if job in self.guaranteed:
+            self.guaranteed.discard(job)
+            vc = self.vcs.get(self.job_vc.get(job) or "")
+            if vc is not None:
+                for c in cells:
+                    vc.release(c, self.physical)
+        return cells
+
+    def readopt(self, job: JobId, cells: list[Cell]) -> bool:
+        """Give an evicted guaranteed job back exactly its cells if they are all still free."""
+        vc = self.vcs.get(self.job_vc.get(job) or "")
+        if vc is None or any(leaf.index in self.occ.owner for c in cells for leaf in c.leaves()):
+            return False
+        if not self._adopt_all(vc, cells):
+            return False
+        self._hold(job, cells, guaranteed=True)
+        return True
+
+    # -- opportunistic jobs -------------------------------------------------------
+
+    def idle_gpus(self, nc: Cell) -> int:
+        cap = nc.gpus - self.unavailable.get(nc.node or "", 0)
+        return max(cap - self.occ.used_gpus(nc), 0)
+
+    def _bound_anywhere(self, nc: Cell) -> bool:
+        """True when some VC holds a binding on this node (or a cell containing it)."""
+        return self.physical.free_block_containing(nc) is None
+
+    def try_opportunistic(self, job: Job, may_use: Callable[[Cell], int] | None = None) -> list[Cell] | None:
+        """Idle GPUs for a low-priority job: whole idle nodes plus one node for the remainder.
+
+        Nodes no VC has bound are preferred, so that guaranteed jobs displace
+        as few opportunistic ones as possible later ("farthest away" cell);
+        the remainder goes to the partly used node it fits best, keeping
+        whole nodes whole.
+        """
+        avail = may_use or self.idle_gpus
+        for chain in self.config.chains.values():
+            nodes = [nc for nc in self.topology.node_cells.values() if nc.chain is chain]
+            n_whole, r = divmod(job.num_gpus, chain.node_gpus)
+            whole = sorted((nc for nc in nodes if avail(nc) == nc.gpus),
+                           key=lambda nc: (self._bound_anywhere(nc), nc.index))
+            if len(whole) < n_whole:
+                continue
+            chosen = whole[:n_whole]
+            cells: list[Cell] = list(chosen)
+            if r:
+                taken = {nc.index for nc in chosen}
+                rest = [nc for nc in nodes if nc.index not in taken and avail(nc) >= r]
+                if not rest:
+                    continue
+                best = min(rest, key=lambda nc: (self._bound_anywhere(nc), avail(nc) == nc.gpus,
+                                                 avail(nc), nc.index))
+                cells += self._idle_leaves_cells(best, r)
+            return cells
+        return None
+
+    def start_opportunistic(self, job: Job, cells: list[Cell]) -> None:
+        vc = self.vc_of(job)
+        self.job_vc[job.job_id] = vc.name if vc else None
+        self._hold(job.job_id, cells, guaranteed=False)
+
+    # -- summaries ------------------------------------------------------------------
+
+    def to_state(self) -> CellsState:
+        bindings = tuple(Binding(vc.name, v.number, v.bound.address)
+                         for vc in self.vcs.values() for v in vc.bound_cells() if v.bound is not None)
+        jobs = tuple(JobCells(j, self.job_vc.get(j), j in self.guaranteed, tuple(c.address for c in cells))
+                     for j, cells in sorted(self.job_cells.items()))
+        return CellsState(bindings, jobs)
+
+    def high_used_per_node(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n, nc in self.topology.node_cells.items():
+            out[n] = self.occ.used.get(nc.index, 0) - self.occ.opp_gpus.get(nc.index, 0)
+        return out
