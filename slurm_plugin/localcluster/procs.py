@@ -1,0 +1,116 @@
+"""Processes by pid: is it alive, is it ours, stop it.
+
+Two facts of this kind of host drive the details: PID 1 reaps orphans late,
+so a zombie must count as dead (``kill -0`` says it lives); and a pid file can
+outlive its process and name an unrelated one, so the command name in
+``/proc/PID/comm`` is checked before any signal is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state from /proc/PID/stat, or None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: the state follows the last ')'
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def proc_comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def is_alive(pid: int, comm: str | None = None) -> bool:
+    """True if ``pid`` runs (not a zombie) and, when given, its comm is ``comm``."""
+    state = proc_state(pid)
+    if state is None or state in ("Z", "X"):
+        return False
+    return comm is None or proc_comm(pid) == comm
+
+
+def read_pidfile(path: Path) -> int | None:
+    try:
+        text = "".join(ch for ch in path.read_text() if ch.isdigit())
+    except OSError:
+        return None
+    return int(text) if text else None
+
+
+def pid_from_file(path: Path, comm: str) -> int | None:
+    """The live pid named by ``path`` if its process is ``comm``; else None."""
+    pid = read_pidfile(path)
+    if pid is not None and is_alive(pid, comm):
+        return pid
+    return None
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``pred`` until it holds or ``timeout`` seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def stop_pid(pid: int, comm: str, timeout: float = 15.0) -> bool:
+    """SIGTERM, then SIGKILL after ``timeout``; only if the pid is still ``comm``.
+
+    Returns True if the process is gone (or a zombie) at the end.
+    """
+    if not is_alive(pid, comm):
+        return True
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    if wait_until(lambda: not is_alive(pid), timeout):
+        return True
+    if is_alive(pid, comm):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return True
+    return wait_until(lambda: not is_alive(pid), 5.0)
+
+
+def pids_with_cwd_under(comm: str, root: Path) -> list[int]:
+    """Live processes named ``comm`` whose working directory is inside ``root``
+    (how slurmstepd of one cluster is told apart from another's)."""
+    out = []
+    prefix = str(root).rstrip("/") + "/"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if proc_comm(pid) != comm or not is_alive(pid):
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if (cwd + "/").startswith(prefix):
+            out.append(pid)
+    return out
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0

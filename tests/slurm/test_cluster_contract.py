@@ -1,0 +1,147 @@
+"""`teiresias cluster up|status|down` against real daemons, on a small
+cluster of its own (beside the shared test cluster) so that `down` can be
+checked to leave no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_plugin.localcluster import procs
+from tests.slurm.conftest import test_cluster_config
+
+pytestmark = pytest.mark.slurm
+
+if os.geteuid() != 0:
+    pytest.skip("the local Slurm cluster needs root", allow_module_level=True)
+
+BASE = test_cluster_config()
+DIR = Path(str(BASE.dir) + "-contract")
+PORT = BASE.port_base + 50
+TEIRESIAS = [sys.executable, "-m", "teiresias"]
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([*TEIRESIAS, "cluster", *args], capture_output=True, text=True, timeout=180)
+    if check and r.returncode != 0:
+        raise AssertionError(f"cluster {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def up(*extra: str) -> dict:
+    r = cli("up", "--dir", str(DIR), "--port-base", str(PORT), "-n", "2", "-g", "2", "--json", "-q", *extra)
+    return json.loads(r.stdout)
+
+
+def daemon_pids() -> dict[str, int]:
+    """Every daemon pid the directory's pid files name (alive or not)."""
+    out = {}
+    for pf in [*(DIR / "run").glob("*.pid"), DIR / "munge" / "munged.pid"]:
+        pid = procs.read_pidfile(pf)
+        if pid is not None:
+            out[pf.stem] = pid
+    return out
+
+
+@pytest.fixture
+def contract_cluster():
+    yield
+    cli("down", "--dir", str(DIR), "-q", check=False)
+
+
+def test_up_status_down_leaves_nothing(contract_cluster):
+    res = up()
+    conf = DIR / "etc" / "slurm.conf"
+    assert res["SLURM_CONF"] == str(conf) and conf.exists()
+    assert res["nodes"] == ["node1", "node2"]
+
+    text = cli("up", "--dir", str(DIR), "--port-base", str(PORT), "-n", "2", "-g", "2", "-q").stdout
+    assert f"SLURM_CONF={conf}" in text.splitlines()
+    assert f"export SLURM_CONF={conf}" in text
+
+    st = json.loads(cli("status", "--dir", str(DIR), "--json").stdout)
+    assert st["ready"] and st["running"]
+    assert set(st["nodes"]) == {"node1", "node2"} and all(s == "idle" for s in st["nodes"].values())
+
+    # a running job gives slurmd a slurmstepd: down must cancel it and leave none behind
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    job = subprocess.run(["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
+                         capture_output=True, text=True, env=env, check=True).stdout.strip()
+    assert procs.wait_until(lambda: procs.pids_with_cwd_under("slurmstepd", DIR), 20), "job never started"
+    steps = procs.pids_with_cwd_under("slurmstepd", DIR)
+    pids = daemon_pids()
+    assert {"slurmctld", "slurmd-node1", "slurmd-node2", "munged"} <= set(pids)
+
+    r = cli("down", "--dir", str(DIR), "--json")
+    stopped = json.loads(r.stdout)["stopped"]
+    assert any(s.startswith("slurmctld(") for s in stopped)
+    for name, pid in {**pids, **{f"step{p}": p for p in steps}}.items():
+        assert not procs.is_alive(pid), f"{name} (pid {pid}) still alive after down"
+    assert not procs.pids_with_cwd_under("slurmstepd", DIR)
+    assert job  # it was submitted; cancelled by down
+
+    r = cli("status", "--dir", str(DIR), "--json", check=False)
+    assert r.returncode == 1 and json.loads(r.stdout)["running"] is False
+    # down again: nothing to do, still exit 0
+    assert "stopped" in json.loads(cli("down", "--dir", str(DIR), "--json").stdout)
+
+
+def test_up_is_idempotent_and_a_changed_config_restarts_keeping_state(contract_cluster):
+    up()
+    before = daemon_pids()
+    again = up()
+    assert again["started"] == [] and again["changed"] is False
+    assert daemon_pids() == before, "an identical `up` must not restart anything"
+
+    conf = DIR / "etc" / "slurm.conf"
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    held = subprocess.run(["sbatch", "--parsable", "-H", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
+                          capture_output=True, text=True, env=env, check=True).stdout.strip()
+
+    changed = up("--partitions", "gpu,other,extra")
+    assert changed["changed"] and "slurmctld" in changed["started"]
+    assert daemon_pids()["slurmctld"] != before["slurmctld"]
+    assert daemon_pids()["munged"] == before["munged"], "munged need not restart for a Slurm config change"
+    parts = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, env=env).stdout.split()
+    assert "extra" in parts
+    # state kept: the held job survived the restart
+    show = subprocess.run(["scontrol", "show", "job", "-o", held], capture_output=True, text=True, env=env)
+    assert show.returncode == 0 and "JobState=PENDING" in show.stdout
+
+
+def test_bad_input_one_line_exit_2(tmp_path):
+    for args, needle in ((["--nodes", "0"], "--nodes"),
+                         (["--job-submit-lua", str(tmp_path / "missing.lua")], "missing.lua"),
+                         (["--partitions", "gpu,bad name"], "partition")):
+        r = cli("up", "--dir", str(tmp_path / "c"), *args, check=False)
+        assert r.returncode == 2, (args, r.stderr)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert not (tmp_path / "c").exists(), "bad input must not create anything"
+
+
+def test_job_submit_lua_is_installed_and_runs(contract_cluster, tmp_path):
+    lua = tmp_path / "job_submit.lua"
+    # tags every job's comment, so the test can see the plugin ran
+    lua.write_text('function slurm_job_submit(job_desc, part_list, submit_uid)\n'
+                   '  job_desc.comment = "lua-was-here"\n  return slurm.SUCCESS\nend\n'
+                   'function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)\n'
+                   '  return slurm.SUCCESS\nend\n')
+    up("--job-submit-lua", str(lua))
+    assert "JobSubmitPlugins=lua" in (DIR / "etc" / "slurm.conf").read_text()
+    assert (DIR / "etc" / "job_submit.lua").read_text() == lua.read_text()
+    env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
+    job = subprocess.run(["sbatch", "--parsable", "-H", f"--chdir={DIR}/jobs", "--wrap", "true"],
+                         capture_output=True, text=True, env=env, check=True).stdout.strip()
+    show = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, env=env).stdout
+    assert "Comment=lua-was-here" in show
+    # back without the plugin: restarts, and the lua file is gone
+    up()
+    assert "JobSubmitPlugins" not in (DIR / "etc" / "slurm.conf").read_text()
+    assert not (DIR / "etc" / "job_submit.lua").exists()
