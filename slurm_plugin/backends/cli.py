@@ -1,0 +1,156 @@
+"""The default backend: Slurm's own commands, JSON where 22.05 has it.
+
+``squeue --json`` / ``sinfo --json`` for reads (parsed in ``parse.py``),
+``scontrol`` for hold, release, priority, node list, begin time and requeue,
+``scancel`` for signals and cancel. Every call has a timeout; a timeout or
+"Unable to contact slurm controller" is ``SlurmUnreachable``, "Invalid job
+id" is ``JobVanished``, any other refusal ``SlurmError`` with Slurm's words.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.parse import (
+    error_from_message,
+    parse_scontrol_job,
+    parse_sinfo_json,
+    parse_squeue_json,
+)
+from teiresias.errors import SlurmError, SlurmUnreachable
+
+# scancel -v reports "already completing or completed" for a job that ended:
+# cancelling it again is not an error.
+_CANCEL_DONE = "already completing or completed"
+
+
+class CliBackend(SlurmBackend):
+    """Runs Slurm commands with ``env`` (default: this process's environment;
+    pass ``slurm_conf`` to aim at one cluster)."""
+
+    name = "cli"
+
+    def __init__(self, env: Mapping[str, str] | None = None, slurm_conf: str | os.PathLike[str] | None = None,
+                 timeout: float = 30.0):
+        self.env = dict(os.environ if env is None else env)
+        if slurm_conf is not None:
+            self.env["SLURM_CONF"] = str(slurm_conf)
+        self.timeout = timeout
+
+    # ---------------------------------------------------------------- plumbing
+    def run(self, *cmd: str, job_id: int | None = None, input: str | None = None) -> str:
+        """Run one Slurm command; stdout on success, the mapped error otherwise."""
+        try:
+            r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=self.timeout,
+                               env=self.env, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise SlurmUnreachable(f"{cmd[0]} did not answer within {self.timeout:.0f}s; "
+                                   "slurmctld may be overloaded or down") from None
+        except FileNotFoundError:
+            raise SlurmError(f"{cmd[0]} not found: install slurm-client (or run `teiresias cluster up`)") from None
+        if r.returncode != 0:
+            raise error_from_message(_last_error_line(r.stderr or r.stdout) or
+                                     f"{' '.join(cmd[:2])} exited {r.returncode}", job_id)
+        return r.stdout
+
+    def _scontrol(self, job_id: int, *args: str) -> None:
+        self.run("scontrol", *args, job_id=job_id)
+
+    # ---------------------------------------------------------------- reads
+    def jobs(self) -> list[SlurmJob]:
+        """Every job slurmctld knows (finished ones younger than MinJobAge too)."""
+        return parse_squeue_json(self.run("squeue", "--json"))
+
+    def nodes(self) -> list[SlurmNode]:
+        return parse_sinfo_json(self.run("sinfo", "--json"))
+
+    def job(self, job_id: int) -> SlurmJob:
+        """One job (``scontrol show job -o``): cheaper than ``jobs()`` for one id."""
+        out = self.run("scontrol", "show", "job", "-o", str(job_id), job_id=job_id)
+        return parse_scontrol_job(out.strip().splitlines()[0])
+
+    def ping(self) -> bool:
+        try:
+            out = self.run("scontrol", "ping")
+        except SlurmError:
+            return False
+        return "is UP" in out
+
+    # ---------------------------------------------------------------- actions
+    def hold(self, job_id: int) -> None:
+        self._scontrol(job_id, "hold", str(job_id))
+
+    def release(self, job_id: int) -> None:
+        """Release a held job. Slurm recomputes its priority: a manual priority
+        set before the hold is lost, so set it again after this call."""
+        self._scontrol(job_id, "release", str(job_id))
+
+    def set_priority(self, job_id: int, priority: int) -> None:
+        self._scontrol(job_id, "update", f"jobid={job_id}", f"priority={int(priority)}")
+
+    def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
+        """Pin a pending job to exactly ``nodes``. NumNodes is set with it:
+        Slurm widens a 1-node job given a 2-node list and does not narrow it
+        back when the list is cleared. An empty tuple clears the pin."""
+        if not nodes:
+            self._scontrol(job_id, "update", f"jobid={job_id}", "nodelist=")
+            return
+        n = len(nodes)
+        self._scontrol(job_id, "update", f"jobid={job_id}", f"nodelist={','.join(nodes)}", f"numnodes={n}-{n}")
+
+    def signal(self, job_id: int, signal: str) -> None:
+        """``scancel --signal=SIG --full``: the batch shell and all its children
+        (without --full only job steps would get it)."""
+        sig = signal.upper().removeprefix("SIG")
+        self._scancel(job_id, f"--signal={sig}", "--full")
+
+    def requeue(self, job_id: int, hold: bool = True) -> None:
+        """Requeue a running job (PENDING again, restart count +1, a ~120 s
+        BeginTime: see ``clear_begin_time``); ``hold`` also holds it."""
+        self._scontrol(job_id, "requeuehold" if hold else "requeue", str(job_id))
+
+    def clear_begin_time(self, job_id: int) -> None:
+        self._scontrol(job_id, "update", f"jobid={job_id}", "starttime=now")
+
+    def cancel(self, job_id: int) -> None:
+        """Cancel; a job that already ended is fine (nothing to do)."""
+        self._scancel(job_id)
+
+    def _scancel(self, job_id: int, *flags: str) -> None:
+        # scancel exits 0 for an unknown job unless -v makes it say so on stderr
+        try:
+            r = subprocess.run(["scancel", "-v", *flags, str(job_id)], capture_output=True, text=True,
+                               timeout=self.timeout, env=self.env, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise SlurmUnreachable(f"scancel did not answer within {self.timeout:.0f}s") from None
+        errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+        if r.returncode != 0 or errors:
+            line = errors[-1] if errors else _last_error_line(r.stderr) or f"scancel exited {r.returncode}"
+            if _CANCEL_DONE in line and not any(f.startswith("--signal") for f in flags):
+                return
+            raise error_from_message(line.split("error:", 1)[-1].strip(), job_id)
+
+    # ---------------------------------------------------------------- extras (tests, demo)
+    def submit(self, script: str | Path, *sbatch_args: str) -> int:
+        """``sbatch --parsable``: a script path, or script text (starting with
+        ``#!``) passed on stdin. Returns the job id."""
+        text = str(script)
+        if text.startswith("#!"):
+            out = self.run("sbatch", "--parsable", *sbatch_args, input=text)
+        else:
+            out = self.run("sbatch", "--parsable", *sbatch_args, text)
+        return int(out.strip().split(";")[0])
+
+
+def _last_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    # scontrol prints "<message> for job N" then "slurm_xxx error: <message>"
+    for ln in lines:
+        if "for job" in ln or "error" in ln.lower():
+            return ln
+    return lines[-1] if lines else ""
+

@@ -1,0 +1,312 @@
+"""Pure parsers for Slurm 22.05 output: ``squeue --json``, ``sinfo --json``
+(the same openapi v0.0.38 documents slurmrestd serves), ``scontrol show job
+-o`` and Slurm's error messages. Tested on captured real output in
+tests/fixtures/slurm/ (re-captured by tests/fixtures/slurm/capture.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from slurm_plugin.backends.base import SlurmJob, SlurmNode
+from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
+
+# States in which a job holds or will hold nothing any more.
+FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+# Slurm's phrases for "slurmctld did not answer" (CLI stderr and restd errors).
+_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
+                "Zero Bytes were transmitted", "Communication connection failure",
+                "Unable to establish control machine", "slurm_persist_conn_open")
+_VANISHED = ("Invalid job id specified", "Invalid job id", "Job id not found", "Unknown job")
+
+
+# ---------------------------------------------------------------- hostlists
+def expand_hostlist(spec: str) -> tuple[str, ...]:
+    """``node[1-3,5],gpu07`` -> (node1, node2, node3, node5, gpu07); keeps zero padding."""
+    if not spec or spec in ("(null)", "None"):
+        return ()
+    out: list[str] = []
+    for part in _split_top_level(spec):
+        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", part)
+        if not m:
+            out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for rng in ranges.split(","):
+            lo, _, hi = rng.partition("-")
+            if not hi:
+                out.append(f"{prefix}{lo}{suffix}")
+                continue
+            width = len(lo) if lo.startswith("0") else 0
+            out.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
+    return tuple(out)
+
+
+def _split_top_level(spec: str) -> list[str]:
+    """Split on commas outside brackets."""
+    parts, depth, cur = [], 0, []
+    for ch in spec:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+# ---------------------------------------------------------------- GPUs
+def gres_count(spec: str, name: str = "gpu") -> int:
+    """GPUs in one gres string: ``gres:gpu:2``, ``gpu:tesla:2(IDX:0-1)``,
+    ``gres/gpu=2``, ``gpu:4,mps:100`` -> the sum over ``name`` entries."""
+    total = 0
+    for item in _split_top_level(spec or ""):
+        item = re.sub(r"\(.*?\)", "", item).strip()  # (IDX:0-1), (S:0)
+        if item.startswith("gres:"):
+            item = item[5:]
+        elif item.startswith("gres/"):
+            item = item[5:].replace("=", ":")
+        fields = item.split(":")
+        if fields[0] != name:
+            continue
+        if len(fields) == 1:
+            total += 1  # "gpu" alone means one
+        elif fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def job_gpus(d: dict[str, Any]) -> tuple[int, int | None]:
+    """(total GPUs, GPUs per node if asked per node) of one openapi job.
+
+    A running job's ``gres_detail`` (one entry per node) is what it really
+    holds; otherwise the request: per job, per node x nodes, per task x tasks.
+    """
+    node_count = int(d.get("node_count") or 1)
+    per_node_req = gres_count(d.get("tres_per_node") or "")
+    detail = d.get("gres_detail") or []
+    if detail:
+        return sum(gres_count(x) for x in detail), per_node_req or None
+    if per_job := gres_count(d.get("tres_per_job") or ""):
+        return per_job, None
+    if per_node_req:
+        return per_node_req * node_count, per_node_req
+    if per_task := gres_count(d.get("tres_per_task") or ""):
+        return per_task * int(d.get("tasks") or 1), None
+    if per_socket := gres_count(d.get("tres_per_socket") or ""):
+        return per_socket * node_count, None
+    return 0, None
+
+
+# ---------------------------------------------------------------- jobs
+def _time(v: Any) -> float | None:
+    try:
+        t = float(v)
+    except (TypeError, ValueError):
+        return None
+    return t if t > 0 else None
+
+
+def parse_job(d: dict[str, Any]) -> SlurmJob:
+    """One job of an openapi v0.0.38 ``jobs`` list.
+
+    Slurm fills ``start_time``/``end_time`` of pending and running jobs with
+    *expected* times; only real ones are kept: start for jobs that ran
+    (RUNNING, or finished with nodes), end for finished jobs.
+    """
+    state = str(d.get("job_state") or "UNKNOWN").upper()
+    reason = str(d.get("state_reason") or "None")
+    priority = int(d.get("priority") or 0)
+    gpus, gpn = job_gpus(d)
+    ran_on = expand_hostlist(str(d.get("nodes") or ""))
+    required = expand_hostlist(str(d.get("required_nodes") or ""))
+    finished = state in FINISHED_STATES
+    started = state in ("RUNNING", "SUSPENDED", "COMPLETING") or (finished and bool(ran_on))
+    limit = d.get("time_limit")
+    return SlurmJob(
+        job_id=int(d["job_id"]),
+        name=str(d.get("name") or ""),
+        user=str(d.get("user_name") or d.get("user_id") or ""),
+        account=str(d.get("account") or ""),
+        partition=str(d.get("partition") or ""),
+        state=state,
+        state_reason=reason,
+        priority=priority,
+        restart_count=int(d.get("restart_cnt") or 0),
+        requeue=bool(d.get("requeue")),
+        held=state == "PENDING" and (reason in HELD_REASONS or priority == 0),
+        gpus=gpus,
+        num_nodes=int(d.get("node_count") or 1),
+        nodes=ran_on if ran_on else required,
+        required_nodes=required,
+        submit_time=_time(d.get("submit_time")) or 0.0,
+        eligible_time=_time(d.get("eligible_time")),
+        start_time=_time(d.get("start_time")) if started else None,
+        end_time=_time(d.get("end_time")) if finished else None,
+        time_limit_minutes=int(limit) if isinstance(limit, (int, float)) and limit > 0 else None,
+        command=str(d.get("command") or ""),
+        comment=str(d.get("comment") or ""),
+        gpus_per_node=gpn,
+    )
+
+
+def check_payload(payload: dict[str, Any], what: str) -> None:
+    """Raise the matching SlurmError if an openapi document carries errors."""
+    errors = payload.get("errors") or []
+    if errors:
+        e = errors[0]
+        msg = e.get("description") or e.get("error") or json.dumps(e)
+        raise error_from_message(f"{what}: {msg}")
+
+
+def parse_jobs_payload(payload: dict[str, Any]) -> list[SlurmJob]:
+    check_payload(payload, "jobs")
+    return [parse_job(d) for d in payload.get("jobs") or []]
+
+
+def parse_squeue_json(text: str) -> list[SlurmJob]:
+    """``squeue --json`` (every job, finished ones younger than MinJobAge
+    included: 22.05 ignores squeue's filters with --json)."""
+    return parse_jobs_payload(_loads(text, "squeue --json"))
+
+
+# ---------------------------------------------------------------- nodes
+def parse_node(d: dict[str, Any]) -> SlurmNode:
+    """One node of ``sinfo --json``: state ``mixed`` + flags [DRAIN] ->
+    {"MIXED", "DRAIN"}."""
+    state = {str(d.get("state") or "UNKNOWN").upper()}
+    state |= {str(f).upper() for f in d.get("state_flags") or []}
+    return SlurmNode(
+        name=str(d["name"]),
+        state=frozenset(state),
+        gpus=gres_count(str(d.get("gres") or "")),
+        gpus_used=gres_count(str(d.get("gres_used") or "")),
+        partitions=tuple(d.get("partitions") or ()),
+        cpus=int(d.get("cpus") or 0),
+        mem_mb=int(d.get("real_memory") or 0),
+    )
+
+
+def parse_nodes_payload(payload: dict[str, Any]) -> list[SlurmNode]:
+    check_payload(payload, "nodes")
+    return [parse_node(d) for d in payload.get("nodes") or []]
+
+
+def parse_sinfo_json(text: str) -> list[SlurmNode]:
+    return parse_nodes_payload(_loads(text, "sinfo --json"))
+
+
+def _loads(text: str, what: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        raise SlurmError(f"{what} printed something that is not JSON: {text[:80]!r}") from None
+    if not isinstance(payload, dict):
+        raise SlurmError(f"{what} printed JSON that is not an object")
+    return payload
+
+
+# ---------------------------------------------------------------- scontrol show job -o
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9/:_]*)=")
+
+
+def parse_scontrol_kv(line: str) -> dict[str, str]:
+    """``scontrol show job -o`` line -> {Key: Value}. Values may contain spaces
+    (Comment, Command, WorkDir): a value runs up to the next `` Key=``."""
+    line = line.strip()
+    out: dict[str, str] = {}
+    matches = list(_KEY.finditer(line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+def _scontrol_time(v: str) -> float | None:
+    if not v or v in ("Unknown", "None", "N/A", "(null)"):
+        return None
+    try:
+        return time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S"))  # scontrol prints local time
+    except ValueError:
+        return None
+
+
+def _minutes(v: str) -> int | None:
+    """``TimeLimit``: UNLIMITED, MM, HH:MM:SS, D-HH:MM:SS -> minutes."""
+    if not v or v in ("UNLIMITED", "NOT_SET", "Partition_Limit", "N/A"):
+        return None
+    days = 0
+    if "-" in v:
+        d, v = v.split("-", 1)
+        days = int(d)
+    parts = [int(x) for x in v.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts
+    return days * 1440 + h * 60 + m + (1 if s else 0)
+
+
+def parse_scontrol_job(line: str) -> SlurmJob:
+    """One ``scontrol show job -o`` line as a SlurmJob (GPU count from
+    TresPerJob/TresPerNode; no per-node allocation detail in this format)."""
+    kv = parse_scontrol_kv(line)
+    null = ("(null)", "")
+    state = kv.get("JobState", "UNKNOWN").upper()
+    reason = kv.get("Reason", "None")
+    priority = int(kv.get("Priority", "0") or 0)
+    num_nodes = int((kv.get("NumNodes", "1") or "1").split("-")[0])
+    per_node = gres_count(kv.get("TresPerNode", ""))
+    gpus = gres_count(kv.get("TresPerJob", "")) or per_node * num_nodes
+    ran_on = expand_hostlist(kv.get("NodeList", ""))
+    required = expand_hostlist(kv.get("ReqNodeList", "") if kv.get("ReqNodeList") not in null else "")
+    finished = state in FINISHED_STATES
+    started = state in ("RUNNING", "SUSPENDED", "COMPLETING") or (finished and bool(ran_on))
+    user = kv.get("UserId", "")
+    return SlurmJob(
+        job_id=int(kv["JobId"]),
+        name=kv.get("JobName", ""),
+        user=user.split("(")[0],
+        account="" if kv.get("Account") in null else kv.get("Account", ""),
+        partition=kv.get("Partition", ""),
+        state=state,
+        state_reason=reason,
+        priority=priority,
+        restart_count=int(kv.get("Restarts", "0") or 0),
+        requeue=kv.get("Requeue") == "1",
+        held=state == "PENDING" and (reason in HELD_REASONS or priority == 0),
+        gpus=gpus,
+        num_nodes=num_nodes,
+        nodes=ran_on if ran_on else required,
+        required_nodes=required,
+        submit_time=_scontrol_time(kv.get("SubmitTime", "")) or 0.0,
+        eligible_time=_scontrol_time(kv.get("EligibleTime", "")),
+        start_time=_scontrol_time(kv.get("StartTime", "")) if started else None,
+        end_time=_scontrol_time(kv.get("EndTime", "")) if finished else None,
+        time_limit_minutes=_minutes(kv.get("TimeLimit", "")),
+        command="" if kv.get("Command") in null else kv.get("Command", ""),
+        comment=kv.get("Comment", ""),
+        gpus_per_node=per_node or None,
+    )
+
+
+# ---------------------------------------------------------------- errors
+def error_from_message(message: str, job_id: int | None = None) -> SlurmError:
+    """Slurm's own words -> the project's exception (message kept, one line)."""
+    msg = " ".join(message.split()) or "no message"
+    if any(p.lower() in msg.lower() for p in _UNREACHABLE):
+        return SlurmUnreachable(f"slurmctld does not answer ({msg}); is the cluster up and SLURM_CONF right?")
+    if any(p.lower() in msg.lower() for p in _VANISHED):
+        return JobVanished(f"job {job_id}: Slurm no longer knows it ({msg})" if job_id is not None
+                           else f"Slurm no longer knows the job ({msg})")
+    return SlurmError(msg)

@@ -1,0 +1,140 @@
+"""slurmrestd backend: openapi v0.0.38 over a unix socket with rest_auth/local.
+
+The same operations as the CLI backend, as HTTP calls. Slurm reports most
+failures as HTTP 200 with a non-empty ``errors`` array, so every answer's
+``errors`` is checked, not only the status code. Start a slurmrestd with
+``teiresias cluster up --restd`` (socket ``DIR/run/slurmrestd.sock``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from typing import Any
+
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.parse import (
+    error_from_message,
+    parse_nodes_payload,
+    parse_jobs_payload,
+)
+from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
+
+API = "/slurm/v0.0.38"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over AF_UNIX: the ``curl --unix-socket`` of the standard library."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self._path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
+def unix_http(path: str, method: str, url: str, body: Any = None,
+              timeout: float = 10.0) -> tuple[int, bytes]:
+    """One HTTP request over a unix socket; returns (status, body). Raises OSError
+    when the socket does not answer."""
+    conn = _UnixHTTPConnection(path, timeout)
+    try:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        conn.request(method, url, body=data, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+class RestdBackend(SlurmBackend):
+    """Talks to slurmrestd on ``socket_path`` (rest_auth/local: the peer's uid is the user)."""
+
+    name = "restd"
+
+    def __init__(self, socket_path: str, timeout: float = 10.0):
+        self.socket_path = str(socket_path)
+        self.timeout = timeout
+
+    # ---------------------------------------------------------------- transport
+    def _call(self, method: str, path: str, body: Any = None, job_id: int | None = None) -> dict:
+        try:
+            status, raw = unix_http(self.socket_path, method, API + path, body, self.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            raise SlurmUnreachable(f"slurmrestd at {self.socket_path} does not answer ({exc}); "
+                                   "start it with `teiresias cluster up --restd`") from None
+        try:
+            payload = json.loads(raw or b"{}")
+        except ValueError:
+            raise SlurmError(f"slurmrestd {method} {path}: HTTP {status}, not JSON: {raw[:120]!r}") from None
+        errors = payload.get("errors") or []
+        if errors:
+            first = errors[0]
+            msg = first.get("description") or first.get("error") or json.dumps(first)
+            err_no = first.get("error_number") or first.get("errno")
+            raise error_from_message(f"{msg} (error {err_no})" if err_no else msg, job_id)
+        if status >= 400:
+            if job_id is not None and status == 404:
+                raise JobVanished(f"job {job_id}: slurmrestd answers 404")
+            raise SlurmError(f"slurmrestd {method} {path}: HTTP {status}")
+        return payload
+
+    def _update(self, job_id: int, fields: dict[str, Any]) -> None:
+        # v0.0.38 POST /job/{id} takes the job description at top level
+        self._call("POST", f"/job/{job_id}", fields, job_id)
+
+    # ---------------------------------------------------------------- reads
+    def jobs(self) -> list[SlurmJob]:
+        return parse_jobs_payload(self._call("GET", "/jobs"))
+
+    def nodes(self) -> list[SlurmNode]:
+        return parse_nodes_payload(self._call("GET", "/nodes"))
+
+    def ping(self) -> bool:
+        try:
+            payload = self._call("GET", "/ping")
+        except SlurmError:
+            return False
+        return any(p.get("ping") == "UP" for p in payload.get("pings", []))
+
+    # ---------------------------------------------------------------- actions
+    def hold(self, job_id: int) -> None:
+        self._update(job_id, {"hold": True})
+
+    def release(self, job_id: int) -> None:
+        self._update(job_id, {"hold": False})
+
+    def set_priority(self, job_id: int, priority: int) -> None:
+        self._update(job_id, {"priority": int(priority)})
+
+    def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
+        n = len(nodes)
+        self._update(job_id, {"nodes": ",".join(nodes), "minimum_nodes": n, "maximum_nodes": n})
+
+    def signal(self, job_id: int, signal: str) -> None:
+        # DELETE /job/{id}?signal= reaches the job's steps only (no --full in
+        # v0.0.38); the controller's preemption uses the CLI backend's signal.
+        self._call("DELETE", f"/job/{job_id}?signal={signal.upper().removeprefix('SIG')}", None, job_id)
+
+    def requeue(self, job_id: int, hold: bool = True) -> None:
+        raise SlurmError("requeue is not in slurmrestd's openapi v0.0.38: use the CLI backend "
+                         "(`--backend cli`) for preemption")
+
+    def clear_begin_time(self, job_id: int) -> None:
+        self._update(job_id, {"begin_time": 0})
+
+    def cancel(self, job_id: int) -> None:
+        self._call("DELETE", f"/job/{job_id}", None, job_id)
