@@ -1,0 +1,142 @@
+"""``teiresias trace``: generate and check Tiresias-format traces."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from teiresias.errors import ConfigError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def trace() -> None:
+    """Generate (synth) and validate (check) Tiresias-format job traces.
+
+    \b
+    Examples:
+      teiresias trace synth --kind testbed --seed 1 -o testbed.csv
+      teiresias trace synth --kind philly -n 10000 --samples yarn-gput10000.csv \\
+          --cluster etc/cluster.yaml --load 0.9 -o philly.csv
+      teiresias trace check philly.csv --cluster etc/cluster.yaml
+    """
+
+
+@trace.command()
+@click.option("-k", "--kind", type=click.Choice(["testbed", "philly"]), default="testbed", show_default=True,
+              help="testbed: Tiresias §5.1's 480-job mix; philly: GPU-time drawn from --samples.")
+@click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
+@click.option("-n", "--jobs", "num_jobs", type=int, default=1000, show_default=True, help="philly: number of jobs.")
+@click.option("-S", "--samples", default=None, metavar="FILE",
+              help="philly: job GPU-time samples, CSV column 'duration' (e.g. yarn-gput10000.csv).")
+@click.option("-c", "--cluster", "cluster_path", default=None, metavar="SPEC",
+              help="philly: cluster whose GPU count sets the load (and the largest job).")
+@click.option("-G", "--cluster-gpus", type=int, default=None, help="philly: GPU count instead of --cluster.")
+@click.option("-l", "--load", type=float, default=0.9, show_default=True,
+              help="philly: offered load (asked GPU-seconds per second / GPUs).")
+@click.option("-r", "--arrival-rate", type=float, default=None, help="philly: jobs per second (overrides --load).")
+@click.option("--gpu-mix", default=None, metavar="G:W,...",
+              help="philly: GPU-count weights. [default: the testbed mix 1:240,2:40,4:80,8:90,16:25,32:5]")
+@click.option("--min-duration", type=float, default=None, help="Shortest job, seconds. [testbed 120, philly 60]")
+@click.option("--max-duration", type=float, default=None, help="Longest job, seconds. [testbed 7200, philly none]")
+@click.option("--max-gpus", type=int, default=None, help="philly: drop GPU sizes above this.")
+@click.option("--mean-interarrival", type=float, default=30.0, show_default=True, help="testbed: mean gap, s.")
+@click.option("-s", "--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of the trace on stdout.")
+def synth(
+    kind: str, output: str, num_jobs: int, samples: str | None, cluster_path: str | None,
+    cluster_gpus: int | None, load: float, arrival_rate: float | None, gpu_mix: str | None,
+    min_duration: float | None, max_duration: float | None, max_gpus: int | None,
+    mean_interarrival: float, seed: int, as_json: bool,
+) -> None:
+    """Write a synthetic Tiresias-format trace (seeded: same flags, same file).
+
+    \b
+    Example:
+      teiresias trace synth --kind philly -n 2000 -S yarn-gput1000.csv -G 64 --load 1.2 -o t.csv
+    """
+    from teiresias.simulator.synth import PhillyParams, parse_gpu_mix, philly_like, testbed_mix
+    from teiresias.simulator.trace import write_trace, write_trace_to
+
+    if kind == "testbed":
+        jobs = testbed_mix(
+            seed=seed, mean_interarrival=mean_interarrival,
+            min_duration=120.0 if min_duration is None else min_duration,
+            max_duration=7200.0 if max_duration is None else max_duration,
+        )
+    else:
+        if samples is None:
+            raise ConfigError("--kind philly needs --samples FILE: job GPU-time samples, one 'duration' column")
+        if cluster_path is not None:
+            from teiresias.clusterspec import load_cluster
+
+            cl = load_cluster(cluster_path)
+            gpus, per_node_cap = cl.total_gpus, cl.total_gpus
+        elif cluster_gpus is not None:
+            gpus, per_node_cap = cluster_gpus, cluster_gpus
+        else:
+            raise ConfigError("--kind philly needs --cluster SPEC or --cluster-gpus N to size the load")
+        from teiresias.policy.gittins import ServiceDistribution
+
+        dist = ServiceDistribution.from_samples_file(samples)
+        params = PhillyParams(
+            num_jobs=num_jobs, cluster_gpus=gpus, load=load, arrival_rate=arrival_rate,
+            gpu_mix=parse_gpu_mix(gpu_mix) if gpu_mix else None,
+            min_duration=60.0 if min_duration is None else min_duration,
+            max_duration=max_duration, max_gpus=min(max_gpus or per_node_cap, per_node_cap),
+        )
+        jobs = philly_like(dist.samples, params, seed=seed)
+    if output == "-":
+        write_trace_to(sys.stdout, jobs)
+    else:
+        write_trace(output, jobs)
+    summary = _describe(jobs)
+    if as_json:
+        click.echo(json.dumps({"kind": kind, "output": output, "seed": seed, **summary}))
+    elif output != "-":
+        click.echo(
+            f"wrote {output}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, "
+            f"span {summary['span']:.0f} s", err=True,
+        )
+
+
+def _describe(jobs) -> dict:
+    gpus: dict[int, int] = {}
+    for j in jobs:
+        gpus[j.num_gpus] = gpus.get(j.num_gpus, 0) + 1
+    return {
+        "jobs": len(jobs),
+        "gpu_seconds": float(sum(j.num_gpus * j.duration for j in jobs)),
+        "span": float(max(j.submit_time for j in jobs) - min(j.submit_time for j in jobs)) if jobs else 0.0,
+        "gpus": {str(k): v for k, v in sorted(gpus.items())},
+    }
+
+
+@trace.command()
+@click.argument("trace_path", metavar="TRACE.csv")
+@click.option("-c", "--cluster", "cluster_path", default=None, metavar="SPEC",
+              help="Also reject jobs larger than this cluster.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def check(trace_path: str, cluster_path: str | None, as_json: bool) -> None:
+    """Validate a trace; print its size. Exit 2 with FILE:LINE: problem if it is bad.
+
+    \b
+    Example:
+      teiresias trace check trace.csv --cluster etc/cluster.yaml
+    """
+    from teiresias.simulator.trace import read_trace
+
+    cluster = None
+    if cluster_path is not None:
+        from teiresias.clusterspec import load_cluster
+
+        cluster = load_cluster(cluster_path)
+    jobs = read_trace(trace_path, cluster)
+    summary = _describe(jobs)
+    if as_json:
+        click.echo(json.dumps({"trace": trace_path, **summary}))
+    else:
+        mix = ", ".join(f"{v}x{k}" for k, v in summary["gpus"].items())
+        click.echo(f"{trace_path}: ok, {summary['jobs']} jobs ({mix} GPUs), "
+                   f"{summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s")

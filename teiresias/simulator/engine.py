@@ -1,0 +1,412 @@
+"""The trace-driven, event-driven simulator (Tiresias §5.1 "Simulator").
+
+The engine owns the Job objects and the clock; the policy is the very object
+the live controller uses (``plan = policy.decide(snapshot)``). One loop:
+
+1. Jump to the next event: an arrival, a completion, or a scheduling tick.
+   Ticks fall on the grid ``t0 + k * interval`` and only while some job is
+   pending: with nothing pending no plan can start or preempt anything, so a
+   tick could not change the schedule.
+2. Bring every job's counters up to that time (t_J, delta_J, progress).
+3. Retire completed jobs, admit arrivals.
+4. Run a round (``policy.decide``) on arrivals, ticks, and completions that
+   leave a job pending; enact the Plan: preempt, start with the given
+   placement, reset t_J / delta_J of promoted jobs, record queue indices.
+
+Modelled costs:
+
+- Preemption overhead (``preempt_overhead`` seconds) is charged when a
+  preempted job resumes: it holds its GPUs that long before progress resumes
+  (checkpoint restore), so it also counts in its attained service.
+- Placement slowdown: a job whose model is skew-sensitive (``SlowdownTable``)
+  and that runs on more nodes than ``ceil(gpus / gpus_per_node)`` progresses
+  at ``1 / slowdown`` of its consolidated speed for as long as that placement lasts.
+
+Accounting of Job fields (see teiresias.domain.job): ``executed_time`` (t_J)
+and ``waiting_time`` (delta_J) are wall seconds since the last promotion;
+``total_executed_time`` is useful work in consolidated seconds, so a job is
+done when it reaches ``duration`` and ``Job.remaining_time`` stays exact for
+the srtf/srsf oracles.
+
+Deterministic: no randomness at all; ties resolve by trace order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
+from teiresias.errors import TeiresiasError
+from teiresias.policy.base import SchedulingPolicy
+from teiresias.simulator.clock import Clock, SimulatedClock
+from teiresias.simulator.metrics import JobRecord, SimulationResult, summarize
+from teiresias.simulator.slowdown import SlowdownTable
+from teiresias.simulator.trace import TraceJob
+
+_EPS = 1e-6  # seconds; float residue when a job ends exactly at an event
+
+
+class SimulationError(TeiresiasError):
+    """The policy returned a plan that cannot be enacted, or the replay cannot progress."""
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    """Knobs of one replay.
+
+    ``interval``: scheduling period in seconds (ticks while jobs are pending);
+    0 disables ticks (pure event-driven). 60 s by default: the order of a
+    Slurm scheduler pass and a minute of GPU-time is negligible against the
+    1 h (3,600 GPU-s) default queue threshold.
+    """
+
+    interval: float = 60.0
+    preempt_overhead: float = 0.0
+    slowdown: SlowdownTable = field(default_factory=SlowdownTable)
+    progress: bool | None = None  # None: a tqdm bar on stderr iff it is a TTY
+    record_timeline: bool = True
+
+
+class _Run:
+    """Engine-private bookkeeping of one job (never shown to the policy)."""
+
+    __slots__ = (
+        "trace", "job", "work_left", "restore_left", "rate", "version", "needs_restore",
+        "held_time", "overhead", "slowed", "nodes", "end_time",
+    )
+
+    def __init__(self, trace: TraceJob, job: Job) -> None:
+        self.trace = trace
+        self.job = job
+        self.work_left = trace.duration  # consolidated seconds of work still to do
+        self.restore_left = 0.0  # overhead seconds still to pay in the current run
+        self.rate = 1.0  # work seconds per wall second in the current placement
+        self.version = 0  # bumps on preemption; stale completion events are skipped
+        self.needs_restore = False
+        self.held_time = 0.0  # wall seconds holding GPUs (work + overhead)
+        self.overhead = 0.0
+        self.slowed = False
+        self.nodes: tuple[str, ...] = ()
+        self.end_time = math.inf
+
+
+class Simulator:
+    """Replays ``trace`` on ``cluster`` under ``policy``; ``run()`` returns a SimulationResult."""
+
+    def __init__(
+        self,
+        trace: Sequence[TraceJob],
+        cluster: Cluster,
+        policy: SchedulingPolicy,
+        options: SimulationOptions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.opt = options or SimulationOptions()
+        total = cluster.total_gpus
+        for tj in trace:
+            if tj.num_gpus > total:
+                raise SimulationError(f"job {tj.job_id} needs {tj.num_gpus} GPUs, cluster has {total}")
+        self.trace = sorted(trace, key=lambda j: j.submit_time)
+        t0 = self.trace[0].submit_time if self.trace else 0.0
+        self.clock = clock or SimulatedClock(t0)
+        self.t0 = t0
+        self._min_nodes_gpn = cluster.max_gpus_per_node
+        self._free = {n.name: n.gpus for n in cluster.nodes}
+        self._active: dict[JobId, _Run] = {}  # arrival order
+        self._running: dict[JobId, _Run] = {}
+        self._pending: dict[JobId, _Run] = {}
+        self._events: list[tuple[float, int, int, JobId]] = []  # (end, seq, version, id)
+        self._seq = 0
+        self._busy = 0
+        self._busy_integral = 0.0
+        self._busy_since = t0
+        self._timeline_t: list[float] = [t0]
+        self._timeline_busy: list[int] = [0]
+        self._records: list[JobRecord] = []
+        self._last = t0
+        self.rounds = 0
+        self._idle_since: float | None = None
+        self.preemptions = 0
+        self.overhead_total = 0.0
+
+    # -- time ---------------------------------------------------------------
+    def _advance(self, t: float) -> None:
+        """Bring every job's counters from ``self._last`` to ``t``.
+
+        Only needed before a round (the policy reads them): between rounds the
+        running set only shrinks, and a completing job settles its own account.
+        """
+        dt = t - self._last
+        if dt <= 0:
+            return
+        for r in self._running.values():
+            j = r.job
+            j.executed_time += dt
+            r.held_time += dt
+            work_dt = dt
+            if r.restore_left > 0.0:
+                paid = r.restore_left if r.restore_left < dt else dt
+                r.restore_left -= paid
+                work_dt -= paid
+            if work_dt > 0.0:
+                r.work_left -= work_dt * r.rate
+                j.total_executed_time = r.trace.duration - r.work_left
+        for r in self._pending.values():
+            r.job.waiting_time += dt
+        self._last = t
+
+    def _set_busy(self, t: float, delta: int) -> None:
+        self._busy_integral += self._busy * (t - self._busy_since)
+        self._busy_since = t
+        self._busy += delta
+        if self.opt.record_timeline:
+            if self._timeline_t[-1] == t:
+                self._timeline_busy[-1] = self._busy
+            else:
+                self._timeline_t.append(t)
+                self._timeline_busy.append(self._busy)
+
+    def _next_end(self) -> float:
+        ev = self._events
+        while ev:
+            end, _, version, jid = ev[0]
+            r = self._running.get(jid)
+            if r is not None and r.version == version:
+                return end
+            heapq.heappop(ev)  # stale: the job was preempted since
+        return math.inf
+
+    # -- enacting a plan ----------------------------------------------------
+    def _start(self, r: _Run, placement: Placement, now: float) -> None:
+        j = r.job
+        free = self._free
+        if placement.num_gpus != j.num_gpus:
+            raise SimulationError(
+                f"policy {self.policy.name} started job {j.job_id} on {placement.num_gpus} GPUs, "
+                f"it needs {j.num_gpus} (all-or-nothing)"
+            )
+        for a in placement.allocations:
+            left = free.get(a.node)
+            if left is None or left < a.gpus:
+                raise SimulationError(
+                    f"policy {self.policy.name} placed job {j.job_id} on {a.gpus} GPUs of node {a.node!r} "
+                    f"which has {left if left is not None else 'no such node'} free"
+                )
+            free[a.node] = left - a.gpus
+        del self._pending[j.job_id]
+        self._running[j.job_id] = r
+        j.state = JobState.RUNNING
+        j.placement = placement
+        if j.first_start_time is None:
+            j.first_start_time = now
+        if r.needs_restore:
+            r.restore_left = self.opt.preempt_overhead
+            r.overhead += r.restore_left
+            self.overhead_total += r.restore_left
+            r.needs_restore = False
+        min_nodes = -(-j.num_gpus // self._min_nodes_gpn)
+        slowdown = self.opt.slowdown.profile(j.model_name).slowdown if placement.num_nodes > min_nodes else 1.0
+        r.rate = 1.0 / slowdown
+        if slowdown > 1.0:
+            r.slowed = True
+        r.nodes = placement.nodes
+        end = now + r.restore_left + r.work_left / r.rate
+        self._seq += 1
+        heapq.heappush(self._events, (end, self._seq, r.version, j.job_id))
+        self._set_busy(now, j.num_gpus)
+
+    def _stop(self, r: _Run, now: float) -> None:
+        """Take a running job's GPUs back (preemption or completion)."""
+        j = r.job
+        assert j.placement is not None
+        for a in j.placement.allocations:
+            self._free[a.node] += a.gpus
+        del self._running[j.job_id]
+        r.version += 1
+        j.placement = None
+        self._set_busy(now, -j.num_gpus)
+
+    def _preempt(self, r: _Run, now: float) -> None:
+        self._stop(r, now)
+        j = r.job
+        j.state = JobState.PENDING
+        j.preemptions += 1
+        self.preemptions += 1
+        r.restore_left = 0.0  # an unfinished restore is paid again in full on resume
+        r.needs_restore = True
+        self._pending[j.job_id] = r
+
+    def _complete(self, r: _Run, now: float) -> None:
+        r.held_time += now - self._last  # counters were last brought up to date at self._last
+        self._stop(r, now)
+        j = r.job
+        r.work_left = 0.0
+        j.total_executed_time = r.trace.duration
+        del self._active[j.job_id]
+        start = j.first_start_time if j.first_start_time is not None else now
+        jct = now - j.submit_time
+        self._records.append(
+            JobRecord(
+                job_id=int(j.job_id),
+                gpus=j.num_gpus,
+                model=j.model_name,
+                submit=j.submit_time,
+                start=start,
+                end=now,
+                jct=jct,
+                queue_delay=max(jct - r.held_time, 0.0),
+                preemptions=j.preemptions,
+                overhead=r.overhead,
+                slowed=r.slowed,
+                nodes=r.nodes,
+            )
+        )
+
+    def _round(self, now: float) -> bool:
+        """One scheduling round; returns whether anything started."""
+        jobs = [r.job for r in self._active.values()]
+        plan = self.policy.decide(Snapshot(now, self.cluster, jobs))
+        self.rounds += 1
+        active = self._active
+        for jid in plan.preempt:
+            r = self._running.get(jid)
+            if r is None:
+                raise SimulationError(f"policy {self.policy.name} preempted job {jid}, which is not running")
+            self._preempt(r, now)
+        for jid, placement in plan.start.items():
+            r = self._pending.get(jid)
+            if r is None:
+                raise SimulationError(f"policy {self.policy.name} started job {jid}, which is not pending")
+            self._start(r, placement, now)
+        for jid in plan.promote:
+            r = active.get(jid)
+            if r is not None:
+                r.job.executed_time = 0.0
+                r.job.waiting_time = 0.0
+        for jid, q in plan.queues.items():
+            r = active.get(jid)
+            if r is not None:
+                r.job.queue_index = q
+        return bool(plan.start)
+
+    # -- main loop ----------------------------------------------------------
+    def _make_job(self, tj: TraceJob) -> Job:
+        prof = self.opt.slowdown.profile(tj.model_name)
+        return Job(
+            job_id=JobId(tj.job_id),
+            num_gpus=tj.num_gpus,
+            submit_time=tj.submit_time,
+            user=tj.user,
+            account=tj.account,
+            model_name=tj.model_name,
+            skew=prof.skew,
+            duration=tj.duration,
+        )
+
+    def _progress_bar(self):
+        show = self.opt.progress
+        if show is None:
+            show = sys.stderr.isatty()
+        if not show:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=len(self.trace), desc=f"simulate {self.policy.name}", unit="job", file=sys.stderr)
+
+    def run(self) -> SimulationResult:
+        wall0 = time.perf_counter()
+        trace = self.trace
+        n = len(trace)
+        ai = 0
+        interval = self.opt.interval
+        bar = self._progress_bar()
+        clock = self.clock
+        try:
+            while ai < n or self._active:
+                now = clock.now()
+                t_arr = trace[ai].submit_time if ai < n else math.inf
+                t_end = self._next_end()
+                t_tick = math.inf
+                if interval > 0 and self._pending:
+                    k = math.floor((now - self.t0) / interval + 1e-9) + 1
+                    t_tick = self.t0 + k * interval
+                t = min(t_arr, t_end, t_tick)
+                if t == math.inf:
+                    raise SimulationError(
+                        f"policy {self.policy.name} leaves {len(self._pending)} job(s) pending on an idle "
+                        "cluster with no future events; the replay cannot finish"
+                    )
+                now = clock.wait_until(t)
+                # Completions first: their GPUs are free for this round.
+                done = 0
+                while self._events and self._events[0][0] <= now + _EPS:
+                    end, _, version, jid = heapq.heappop(self._events)
+                    r = self._running.get(jid)
+                    if r is not None and r.version == version:
+                        self._complete(r, now)
+                        done += 1
+                arrived = 0
+                while ai < n and trace[ai].submit_time <= now + _EPS:
+                    job = self._make_job(trace[ai])
+                    r = _Run(trace[ai], job)
+                    self._active[job.job_id] = r
+                    self._pending[job.job_id] = r
+                    ai += 1
+                    arrived += 1
+                if bar is not None and done:
+                    bar.update(done)
+                if arrived or t == t_tick or (done and self._pending):
+                    self._advance(now)
+                    started = self._round(now)
+                    self._check_progress(now, started, ai >= n)
+        finally:
+            if bar is not None:
+                bar.close()
+        wall = time.perf_counter() - wall0
+        makespan = (max(r.end for r in self._records) - self.t0) if self._records else 0.0
+        return summarize(
+            policy=self.policy.name,
+            records=self._records,
+            total_gpus=self.cluster.total_gpus,
+            makespan=makespan,
+            busy_gpu_seconds=self._busy_integral,
+            preemptions=self.preemptions,
+            overhead=self.overhead_total,
+            wall_seconds=wall,
+            rounds=self.rounds,
+            timeline=(self._timeline_t, self._timeline_busy) if self.opt.record_timeline else None,
+        )
+
+    def _check_progress(self, now: float, started: bool, no_more_arrivals: bool) -> None:
+        """Fail loudly instead of looping forever when a policy never starts the last jobs.
+
+        A policy may legitimately leave an idle cluster alone for a few ticks,
+        but not for a whole simulated day, and never without ticks to retry.
+        """
+        if started or self._running or not self._pending or not no_more_arrivals:
+            self._idle_since = None
+            return
+        if self._idle_since is None:
+            self._idle_since = now
+        if self.opt.interval <= 0 or now - self._idle_since > 86400.0:
+            raise SimulationError(
+                f"policy {self.policy.name} starts none of {len(self._pending)} pending job(s) on an idle "
+                "cluster; the replay cannot finish"
+            )
+
+
+def run(
+    trace: Sequence[TraceJob],
+    cluster: Cluster,
+    policy: SchedulingPolicy,
+    options: SimulationOptions | None = None,
+) -> SimulationResult:
+    """Replay ``trace`` on ``cluster`` under ``policy`` (Tiresias §5.1 simulator); the demo's entry point."""
+    return Simulator(trace, cluster, policy, options).run()

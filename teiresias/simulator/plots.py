@@ -1,0 +1,64 @@
+"""PNG plots of a replay (matplotlib, Agg backend: no display needed).
+
+Left: JCT CDF of every policy on a log x axis (Tiresias Fig. 13).
+Right: allocated-GPU utilisation over time per policy (Tiresias Fig. 11).
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Sequence
+
+import numpy as np
+
+from teiresias.simulator.metrics import SimulationResult
+
+
+def _smoothed_utilisation(res: SimulationResult, bins: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """Time-average the busy-GPU step function over ``bins`` equal windows."""
+    t = np.asarray(res.timeline_t, dtype=float)
+    b = np.asarray(res.timeline_busy, dtype=float)
+    if len(t) < 2 or res.total_gpus <= 0:
+        return t, b
+    end = max(r.end for r in res.records) if res.records else t[-1]
+    edges = np.linspace(t[0], max(end, t[-1]), bins + 1)
+    # Integral of the step function up to each edge, then differences per window.
+    seg_t = np.append(t, edges[-1])
+    cum = np.concatenate(([0.0], np.cumsum(b * np.diff(seg_t))))
+    idx = np.clip(np.searchsorted(seg_t, edges, side="right") - 1, 0, len(b) - 1)
+    at_edges = cum[idx] + b[idx] * (edges - seg_t[idx])
+    util = np.diff(at_edges) / np.diff(edges) / res.total_gpus
+    return (edges[:-1] + edges[1:]) / 2, util
+
+
+def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for res in results:
+        jct = np.sort(np.asarray([r.jct for r in res.records], dtype=float))
+        if len(jct):
+            y = np.arange(1, len(jct) + 1) / len(jct)
+            ax1.step(np.maximum(jct, 1e-3), y, where="post", label=res.policy)
+        t, u = _smoothed_utilisation(res)
+        if len(t):
+            ax2.plot((t - t[0]) / 3600.0, 100 * np.asarray(u), label=res.policy, linewidth=1)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("JCT (seconds, log scale)")
+    ax1.set_ylabel("fraction of jobs")
+    ax1.set_title("JCT CDF")
+    ax1.grid(True, which="both", alpha=0.3)
+    ax1.legend()
+    ax2.set_xlabel("time since first submission (hours)")
+    ax2.set_ylabel("allocated GPUs (%)")
+    ax2.set_ylim(0, 105)
+    ax2.set_title("GPU utilisation")
+    ax2.grid(True, alpha=0.3)
+    ax2.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(fh, format="png", dpi=100)
+    plt.close(fig)

@@ -1,0 +1,84 @@
+"""Human and machine outputs of a replay: tables, per-job CSV, JSON.
+
+The normalised table follows Tiresias Table 5: each policy's average, median
+and 95th-percentile JCT divided by that of ``las`` (Tiresias-L), so > 1.00x
+means las is better.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import IO, Sequence
+
+from teiresias.simulator.metrics import SimulationResult
+
+JOB_COLUMNS = (
+    "policy", "job_id", "gpus", "model", "submit", "start", "end", "jct", "queue_delay",
+    "preemptions", "overhead", "slowed", "nodes",
+)
+
+
+def _f(x: float) -> str:
+    return f"{x:.3f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
+
+
+def summary_table(results: Sequence[SimulationResult]) -> str:
+    """Absolute figures, one row per policy (seconds)."""
+    head = ("policy", "jobs", "avg JCT", "med JCT", "p95 JCT", "avg queue", "med queue", "p95 queue",
+            "makespan", "preempt", "overhead", "GPU util", "wall s")
+    rows = [head]
+    for r in results:
+        s = r.summary
+        rows.append((
+            s.policy, str(s.jobs), f"{s.avg_jct:.1f}", f"{s.median_jct:.1f}", f"{s.p95_jct:.1f}",
+            f"{s.avg_queue_delay:.1f}", f"{s.median_queue_delay:.1f}", f"{s.p95_queue_delay:.1f}",
+            f"{s.makespan:.0f}", str(s.preemptions), f"{s.preemption_overhead:.0f}",
+            f"{100 * s.gpu_utilization:.1f}%", f"{s.wall_seconds:.2f}",
+        ))
+    return _grid(rows)
+
+
+def normalised_table(results: Sequence[SimulationResult], baseline: str = "las") -> str:
+    """Table 5 form: JCT of each policy over that of ``baseline`` (first policy if absent)."""
+    base = next((r for r in results if r.policy == baseline), results[0])
+    b = base.summary
+
+    def ratio(x: float, y: float) -> str:
+        return f"{x / y:.2f}x" if y > 0 else "n/a"
+
+    rows = [(f"normalised to {base.policy}", "Average", "Median", "95th")]
+    for r in results:
+        s = r.summary
+        rows.append((s.policy, ratio(s.avg_jct, b.avg_jct), ratio(s.median_jct, b.median_jct),
+                     ratio(s.p95_jct, b.p95_jct)))
+    return _grid(rows)
+
+
+def _grid(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_jobs_csv(fh: IO[str], results: Sequence[SimulationResult]) -> None:
+    """Per-job rows of every policy; ``nodes`` lists the nodes of the last placement, '+'-joined."""
+    w = csv.writer(fh, lineterminator="\n")
+    w.writerow(JOB_COLUMNS)
+    for res in results:
+        for j in res.records:
+            w.writerow((
+                res.policy, j.job_id, j.gpus, j.model, _f(j.submit), _f(j.start), _f(j.end), _f(j.jct),
+                _f(j.queue_delay), j.preemptions, _f(j.overhead), int(j.slowed), "+".join(j.nodes),
+            ))
+
+
+def write_json(fh: IO[str], results: Sequence[SimulationResult], extra: dict | None = None) -> None:
+    """A list with one summary object per policy (``--json``), each with ``extra`` keys added."""
+    json.dump([{**r.summary.as_json(), **(extra or {})} for r in results], fh, indent=2)
+    fh.write("\n")
