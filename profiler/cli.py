@@ -1,0 +1,121 @@
+"""``teiresias profile``: show what the communication profiler learnt about a job."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from teiresias.errors import TeiresiasError
+
+from profiler.aggregate import Profile, aggregate_dir
+from profiler.env import profile_dir
+from profiler.store import ProfileStore
+
+ENV_STATE_DIR = "TEIRESIAS_STATE_DIR"
+DEFAULT_STATE_DIR = "~/.teiresias/state"
+ENV_JOB_BASE = "TEIRESIAS_JOB_BASE"
+DEFAULT_JOB_BASE = "~/.teiresias/jobs"  # wrappers/protocol.py DEFAULT_BASE
+
+
+class NoProfile(TeiresiasError):
+    """No profile could be found for the job asked about."""
+
+
+def _from_dir(d: Path) -> Profile:
+    """A job directory (with profile/) or a profile directory itself."""
+    sub = profile_dir(d)
+    return aggregate_dir(sub if sub.is_dir() else d)
+
+
+def find_profile(job_id: str, jobdir: str | None, state_dir: str, job_base: str) -> tuple[Profile, str]:
+    """(profile, where it came from): --dir, then the store, then <job base>/<id>."""
+    if jobdir:
+        d = Path(os.path.expanduser(jobdir))
+        if not d.is_dir():
+            raise NoProfile(f"--dir {d}: no such directory; give the job's directory (with profile/ inside)")
+        return _from_dir(d), str(d)
+    stored = ProfileStore(state_dir).for_job(job_id)
+    if stored is not None:
+        return stored, f"store {os.path.expanduser(state_dir)}"
+    d = Path(os.path.expanduser(job_base)) / job_id
+    if profile_dir(d).is_dir():
+        return _from_dir(d), str(d)
+    raise NoProfile(
+        f"no profile for job {job_id}: not in the store ({state_dir}) and no {profile_dir(d)}; "
+        "use --dir JOBDIR"
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "unknown" if x is None else f"{100 * x:.1f}%"
+
+
+def _mib(x: float) -> str:
+    return f"{x / 2**20:.2f} MiB"
+
+
+def render(job_id: str, p: Profile, where: str) -> str:
+    lines = [f"job {job_id}  ({where})"]
+    if not p.valid:
+        lines.append(f"  no profile: {p.reason}")
+    lines += [
+        f"  skew              {_pct(p.skew)}" + (f"  (from {p.skew_source})" if p.skew_source else ""),
+    ]
+    if p.layer != "none":
+        lines += [
+            f"  layer             {p.layer}, {p.ranks} ranks",
+            f"  traffic skew      {_pct(p.traffic_skew)}"
+            + ("" if p.traffic_skew_valid else "  (not trusted)")
+            + (f", bucketed, lower bound {_pct(p.skew_lower_bound)}" if p.bucketed else ""),
+            f"  iteration period  {p.period_s * 1e3:.1f} ms over {p.iterations} iterations"
+            if p.period_s else "  iteration period  unknown",
+            f"  collectives/iter  {p.collectives_per_iteration}",
+            f"  bytes/iter/rank   {_mib(p.bytes_per_iteration)}  (model ~{_mib(p.model_bytes)})",
+            f"  intensity         {p.intensity_bps / 2**20:.1f} MiB/s per rank"
+            if p.intensity_bps else "  intensity         unknown",
+        ]
+    if p.model_skew is not None:
+        agree = "" if p.agrees is None else ("  (agrees)" if p.agrees else "  (DISAGREES)")
+        lines.append(f"  model ratio       {_pct(p.model_skew)} over {p.model_tensors} tensors{agree}")
+    lines += [f"  note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def profile() -> None:
+    """Communication profiles of jobs (skew, iteration period, bytes).
+
+    \b
+    Examples:
+      teiresias profile show 1234
+      teiresias profile show 1234 --dir ~/.teiresias/jobs/1234 --json
+    """
+
+
+@profile.command("show")
+@click.argument("job_id")
+@click.option("-d", "--dir", "jobdir", default=None, metavar="JOBDIR",
+              help="Aggregate the records in this job directory (or its profile/ folder).")
+@click.option("-s", "--state-dir", default=lambda: os.environ.get(ENV_STATE_DIR, DEFAULT_STATE_DIR),
+              show_default=f"${ENV_STATE_DIR} or {DEFAULT_STATE_DIR}", help="Controller state directory holding stored profiles.")
+@click.option("-b", "--job-base", default=lambda: os.environ.get(ENV_JOB_BASE, DEFAULT_JOB_BASE),
+              show_default=f"${ENV_JOB_BASE} or {DEFAULT_JOB_BASE}", help="Base of job directories (tsbatch --checkpoint-dir).")
+@click.option("-j", "--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+def show(job_id: str, jobdir: str | None, state_dir: str, job_base: str, as_json: bool) -> None:
+    """Print the profile of JOB_ID: skew, period, bytes per iteration.
+
+    Exit 0 when a profile was found (even one that says "no profile" because
+    the run could not be profiled: see `valid` and `reason`), 2 when none exists.
+
+    \b
+    Example:
+      teiresias profile show 1234 --json
+    """
+    p, where = find_profile(job_id, jobdir, state_dir, job_base)
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "source": where, **p.to_json()}, indent=1))
+    else:
+        click.echo(render(job_id, p, where))
