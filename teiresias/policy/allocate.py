@@ -68,6 +68,13 @@ def walk(
                 if j.placement is not None:
                     st.take(j.placement)
     blocked_by: JobId | None = None
+    # Failure memo, so 10,000 waiting jobs of a few shapes cost a few placements:
+    # feasibility depends only on the job's shape (``placement.job_key``) and the
+    # free map. ``idle`` only shrinks between evictions (hence the version);
+    # idle + unvisited held GPUs only ever shrinks during a walk.
+    job_key = getattr(placement, "job_key", None)
+    idle_failed: dict[object, int] = {}
+    avail_failed: set[object] = set()
 
     for j in ranked:
         if j.is_running:
@@ -76,8 +83,7 @@ def walk(
             st.visit(j)
             if j.job_id in st.evicted:
                 out.preempt.append(j.job_id)
-                by = st.evicted[j.job_id]
-                out.reasons[j.job_id] = f"preempted by higher-priority job {by}"
+                out.reasons[j.job_id] = f"preempted by higher-priority job {st.evicted[j.job_id]}"
             else:
                 out.keep.append(j.job_id)
             continue
@@ -87,9 +93,22 @@ def walk(
         if blocked_by is not None:
             out.reasons[j.job_id] = f"blocked behind job {blocked_by} ({policy_name or 'fifo'})"
             continue
-        got = placement.place(j, st.idle, st.cluster) if st.idle_total >= need else None
-        if got is None and preemptive and st.idle_total + st.held_total >= need:
+        key = job_key(j) if job_key is not None else None
+        got = None
+        if st.idle_total >= need and (key is None or idle_failed.get(key) != st.version):
+            got = placement.place(j, st.idle, st.cluster)
+            if got is None and key is not None:
+                idle_failed[key] = st.version
+        if (
+            got is None
+            and preemptive
+            and st.held_total > 0
+            and st.idle_total + st.held_total >= need
+            and (key is None or key not in avail_failed)
+        ):
             got = _place_with_eviction(j, st, placement)
+            if got is None and key is not None:
+                avail_failed.add(key)
         if got is None:
             if st.idle_total < need:
                 out.reasons[j.job_id] = f"waiting for {need} GPUs, {st.idle_total} free"
@@ -110,17 +129,21 @@ class _State:
     """GPU bookkeeping of one walk.
 
     ``idle[n]``: GPUs on node n that nobody holds now or was given this round.
-    ``held``: GPUs of running jobs not visited yet (they rank below everything
-    visited), per node and in rank order: what preemption can hand out.
+    ``holders[n]``: running jobs not visited yet on node n, in rank order (they
+    rank below everything visited): what preemption can hand out.
+    ``avail[n]`` = idle + GPUs of those holders.
     Invariant: idle >= 0 everywhere; a job whose GPUs are handed out is evicted
-    at once, so the rest of its GPUs become idle.
+    at once, so the rest of its GPUs become idle (and ``version`` moves on).
     """
 
     def __init__(self, snapshot: Snapshot, ranked: Sequence[Job]) -> None:
         self.cluster = snapshot.cluster
-        self.holders: dict[str, list[Job]] = {}  # node -> unvisited running jobs, rank order
+        self.holders: dict[str, list[Job]] = {}
         self.held_total = 0
+        self.version = 0
         self.visited: set[JobId] = set()
+        self.n_visited = 0  # running jobs on offer visited so far (a prefix of ``evictable``)
+        self.n_evicted_unvisited = 0
         self.evicted: dict[JobId, JobId] = {}  # victim -> the job it made room for
         held_per_node: dict[str, int] = {}
         every_running = [j for j in snapshot.jobs if j.is_running and j.placement is not None]
@@ -133,45 +156,59 @@ class _State:
         # its jobs finish): capacity is at least what running jobs hold there.
         self.idle: dict[str, int] = {}
         for n in self.cluster.nodes:
-            cap = max(n.gpus - snapshot.unavailable.get(n.name, 0), held_per_node.get(n.name, 0))
-            self.idle[n.name] = cap - held_per_node.get(n.name, 0)
-        # Running jobs not on offer (non-preemptive walk) are taken by the caller.
+            held = held_per_node.get(n.name, 0)
+            self.idle[n.name] = max(n.gpus - snapshot.unavailable.get(n.name, 0), held) - held
+        self.avail = dict(self.idle)
         for j in self.evictable:
             for a in j.placement.allocations:
                 self.holders.setdefault(a.node, []).append(j)
+                self.avail[a.node] = self.avail.get(a.node, 0) + a.gpus
             self.held_total += j.placement.num_gpus
+        # Running jobs not on offer (non-preemptive walk): the caller ``take``s them.
         for j in every_running:
             if j.job_id not in on_offer:
                 for a in j.placement.allocations:
                     self.idle[a.node] = self.idle.get(a.node, 0) + a.gpus
+                    self.avail[a.node] = self.avail.get(a.node, 0) + a.gpus
         self.idle_total = sum(self.idle.values())
 
     def take(self, placement: Placement) -> None:
         """Give idle GPUs to a job (start, or keep in a non-preemptive walk)."""
         for a in placement.allocations:
             self.idle[a.node] -= a.gpus
+            self.avail[a.node] -= a.gpus
         self.idle_total -= placement.num_gpus
 
     def visit(self, job: Job) -> None:
         """A running job's turn: it keeps whatever was not handed out above it."""
         self.visited.add(job.job_id)
-        if job.job_id in self.evicted or job.placement is None:
+        if job.placement is None:
+            return
+        self.n_visited += 1
+        if job.job_id in self.evicted:
+            self.n_evicted_unvisited -= 1
             return
         for a in job.placement.allocations:
             self.holders[a.node].remove(job)
+            self.avail[a.node] -= a.gpus
         self.held_total -= job.placement.num_gpus
+
+    def n_unvisited_holders(self) -> int:
+        """Running jobs ranked below the current one that still hold their GPUs."""
+        return len(self.evictable) - self.n_visited - self.n_evicted_unvisited
 
     def start(self, job_id: JobId, placement: Placement) -> None:
         """Start a job, evicting the lowest-priority holders of GPUs beyond the idle ones."""
         for a in placement.allocations:
             node_holders = self.holders.get(a.node, [])
             while self.idle[a.node] < a.gpus:
-                victim = node_holders[-1]  # lowest priority on this node
-                self._evict(victim, job_id)
+                self._evict(node_holders[-1], job_id)  # lowest priority on this node
         self.take(placement)
 
     def _evict(self, victim: Job, by: JobId) -> None:
         self.evicted[victim.job_id] = by
+        self.n_evicted_unvisited += 1
+        self.version += 1
         for a in victim.placement.allocations:
             self.holders[a.node].remove(victim)
             self.idle[a.node] = self.idle.get(a.node, 0) + a.gpus
@@ -180,28 +217,59 @@ class _State:
 
 
 def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Placement | None:
-    """Place ``job`` on idle GPUs plus those of the lowest-priority running jobs.
+    """Place ``job`` on idle GPUs plus those of the fewest lowest-priority running jobs.
 
-    Running jobs are added lowest priority first; placement is tried once the
-    count suffices and again after each further job, so the jobs whose GPUs
-    may be taken are the smallest lowest-priority set that works.
+    First on everything lower-ranked jobs hold (if that fails, nothing can
+    help); then on idle GPUs plus the m lowest-priority running jobs' GPUs,
+    with the smallest m that works found by galloping + binary search
+    (feasibility only grows with m), so the jobs whose GPUs may be taken are the lowest-ranked ones.
     """
-    cand = dict(st.idle)
-    total = st.idle_total
-    for victim in reversed(st.evictable):
-        if victim.job_id in st.visited:
-            # Visited jobs rank above ``job``: their GPUs are not on offer.
+    full = placement.place(job, st.avail, st.cluster)
+    if full is None:
+        return None
+    # Victims lowest priority first, listed lazily: usually only a few are needed.
+    # Running jobs are visited in rank order, so the unvisited ones are
+    # ``evictable[st.n_visited:]``; visited jobs rank above ``job``, not on offer.
+    victims: list[Job] = []
+    source = (v for v in reversed(st.evictable[st.n_visited:]) if v.job_id not in st.evicted)
+
+    def first(m: int) -> list[Job]:
+        while len(victims) < m:
+            victims.append(next(source))
+        return victims[:m]
+
+    def attempt(m: int) -> Placement | None:
+        cand = dict(st.idle)
+        for v in first(m):
+            for a in v.placement.allocations:
+                cand[a.node] = cand.get(a.node, 0) + a.gpus
+        return placement.place(job, cand, st.cluster)
+
+    # Below ``lo`` victims the GPU count alone cannot suffice; with all of them
+    # the map is ``avail``, where ``full`` already fits.
+    lo, total = 0, st.idle_total
+    while total < job.num_gpus:
+        total += first(lo + 1)[lo].placement.num_gpus
+        lo += 1
+    # Galloping from ``lo`` (usually the answer: the lowest job's own GPUs fit),
+    # then binary search in the last gap.
+    hi, best = st.n_unvisited_holders(), full
+    step = 1
+    while lo < hi:
+        probe = min(lo + step - 1, hi - 1)
+        got = attempt(probe)
+        if got is not None:
+            best, hi = got, probe
             break
-        if victim.job_id in st.evicted:
-            continue  # its GPUs are already idle
-        for a in victim.placement.allocations:
-            cand[a.node] = cand.get(a.node, 0) + a.gpus
-        total += victim.placement.num_gpus
-        if total >= job.num_gpus:
-            got = placement.place(job, cand, st.cluster)
-            if got is not None:
-                return got
-    return None
+        lo, step = probe + 1, step * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got = attempt(mid)
+        if got is not None:
+            best, hi = got, mid
+        else:
+            lo = mid + 1
+    return best
 
 
 def to_plan(

@@ -26,11 +26,6 @@ from typing import Mapping
 from teiresias.domain import Cluster, Job, Node, Placement
 
 
-def _fits_anywhere(need: int, free: Mapping[str, int], cluster: Cluster) -> bool:
-    # Cheap rejection first: most pending jobs in a busy cluster fail here.
-    return need > 0 and sum(max(free.get(n.name, 0), 0) for n in cluster.nodes) >= need
-
-
 def _fewest_nodes(need: int, nodes: list[tuple[int, int, Node]]) -> list[tuple[Node, int]] | None:
     """Fewest nodes out of ``nodes`` = [(free, order, node)] holding ``need`` GPUs.
 
@@ -102,9 +97,13 @@ class ConsolidatePlacement(_TopologyCache):
 
     name = "consolidate"
 
+    def job_key(self, job: Job) -> int:
+        """What of a job decides where it fits (lets callers memoize failures)."""
+        return job.num_gpus
+
     def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
         need = job.num_gpus
-        if not _fits_anywhere(need, free, cluster):
+        if need <= 0:
             return None
         topo = self.topology(cluster)
         k = topo.min_nodes(need)
@@ -141,9 +140,12 @@ class SpreadPlacement(_TopologyCache):
 
     name = "spread"
 
+    def job_key(self, job: Job) -> int:
+        return job.num_gpus
+
     def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
         need = job.num_gpus
-        if not _fits_anywhere(need, free, cluster):
+        if need <= 0:
             return None
         order = self.topology(cluster).order
         cand = sorted(
@@ -178,6 +180,9 @@ class ProfilePlacement:
         self.packlimit = packlimit
         self._consolidate = ConsolidatePlacement()
         self._spread = SpreadPlacement()
+
+    def job_key(self, job: Job) -> tuple[int, bool]:
+        return (job.num_gpus, self.wants_consolidation(job))
 
     def wants_consolidation(self, job: Job) -> bool:
         return job.skew is None or job.skew > self.packlimit
