@@ -45,9 +45,11 @@ class ServiceDistribution:
         s = sorted(float(x) for x in samples)
         if not s:
             raise TraceError("a service distribution needs at least one GPU-time sample")
-        bad = next((x for x in s if not math.isfinite(x) or x <= 0), None)
+        # 0 is allowed: a job the controller saw finish at once took no GPU-time;
+        # such a sample never survives any attained service, so it is harmless.
+        bad = next((x for x in s if not math.isfinite(x) or x < 0), None)
         if bad is not None:
-            raise TraceError(f"GPU-time sample {bad} is not a positive finite number")
+            raise TraceError(f"GPU-time sample {bad} is not a non-negative finite number")
         self._s = s
         prefix = [0.0]
         for x in s:

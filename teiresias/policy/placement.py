@@ -58,16 +58,33 @@ class _Topology:
         self.order = {n.name: i for i, n in enumerate(cluster.nodes)}
         self.switches = tuple(cluster.switches().values())
         self.max_switch_gpus = max((sum(n.gpus for n in ns) for ns in self.switches), default=0)
-        self._sizes = sorted((n.gpus for n in cluster.nodes), reverse=True)
+        self._switch_sizes = [sorted((n.gpus for n in ns), reverse=True) for ns in self.switches]
+        self._all_sizes = sorted((n.gpus for n in cluster.nodes), reverse=True)
+        self._min_nodes: dict[int, int] = {}
 
     def min_nodes(self, need: int) -> int:
-        """Fewest nodes that could ever hold ``need`` GPUs (the consolidation target)."""
-        total = 0
-        for k, g in enumerate(self._sizes, start=1):
-            total += g
-            if total >= need:
-                return k
-        return len(self._sizes) + 1  # larger than the cluster: never placeable
+        """Fewest nodes that could ever hold ``need`` GPUs: the consolidation target.
+
+        Inside one switch when some switch is big enough (the best switch when
+        the cluster is idle), else across the whole cluster.
+        """
+        got = self._min_nodes.get(need)
+        if got is None:
+            if need <= self.max_switch_gpus:
+                got = min(_count_to_cover(need, sizes) for sizes in self._switch_sizes)
+            else:
+                got = _count_to_cover(need, self._all_sizes)
+            self._min_nodes[need] = got
+        return got
+
+
+def _count_to_cover(need: int, sizes_desc: list[int]) -> int:
+    total = 0
+    for k, g in enumerate(sizes_desc, start=1):
+        total += g
+        if total >= need:
+            return k
+    return 1 << 30  # cannot hold it at all
 
 
 class _TopologyCache:

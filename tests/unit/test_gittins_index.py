@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from teiresias.errors import TraceError
 from teiresias.policy.gittins import ServiceDistribution
 
 D = ServiceDistribution.from_values([4, 8, 12])
@@ -83,3 +84,14 @@ def test_extended_learns_new_samples_without_changing_the_original() -> None:
     assert len(D) == 3 and len(more) == 4
     # a = 12: survivor {16}, remaining 4 -> 1/4; the old distribution knows nothing there.
     assert more.index(12) == pytest.approx(1 / 4) and D.index(12) == 0.0
+
+
+def test_live_samples_may_include_zero_but_not_negative_or_nan() -> None:
+    # The controller feeds GPU-seconds of finished jobs; one may have taken none.
+    d = ServiceDistribution.from_values([0.0, 4.0])
+    assert d.index(0) == pytest.approx(1 / 4)
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(TraceError, match="not a non-negative finite number"):
+            ServiceDistribution.from_values([4.0, bad])
+    with pytest.raises(TraceError, match="at least one"):
+        ServiceDistribution.from_values([])

@@ -57,3 +57,32 @@ def test_more_gpus_than_free_is_none_and_free_map_is_untouched() -> None:
     c = cluster(1, 4)
     free = {"s0n0": 3}
     assert place(4, free, c) is None and free == {"s0n0": 3}
+
+
+def test_target_node_count_is_what_some_single_switch_can_do() -> None:
+    # The two 8-GPU nodes sit in different switches: a 16-GPU job cannot have 2
+    # nodes in one switch, so its target is switch s0's 3 nodes (8+4+4).
+    c = Cluster((Node("a8", "s0", 8), Node("a4", "s0", 4), Node("b4", "s0", 4),
+                 Node("c8", "s1", 8), Node("c4", "s1", 4)))
+    free = {n.name: n.gpus for n in c.nodes}
+    assert place(16, free, c) == {"a8": 8, "a4": 4, "b4": 4}
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from teiresias.policy.registry import PLACEMENT_NAMES, build_placement  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(0, 2), st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=8),
+    data=st.data(),
+)
+def test_on_an_idle_cluster_every_job_that_fits_the_cluster_is_placed(sizes, data) -> None:
+    """Otherwise a job could wait forever (the simulator would stall)."""
+    c = Cluster(tuple(Node(f"n{i}", f"s{sw}", g) for i, (sw, g) in enumerate(sizes)))
+    need = data.draw(st.integers(1, c.total_gpus))
+    name = data.draw(st.sampled_from(PLACEMENT_NAMES))
+    got = build_placement(name).place(pending(1, need), {n.name: n.gpus for n in c.nodes}, c)
+    assert got is not None and got.num_gpus == need
