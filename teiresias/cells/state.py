@@ -19,6 +19,10 @@ from typing import Any
 from teiresias.domain import JobId
 from teiresias.errors import ConfigError
 
+META_KEY = "cells_state"
+"""Key under which the controller stores ``CellPlan.cells.to_json()`` (as JSON text) in its
+state database's ``meta`` table; ``teiresias cells --state DB`` reads it from there."""
+
 
 @dataclass(frozen=True, slots=True)
 class Binding:

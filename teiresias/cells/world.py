@@ -190,6 +190,26 @@ class World:
             self.guaranteed.add(job)
         self.occ.occupy(job, cells, opportunistic=not guaranteed)
 
+    def load_state(self, state: CellsState) -> list[JobId]:
+        """Account a stored binding as is (``teiresias cells --state``): no snapshot needed.
+
+        Returns the jobs whose stored cells no longer fit the config (left out).
+        """
+        bindings = {(b.vc, b.number): b.cell for b in state.bindings}
+        skipped: list[JobId] = []
+        for jc in sorted(state.jobs, key=lambda jc: not jc.guaranteed):
+            cells = [self.topology.by_address.get(a) for a in jc.cells]
+            if any(c is None for c in cells) or any(
+                    leaf.index in self.occ.owner for c in cells if c is not None for leaf in c.leaves()):
+                skipped.append(jc.job_id)
+                continue
+            got = [c for c in cells if c is not None]
+            vc = self.vcs.get(jc.vc or "")
+            self.job_vc[jc.job_id] = jc.vc if vc is not None else None
+            guaranteed = jc.guaranteed and vc is not None and self._restore_guaranteed(vc, got, bindings)
+            self._hold(jc.job_id, got, guaranteed)
+        return skipped
+
     # -- guaranteed jobs ----------------------------------------------------------
 
     def try_guaranteed(self, job: Job) -> tuple[list[Cell], list[JobId]] | None:
