@@ -196,8 +196,17 @@ class Controller:
                     free[a.node] = free.get(a.node, 0) + a.gpus
                 enactor.hold(r, "preempted before Slurm started it", now)
             elif r.phase is Phase.RUNNING:
-                enactor.signal(r, plan.reasons.get(job_id, "a higher-priority job needs its GPUs") or
-                               "a higher-priority job needs its GPUs", now)
+                why = plan.reasons.get(job_id) or "a higher-priority job needs its GPUs"  # type: ignore[call-overload]
+                if preemption.speaks_protocol(r):
+                    enactor.signal(r, why, now)
+                else:
+                    # A plain sbatch job has no checkpoint hook: USR1 would just kill
+                    # it (FAILED, not requeueable). Requeue it right away instead.
+                    r.signal_time, r.signal_restart = now, r.restart_count
+                    if not self.dry_run:
+                        r.phase, r.phase_since = Phase.PREEMPTING, now  # saved with the journal row
+                    enactor.requeue(r, preemption.RequeueDue(None, why + "; not a tsbatch job: requeued"
+                                                             " without a checkpoint"), now)
         # 3. Preemptions in progress: requeue on Ack or when the grace time is over.
         for job_id, r in records.items():
             if r.phase is Phase.PREEMPTING:

@@ -19,6 +19,11 @@ from wrappers.protocol import Ack, job_dir, parse_comment, read_ack
 _ACK_SLACK_S = 5.0
 
 
+def speaks_protocol(rec: JobRecord) -> bool:
+    """Jobs launched by tsbatch (comment ``teiresias:dir=...``) checkpoint on the signal."""
+    return bool(parse_comment(rec.comment).get("dir"))
+
+
 def find_ack(rec: JobRecord) -> Ack | None:
     """The job's Ack for the run we signalled, or None (not written yet, not a tsbatch job)."""
     base = parse_comment(rec.comment).get("dir")

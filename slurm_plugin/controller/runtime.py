@@ -19,14 +19,15 @@ def make_backend(config: ControllerConfig) -> SlurmBackend:
     """The backend the config names (``auto``: the best one that works here)."""
     if config.slurm_conf is not None:
         os.environ["SLURM_CONF"] = str(config.slurm_conf)
+    import slurm_plugin.backends as backends
     from slurm_plugin.backends import cli as cli_backend
 
-    select: Any = getattr(cli_backend, "select_backend", None)
-    if select is not None:
+    select: Any = getattr(backends, "select_backend", None) or getattr(cli_backend, "select_backend", None)
+    if select is not None and config.backend != "cli":
         return select(config.backend)
     if config.backend not in ("auto", "cli"):
         raise ConfigError(f"backend {config.backend!r} is not available here; use backend: cli")
-    return cli_backend.CliBackend()
+    return cli_backend.CliBackend(slurm_conf=config.slurm_conf)
 
 
 def make_controller(config: ControllerConfig, *, dry_run: bool = False,

@@ -1,0 +1,269 @@
+"""The live controller against the real local Slurm cluster (job_submit.lua installed).
+
+Jobs are sleep jobs; the ones that speak the preemption protocol trap USR1 and
+write ack.json exactly as wrappers/protocol.py says. Thresholds are a few
+GPU-seconds so demotion happens within seconds; every wait polls for a state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+from slurm_plugin.controller.audit import read_audit
+from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from slurm_plugin.localcluster import LocalCluster
+from wrappers.protocol import format_comment
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+LUA = REPO / "etc" / "job_submit.lua"
+TEIRESIAS = [sys.executable, "-m", "teiresias"]
+
+# A job that speaks the preemption protocol: on USR1 it writes its Ack (unless
+# ACK=0) and then waits to be requeued, as a tsbatch job does.
+PROTOCOL_JOB = r"""#!/bin/bash
+jobdir="$JOBBASE/$SLURM_JOB_ID"; mkdir -p "$jobdir"
+on_usr1() {
+  if [ "${ACK:-1}" = 1 ]; then
+    printf '{"job_id": %s, "restart_count": %s, "step": 7, "path": "%s/ckpt", "bytes": 4096, "seconds": 0.25, "time": %s}' \
+      "$SLURM_JOB_ID" "${SLURM_RESTART_COUNT:-0}" "$jobdir" "$(date +%s.%N)" > "$jobdir/ack.json.tmp"
+    mv "$jobdir/ack.json.tmp" "$jobdir/ack.json"
+  fi
+}
+trap on_usr1 USR1
+end=$((SECONDS + ${RUN_FOR:-600}))
+while [ $SECONDS -lt $end ]; do sleep 1 & wait $!; done
+"""
+
+
+def poll(what: str, cond: Callable[[], Any], timeout: float = 30.0, every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+class ControllerProc:
+    """`teiresias controller run` as a subprocess of the test (so it can be kill -9'ed)."""
+
+    def __init__(self, tmp: Path, cluster, **overrides: Any) -> None:
+        self.tmp = tmp
+        self.cluster = cluster
+        cfg: dict[str, Any] = {
+            "partitions": ["gpu"],
+            "policy": {"name": "las", "queues": [8]},
+            "placement": "consolidate",
+            "poll_interval": 1,
+            "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
+            "state_db": str(tmp / "state.db"),
+            "audit_log": str(tmp / "audit.jsonl"),
+            "backend": "cli",
+            "slurm_conf": str(cluster.conf),
+        }
+        for k, v in overrides.items():
+            if isinstance(v, dict):
+                cfg[k] = {**cfg.get(k, {}), **v}
+            else:
+                cfg[k] = v
+        self.config = tmp / "teiresias.yaml"
+        self.config.write_text(yaml.safe_dump(cfg))
+        self.log = tmp / "controller.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "ControllerProc":
+        self.proc = subprocess.Popen([*TEIRESIAS, "controller", "run", "-c", str(self.config)],
+                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
+                                     env={**self.cluster.env, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def records(self) -> dict[int, JobRecord]:
+        db = self.tmp / "state.db"
+        if not db.exists():
+            return {}
+        store = StateStore(db, readonly_copy=True)
+        try:
+            return store.jobs(active_only=False)
+        finally:
+            store.close()
+
+    def rec(self, job_id: int) -> JobRecord | None:
+        return self.records().get(job_id)
+
+    def audit(self, job: int | None = None, action: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in read_audit(self.tmp / "audit.jsonl")
+                if (job is None or e["job"] == job) and (action is None or e["action"] == action)]
+
+    def logtext(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def lua_cluster(slurm_cluster):
+    """The test cluster with etc/job_submit.lua installed (jobs held at submission)."""
+    with slurm_cluster.reconfigured(job_submit_lua=LUA) as c:
+        c.lua_cfg = replace(c.cfg, job_submit_lua=LUA)
+        yield c
+
+
+@pytest.fixture
+def cluster(lua_cluster) -> Iterator[Any]:
+    lua_cluster.clean()
+    yield lua_cluster
+    lua_cluster.clean()
+
+
+@pytest.fixture
+def make_controller(cluster, tmp_path) -> Iterator[Callable[..., ControllerProc]]:
+    made: list[ControllerProc] = []
+
+    def make(**overrides: Any) -> ControllerProc:
+        c = ControllerProc(tmp_path, cluster, **overrides)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+def submit_protocol_job(cluster, tmp: Path, gpus: int, *, ack: bool = True, run_for: int = 600,
+                        name: str = "pj", extra: tuple[str, ...] = ()) -> int:
+    base = tmp / "jobs"
+    base.mkdir(exist_ok=True)
+    return cluster.submit(PROTOCOL_JOB, "-p", "gpu", f"--gpus={gpus}", "-t", "10", f"--job-name={name}",
+                          f"--comment={format_comment({'dir': str(base)})}", *extra,
+                          env={"JOBBASE": str(base), "ACK": "1" if ack else "0", "RUN_FOR": str(run_for)})
+
+
+def submit_sleep(cluster, gpus: int, seconds: int = 600, partition: str = "gpu", *extra: str) -> int:
+    return cluster.submit(f"sleep {seconds}", "-p", partition, f"--gpus={gpus}", "-t", "10", *extra)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_controller):
+    """Interface: `controller run --once --json`; a 4-GPU job lands on one node (consolidate)."""
+    job = submit_sleep(cluster, 4)
+    sj = cluster.job(job)
+    assert sj.state == "PENDING" and sj.priority == 0, "job_submit.lua should hold managed jobs"
+    other = submit_sleep(cluster, 1, 600, "other")  # another partition: untouched by lua and controller
+    cluster.wait_for(other, "RUNNING", timeout=20)
+
+    ctl = make_controller()
+    proc = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["plan"]["start"][str(job)][0]["gpus"] == 4 and len(out["plan"]["start"][str(job)]) == 1
+    assert [(a["job"], a["action"], a["ok"]) for a in out["actions"]] == [(job, "start", True)]
+    assert str(other) not in out["plan"]["queues"]
+    node = out["plan"]["start"][str(job)][0]["node"]
+    running = cluster.wait_for(job, "RUNNING", timeout=20)
+    assert running.nodes == (node,)
+    # The other partition's GPU is not given away: the 4-GPU job avoided that node.
+    assert cluster.job(other).nodes[0] != node
+
+    q = subprocess.run([*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)], capture_output=True,
+                       text=True, env=cluster.env, cwd=REPO, timeout=60)
+    assert q.returncode == 0, q.stderr
+    rows = json.loads(q.stdout)
+    assert [r["job_id"] for r in rows] == [job]
+    assert {"job_id", "user", "gpus", "state", "queue", "attained_gpu_seconds", "preemptions"} <= set(rows[0])
+    assert rows[0]["gpus"] == 4 and rows[0]["queue"] == "Q1" and rows[0]["preemptions"] == 0
+
+
+def test_spread_job_lands_on_the_node_list_the_policy_chose(cluster, make_controller):
+    # Unmanaged jobs leave 2, 1, 2, 2 GPUs free on node1..4: no node holds 3, so
+    # spread takes the fullest nodes first (node2's last GPU, then node1).
+    held = [submit_sleep(cluster, g, 600, "other", "-w", n)
+            for n, g in (("node1", 2), ("node2", 3), ("node3", 2), ("node4", 2))]
+    for h in held:
+        cluster.wait_for(h, "RUNNING", timeout=20)
+    job = submit_sleep(cluster, 3)
+    ctl = make_controller(placement="spread")
+    proc = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    chosen = {p["node"]: p["gpus"] for p in json.loads(proc.stdout)["plan"]["start"][str(job)]}
+    assert chosen == {"node2": 1, "node1": 2}
+    running = cluster.wait_for(job, "RUNNING", timeout=20)
+    assert set(running.nodes) == set(chosen) and running.num_nodes == 2
+
+
+def test_new_job_overtakes_demoted_ones_and_preemption_requeues_exactly_enough(cluster, make_controller,
+                                                                               tmp_path):
+    """Ordering + preemption + attained service continuing after the requeue."""
+    ctl = make_controller().start()
+    old = [submit_protocol_job(cluster, tmp_path, 4, name=f"old{i}") for i in range(4)]
+    for j in old:
+        cluster.wait_for(j, "RUNNING", timeout=30)
+    # 4 GPUs x 2 s > 8 GPU-s: all four demoted to Q2.
+    poll("old jobs demoted to Q2", lambda: all(ctl.rec(j).queue == 1 for j in old), 30)
+
+    new = submit_protocol_job(cluster, tmp_path, 6, run_for=6, name="new")  # needs 6 GPUs: two 4-GPU jobs
+    cluster.wait_for(new, "RUNNING", timeout=60)
+    recs = ctl.records()
+    preempted = [j for j in old if recs[j].preemptions == 1]
+    assert len(preempted) == 2, {j: (recs[j].phase, recs[j].preemptions) for j in old}
+    assert all(recs[j].preemptions == 0 and recs[j].phase is Phase.RUNNING for j in set(old) - set(preempted))
+    # Each requeue followed an acknowledged checkpoint, and the new job started after them.
+    for j in preempted:
+        (rq,) = ctl.audit(j, "requeue")
+        assert rq["acked"] is True and rq["ckpt_bytes"] == 4096
+        assert recs[j].ckpt_seconds == 0.25
+        assert ctl.audit(new, "start")[0]["time"] >= rq["time"]
+    attained_at_preemption = {j: recs[j].closed_run_seconds for j in preempted}
+    assert all(v > 1.0 for v in attained_at_preemption.values())
+
+    # Within Q2, FIFO by first start time: the ranks follow first_start_time.
+    q2 = sorted((r for r in ctl.records().values() if r.queue == 1 and r.rank is not None), key=lambda r: r.rank)
+    starts = [r.first_start_time for r in q2]
+    assert starts == sorted(starts)
+
+    # The new job ends after 6 s; the preempted ones run again and their attained service continues.
+    for j in preempted:
+        sj = cluster.wait_for(j, "RUNNING", timeout=60, where=lambda s: s.restart_count == 1)
+        assert sj.restart_count == 1
+    poll("attained service grows past the pre-preemption value", lambda: all(
+        ctl.rec(j).run_start is not None for j in preempted), 30)
+    now = time.time()
+    from slurm_plugin.controller.accounting import total_executed
+    for j in preempted:
+        r = ctl.rec(j)
+        assert r.closed_run_seconds == pytest.approx(attained_at_preemption[j])
+        assert total_executed(r, now) > attained_at_preemption[j]
+    assert ctl.alive()
