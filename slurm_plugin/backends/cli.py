@@ -53,9 +53,32 @@ class CliBackend(SlurmBackend):
         except FileNotFoundError:
             raise SlurmError(f"{cmd[0]} not found: install slurm-client (or run `teiresias cluster up`)") from None
         if r.returncode != 0:
-            raise error_from_message(_last_error_line(r.stderr or r.stdout) or
-                                     f"{' '.join(cmd[:2])} exited {r.returncode}", job_id)
+            raise self._classify(error_from_message(_last_error_line(r.stderr or r.stdout) or
+                                                    f"{' '.join(cmd[:2])} exited {r.returncode}", job_id))
         return r.stdout
+
+    def _classify(self, err: SlurmError) -> SlurmError:
+        """Slurm's words do not always say "unreachable" (22.05's ``squeue
+        --json`` exits 0 with "Failed while looking for jobs"; ``scontrol``
+        may say "Unexpected message received"): on a plain SlurmError, ask
+        ``scontrol ping`` whether slurmctld is there at all."""
+        if type(err) is not SlurmError or self._ping_raw():
+            return err
+        return SlurmUnreachable(f"slurmctld does not answer ({err}); is the cluster up and SLURM_CONF right?")
+
+    def _ping_raw(self) -> bool:
+        try:
+            r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=self.timeout,
+                               env=self.env, stdin=subprocess.DEVNULL)
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            return False
+        return r.returncode == 0 and "is UP" in r.stdout
+
+    def _parsed(self, parse, text: str):
+        try:
+            return parse(text)
+        except SlurmError as err:
+            raise self._classify(err) from None
 
     def _scontrol(self, job_id: int, *args: str) -> None:
         self.run("scontrol", *args, job_id=job_id)
@@ -63,10 +86,10 @@ class CliBackend(SlurmBackend):
     # ---------------------------------------------------------------- reads
     def jobs(self) -> list[SlurmJob]:
         """Every job slurmctld knows (finished ones younger than MinJobAge too)."""
-        return parse_squeue_json(self.run("squeue", "--json"))
+        return self._parsed(parse_squeue_json, self.run("squeue", "--json"))
 
     def nodes(self) -> list[SlurmNode]:
-        return parse_sinfo_json(self.run("sinfo", "--json"))
+        return self._parsed(parse_sinfo_json, self.run("sinfo", "--json"))
 
     def job(self, job_id: int) -> SlurmJob:
         """One job (``scontrol show job -o``): cheaper than ``jobs()`` for one id."""
@@ -74,11 +97,7 @@ class CliBackend(SlurmBackend):
         return parse_scontrol_job(out.strip().splitlines()[0])
 
     def ping(self) -> bool:
-        try:
-            out = self.run("scontrol", "ping")
-        except SlurmError:
-            return False
-        return "is UP" in out
+        return self._ping_raw()
 
     # ---------------------------------------------------------------- actions
     def hold(self, job_id: int) -> None:
@@ -132,7 +151,7 @@ class CliBackend(SlurmBackend):
             line = errors[-1] if errors else _last_error_line(r.stderr) or f"scancel exited {r.returncode}"
             if _CANCEL_DONE in line and not any(f.startswith("--signal") for f in flags):
                 return
-            raise error_from_message(line.split("error:", 1)[-1].strip(), job_id)
+            raise self._classify(error_from_message(line.split("error:", 1)[-1].strip(), job_id))
 
     # ---------------------------------------------------------------- extras (tests, demo)
     def submit(self, script: str | Path, *sbatch_args: str) -> int:

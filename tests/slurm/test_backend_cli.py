@@ -1,0 +1,195 @@
+"""The JSON CLI backend against the real local cluster: every operation the
+controller uses, and the errors it must tell apart."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from slurm_plugin.backends.cli import CliBackend
+from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
+
+pytestmark = pytest.mark.slurm
+
+LATER = "--begin=now+3600"  # pending, not held, and not started by Slurm meanwhile
+
+
+def test_jobs_and_nodes_report_gpus(clean_slurm):
+    c = clean_slurm
+    run = c.submit("sleep 60", "-G", "2", "-J", "two")
+    other = c.submit("sleep 60", "-p", "other", "--gres=gpu:1")
+    c.wait_for(run, "RUNNING")
+    c.wait_for(other, "RUNNING")
+    jobs = {j.job_id: j for j in c.backend.jobs()}
+    j = jobs[run]
+    assert (j.state, j.gpus, j.num_nodes, j.partition, j.name) == ("RUNNING", 2, 1, "gpu", "two")
+    assert len(j.nodes) == 1 and j.nodes[0] in c.nodes and j.start_time and j.end_time is None
+    assert jobs[other].partition == "other" and jobs[other].gpus == 1 and jobs[other].gpus_per_node == 1
+    nodes = {n.name: n for n in c.backend.nodes()}
+    assert set(nodes) == set(c.nodes)
+    assert sum(n.gpus for n in nodes.values()) == 4 * c.gpus_per_node
+    assert sum(n.gpus_used for n in nodes.values()) == 3, "both partitions' GPUs are counted"
+    assert all(n.usable and set(n.partitions) == {"gpu", "other"} for n in nodes.values())
+
+
+def test_hold_release_and_priority_must_be_set_again_after_release(clean_slurm):
+    c, b = clean_slurm, clean_slurm.backend
+    j = c.submit("sleep 60", "-G", "1", LATER)
+    b.set_priority(j, 777)
+    assert b.job(j).priority == 777
+    b.hold(j)
+    held = b.job(j)
+    assert held.held and held.priority == 0 and held.state_reason == "JobHeldAdmin"
+    b.release(j)
+    released = b.job(j)
+    assert not released.held and released.priority != 777, "release recomputes the priority"
+    b.set_priority(j, 777)
+    assert b.job(j).priority == 777
+    assert {x.job_id: x for x in b.jobs()}[j].priority == 777
+
+
+def test_set_nodelist_pins_with_node_count_then_start_now(clean_slurm):
+    c, b = clean_slurm, clean_slurm.backend
+    j = c.submit("sleep 60", "-G", "1", LATER)
+    b.set_nodelist(j, ("node2", "node3"))
+    pinned = b.job(j)
+    assert pinned.required_nodes == ("node2", "node3") and pinned.num_nodes == 2
+    b.set_nodelist(j, ("node4",))
+    pinned = b.job(j)
+    assert pinned.required_nodes == ("node4",) and pinned.num_nodes == 1, "node count follows the list"
+    b.clear_begin_time(j)
+    running = c.wait_for(j, "RUNNING", timeout=20)
+    assert running.nodes == ("node4",)
+    with pytest.raises(SlurmError):
+        b.set_nodelist(j, ("node1",))  # a running job cannot be moved
+
+
+def test_requeue_goes_pending_with_restart_count_and_begin_time_cleared(clean_slurm):
+    c, b = clean_slurm, clean_slurm.backend
+    j = c.submit('echo "run ${SLURM_RESTART_COUNT:-0}"; sleep 60', "-G", "1")
+    c.wait_for(j, "RUNNING")
+    b.requeue(j, hold=False)
+    pending = c.wait_for(j, "PENDING")
+    assert pending.restart_count == 1 and not pending.held
+    assert pending.eligible_time and pending.eligible_time > time.time() + 60, "Slurm delays a requeued job"
+    b.clear_begin_time(j)
+    again = c.wait_for(j, "RUNNING", timeout=20)
+    assert again.restart_count == 1
+    assert _poll(lambda: "run 1" in c.output(j), 10), c.output(j)
+    # requeue with hold: pending, held, for the controller to release
+    b.requeue(j, hold=True)
+    held = c.wait_for(j, "PENDING")
+    assert held.held and held.restart_count == 2
+    with pytest.raises(SlurmError):
+        b.requeue(j)  # requeueing a pending job is refused
+
+
+SIGNAL_SCRIPT = """#!/bin/bash
+child() { trap 'echo child >> sig-$SLURM_JOB_ID; exit 0' USR1; while :; do sleep 0.1; done; }
+child &
+trap 'echo shell >> sig-$SLURM_JOB_ID' USR1
+echo ready >> sig-$SLURM_JOB_ID
+while :; do sleep 0.1; done
+"""
+
+
+def test_signal_reaches_batch_shell_and_children(clean_slurm):
+    c = clean_slurm
+    j = c.submit(SIGNAL_SCRIPT)
+    marks = c.jobs_dir / f"sig-{j}"
+    c.wait_for(j, "RUNNING")
+    assert _poll(lambda: marks.exists() and "ready" in marks.read_text(), 20), "job never started its script"
+    c.backend.signal(j, "USR1")
+    assert _poll(lambda: {"shell", "child"} <= set(marks.read_text().split()), 10), marks.read_text()
+    assert c.backend.job(j).state == "RUNNING", "USR1 is caught: the job keeps running"
+
+
+def test_cancel_and_cancel_again(clean_slurm):
+    c, b = clean_slurm, clean_slurm.backend
+    j = c.submit("sleep 60", "-G", "1")
+    c.wait_for(j, "RUNNING")
+    b.cancel(j)
+    c.wait_for(j, "CANCELLED")
+    b.cancel(j)  # already ended: nothing to do, no error
+
+
+def test_unknown_job_is_job_vanished(slurm_cluster):
+    b = slurm_cluster.backend
+    gone = 987654
+    for op in (b.hold, b.release, b.cancel, b.job, b.clear_begin_time, b.requeue,
+               lambda j: b.set_priority(j, 5), lambda j: b.signal(j, "USR1"),
+               lambda j: b.set_nodelist(j, ("node1",))):
+        with pytest.raises(JobVanished):
+            op(gone)
+
+
+def _conf_with_port(slurm_cluster, tmp_path, port: int):
+    text = slurm_cluster.conf.read_text().replace(f"SlurmctldPort={slurm_cluster.cfg.port_base}",
+                                                  f"SlurmctldPort={port}")
+    conf = tmp_path / "slurm.conf"
+    # clients retry an absent slurmctld for ~MessageTimeout (10 s by default): keep it short here
+    conf.write_text(text + "MessageTimeout=2\n")
+    (tmp_path / "gres.conf").write_text((slurm_cluster.conf.parent / "gres.conf").read_text())
+    return conf
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_slurmctld_is_unreachable(slurm_cluster, tmp_path):
+    # the same cluster's configuration aimed at a port where nothing listens
+    b = CliBackend(env=slurm_cluster.env, slurm_conf=_conf_with_port(slurm_cluster, tmp_path, _free_port()))
+    for op in (b.jobs, b.nodes, lambda: b.hold(1), lambda: b.signal(1, "USR1")):
+        with pytest.raises(SlurmUnreachable):
+            op()
+    assert b.ping() is False
+
+
+def test_silent_slurmctld_is_unreachable_after_timeout(slurm_cluster, tmp_path):
+    # a listener that accepts and never answers: the command would wait for
+    # Slurm's MessageTimeout; the backend's own timeout cuts it short
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    port = srv.getsockname()[1]
+    conns = []
+    stop = threading.Event()
+
+    def accept():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                pass
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        b = CliBackend(env=slurm_cluster.env, slurm_conf=_conf_with_port(slurm_cluster, tmp_path, port),
+                       timeout=1.5)
+        t0 = time.monotonic()
+        with pytest.raises(SlurmUnreachable, match="did not answer"):
+            b.jobs()
+        assert time.monotonic() - t0 < 5
+    finally:
+        stop.set()
+        t.join()
+        for s in conns:
+            s.close()
+        srv.close()
+
+
+def _poll(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
