@@ -134,12 +134,26 @@ class BuddySpace:
         if cost is None and not self.bad_nodes:
             c = next(iter(pool.values()))  # fast path: any free cell will do
         else:
-            cands = [c for c in pool.values() if self._usable(c, want)]
-            if not cands:
+            c = self._cheapest((c for c in pool.values() if self._usable(c, want)), cost)
+            if c is None:
                 return None
-            c = min(cands, key=cost) if cost is not None else cands[0]
         self._pop(c)
         return c
+
+    @staticmethod
+    def _cheapest(cands: Iterable[Cell], cost: Cost | None) -> Cell | None:
+        """The first candidate of least cost; stops at the first free-of-cost one."""
+        best: Cell | None = None
+        best_cost: tuple | None = None
+        for c in cands:
+            if cost is None:
+                return c
+            k = cost(c)
+            if best_cost is None or k < best_cost:
+                best, best_cost = c, k
+                if not any(k):
+                    break
+        return best
 
     def _split_source(self, chain: str, level: int, want: int, cost: Cost | None) -> Cell | None:
         """The smallest free cell at ``level`` or above that can be split for a ``want`` cell."""
@@ -157,8 +171,8 @@ class BuddySpace:
         lowest cost) is split further.
         """
         while c.level > level:
-            kids = [k for k in c.children if self._usable(k, level)]
-            pick = min(kids, key=cost) if cost is not None else kids[0]
+            pick = self._cheapest((k for k in c.children if self._usable(k, level)), cost)
+            assert pick is not None  # c was chosen because it has a usable child
             for k in c.children:
                 if k is not pick:
                     self._push(k)

@@ -23,13 +23,16 @@ from teiresias.domain import JobId
 class Occupancy:
     """Leaf owners and per-cell counts of used and opportunistic GPUs (ancestors included)."""
 
-    __slots__ = ("owner", "opportunistic", "used", "opp_gpus", "job_leaves")
+    __slots__ = ("owner", "opportunistic", "used", "opp_gpus", "opp_jobs", "_job_cell", "job_leaves")
 
     def __init__(self) -> None:
         self.owner: dict[int, JobId] = {}
         self.opportunistic: set[JobId] = set()
         self.used: dict[int, int] = {}
         self.opp_gpus: dict[int, int] = {}
+        # Distinct opportunistic jobs per cell, kept incrementally so that a cost is O(1).
+        self.opp_jobs: dict[int, int] = {}
+        self._job_cell: dict[tuple[JobId, int], int] = {}
         self.job_leaves: dict[JobId, list[Cell]] = {}
 
     def occupy(self, job: JobId, cells: Iterable[Cell], opportunistic: bool) -> None:
@@ -42,7 +45,7 @@ class Occupancy:
             self.opportunistic.add(job)
         for leaf in leaves:
             self.owner[leaf.index] = job
-            self._count(leaf, +1, opportunistic)
+            self._count(job, leaf, +1, opportunistic)
 
     def vacate(self, job: JobId) -> list[Cell]:
         """Free every GPU of ``job``; returns its leaf cells."""
@@ -51,15 +54,24 @@ class Occupancy:
         self.opportunistic.discard(job)
         for leaf in leaves:
             del self.owner[leaf.index]
-            self._count(leaf, -1, opp)
+            self._count(job, leaf, -1, opp)
         return leaves
 
-    def _count(self, leaf: Cell, delta: int, opportunistic: bool) -> None:
+    def _count(self, job: JobId, leaf: Cell, delta: int, opportunistic: bool) -> None:
         c: Cell | None = leaf
         while c is not None:
-            self.used[c.index] = self.used.get(c.index, 0) + delta
+            i = c.index
+            self.used[i] = self.used.get(i, 0) + delta
             if opportunistic:
-                self.opp_gpus[c.index] = self.opp_gpus.get(c.index, 0) + delta
+                self.opp_gpus[i] = self.opp_gpus.get(i, 0) + delta
+                key = (job, i)
+                n = self._job_cell.get(key, 0) + delta
+                if n:
+                    self._job_cell[key] = n
+                else:
+                    del self._job_cell[key]
+                if (delta > 0 and n == 1) or (delta < 0 and n == 0):
+                    self.opp_jobs[i] = self.opp_jobs.get(i, 0) + delta
             c = c.parent
 
     def used_gpus(self, c: Cell) -> int:
@@ -72,17 +84,14 @@ class Occupancy:
         return {self.owner[leaf.index] for leaf in c.leaves()
                 if leaf.index in self.owner and self.owner[leaf.index] in self.opportunistic}
 
-    def cost(self, c: Cell) -> tuple[int, int, int]:
-        """Preemption cost of giving ``c`` to a guaranteed job: (jobs preempted, their GPUs, order).
+    def cost(self, c: Cell) -> tuple[int, int]:
+        """Preemption cost of giving ``c`` to a guaranteed job: (jobs preempted, their GPUs).
 
         Counting whole jobs first is what minimises preemptions; the GPU count
-        breaks ties towards the cell whose displaced work is smallest, the
-        cell index keeps the choice deterministic.
+        breaks ties towards the cell whose displaced work is smallest. Among
+        equal costs the allocator keeps its own (deterministic) order.
         """
-        opp = self.opp_gpus.get(c.index, 0)
-        if not opp:
-            return (0, 0, c.index)
-        return (len(self.opp_jobs_in(c)), opp, c.index)
+        return (self.opp_jobs.get(c.index, 0), self.opp_gpus.get(c.index, 0))
 
 
 def victims(occ: Occupancy, cells: Iterable[Cell]) -> list[JobId]:

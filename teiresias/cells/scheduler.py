@@ -94,12 +94,16 @@ class CellsPolicy:
         reasons: dict[JobId, str] = {}
 
         # Guaranteed pass.
+        vc_running: dict[str, list[Job]] = {}  # running guaranteed jobs per VC, rank order
+        for j in order:
+            if j.is_running and j.job_id in w.guaranteed:
+                vc_running.setdefault(w.job_vc[j.job_id] or "", []).append(j)
         for j in order:
             if j.is_running or w.vc_of(j) is None:
                 continue
             got = w.try_guaranteed(j)
             if got is None:
-                got = self._evict_for(w, j, order, rank, preempted)
+                got = self._evict_for(w, j, vc_running.get(w.vc_of(j).name, []), rank, preempted)  # type: ignore[union-attr]
             if got is None:
                 vc = w.vc_of(j)
                 reasons[j.job_id] = f"VC {vc.name}: no free cells for {j.num_gpus} GPUs in its quota"  # type: ignore[union-attr]
@@ -117,7 +121,7 @@ class CellsPolicy:
             cells = w.try_opportunistic(j)
             if cells is None:
                 why = reasons.get(j.job_id)
-                idle = sum(w.idle_gpus(nc) for nc in self.topology.node_cells.values())
+                idle = w.idle_total()
                 opp = f"{idle} idle GPUs, not enough for {j.num_gpus} as an opportunistic job"
                 reasons[j.job_id] = f"{why}; {opp}" if why else opp
                 continue
@@ -143,16 +147,19 @@ class CellsPolicy:
         )
 
     @staticmethod
-    def _evict_for(w: World, job: Job, order: list[Job], rank: dict[JobId, int],
+    def _evict_for(w: World, job: Job, vc_running: list[Job], rank: dict[JobId, int],
                    preempted: dict[JobId, str]) -> tuple[list[Cell], list[JobId]] | None:
-        """Evict lower-ranked running guaranteed jobs of ``job``'s VC, lowest first, until it fits."""
+        """Evict lower-ranked running guaranteed jobs of ``job``'s VC, lowest first, until it fits.
+
+        ``vc_running``: the VC's running guaranteed jobs in rank order.
+        """
         vc = w.vc_of(job)
         assert vc is not None
-        lower = [j for j in reversed(order)
-                 if rank[j.job_id] > rank[job.job_id] and j.is_running and j.job_id in w.guaranteed
-                 and w.job_vc.get(j.job_id) == vc.name and j.job_id not in preempted]
-        if job.num_gpus > w.config.quota_gpus(vc.spec):
-            return None  # beyond the whole quota: evicting cannot help
+        lower = [j for j in reversed(vc_running)
+                 if rank[j.job_id] > rank[job.job_id] and j.job_id in w.guaranteed and j.job_id not in preempted]
+        quota = w.config.quota_gpus(vc.spec)
+        if job.num_gpus > quota - w.vc_used.get(vc.name, 0) + sum(j.num_gpus for j in lower):
+            return None  # not even evicting them all would free enough of the quota
         evicted: list[tuple[Job, list[Cell]]] = []
         got = None
         for victim in lower:

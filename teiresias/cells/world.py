@@ -84,6 +84,8 @@ class World:
     job_vc: dict[JobId, str | None] = field(init=False)
     guaranteed: set[JobId] = field(init=False)
     foreign: set[JobId] = field(init=False)  # running on nodes outside the cells config
+    vc_used: dict[str, int] = field(init=False)  # guaranteed GPUs per VC
+    _idle_total: int | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.physical = BuddySpace(self.topology.roots)
@@ -96,6 +98,8 @@ class World:
         self.job_vc = {}
         self.guaranteed = set()
         self.foreign = set()
+        self.vc_used = {}
+        self._idle_total = None
 
     def vc_of(self, job: Job) -> VirtualCluster | None:
         name = self.config.vc_of_account(job.account)
@@ -186,8 +190,12 @@ class World:
 
     def _hold(self, job: JobId, cells: list[Cell], guaranteed: bool) -> None:
         self.job_cells[job] = cells
+        self._idle_total = None
         if guaranteed:
             self.guaranteed.add(job)
+            vc = self.job_vc.get(job)
+            if vc is not None:
+                self.vc_used[vc] = self.vc_used.get(vc, 0) + sum(c.gpus for c in cells)
         self.occ.occupy(job, cells, opportunistic=not guaranteed)
 
     def load_state(self, state: CellsState) -> list[JobId]:
@@ -254,10 +262,14 @@ class World:
     def drop(self, job: JobId) -> list[Cell]:
         """Release every cell of a job (preempted or evicted); returns them for a possible restore."""
         cells = self.job_cells.pop(job, [])
+        self._idle_total = None
         self.occ.vacate(job)
         if job in self.guaranteed:
             self.guaranteed.discard(job)
-            vc = self.vcs.get(self.job_vc.get(job) or "")
+            name = self.job_vc.get(job)
+            if name is not None:
+                self.vc_used[name] -= sum(c.gpus for c in cells)
+            vc = self.vcs.get(name or "")
             if vc is not None:
                 for c in cells:
                     vc.release(c, self.physical)
@@ -279,6 +291,12 @@ class World:
         cap = nc.gpus - self.unavailable.get(nc.node or "", 0)
         return max(cap - self.occ.used_gpus(nc), 0)
 
+    def idle_total(self) -> int:
+        """Idle GPUs in the whole cluster (cached until a job is held or dropped)."""
+        if self._idle_total is None:
+            self._idle_total = sum(self.idle_gpus(nc) for nc in self.topology.node_cells.values())
+        return self._idle_total
+
     def _bound_anywhere(self, nc: Cell) -> bool:
         """True when some VC holds a binding on this node (or a cell containing it)."""
         return self.physical.free_block_containing(nc) is None
@@ -291,6 +309,8 @@ class World:
         the remainder goes to the partly used node it fits best, keeping
         whole nodes whole.
         """
+        if may_use is None and self.idle_total() < job.num_gpus:
+            return None  # cheap rejection: most waiting jobs in a busy cluster stop here
         avail = may_use or self.idle_gpus
         for chain in self.config.chains.values():
             nodes = [nc for nc in self.topology.node_cells.values() if nc.chain is chain]
