@@ -166,7 +166,8 @@ def check_payload(payload: dict[str, Any], what: str) -> None:
     errors = payload.get("errors") or []
     if errors:
         e = errors[0]
-        msg = e.get("description") or e.get("error") or json.dumps(e)
+        words, desc = e.get("error") or "", e.get("description") or ""
+        msg = f"{words}: {desc}" if words and desc else (words or desc or json.dumps(e))
         raise error_from_message(f"{what}: {msg}")
 
 

@@ -24,6 +24,17 @@ from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 API = "/slurm/v0.0.38"
 
 
+def restd_error_text(errors: list[dict[str, Any]]) -> str:
+    """slurmrestd's errors array -> one line with Slurm's own words first
+    (``error`` holds e.g. "Invalid job id specified", ``description`` the context)."""
+    parts = []
+    for e in errors[:2]:
+        words = e.get("error") or ""
+        desc = e.get("description") or ""
+        parts.append(f"{words}: {desc}" if words and desc else (words or desc or json.dumps(e)))
+    return "; ".join(parts)
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     """http.client over AF_UNIX: the ``curl --unix-socket`` of the standard library."""
 
@@ -82,10 +93,7 @@ class RestdBackend(SlurmBackend):
             raise SlurmError(f"slurmrestd {method} {path}: HTTP {status}, not JSON: {raw[:120]!r}") from None
         errors = payload.get("errors") or []
         if errors:
-            first = errors[0]
-            msg = first.get("description") or first.get("error") or json.dumps(first)
-            err_no = first.get("error_number") or first.get("errno")
-            raise error_from_message(f"{msg} (error {err_no})" if err_no else msg, job_id)
+            raise error_from_message(restd_error_text(errors), job_id)
         if status >= 400:
             if job_id is not None and status == 404:
                 raise JobVanished(f"job {job_id}: slurmrestd answers 404")
@@ -121,20 +129,22 @@ class RestdBackend(SlurmBackend):
         self._update(job_id, {"priority": int(priority)})
 
     def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
+        # job updates take sbatch's option names: "nodelist" is --nodelist,
+        # "nodes" is --nodes (a count range), set with it as in the CLI backend
         n = len(nodes)
-        self._update(job_id, {"nodes": ",".join(nodes), "minimum_nodes": n, "maximum_nodes": n})
+        self._update(job_id, {"nodelist": ",".join(nodes), "nodes": f"{n}-{n}"} if nodes else {"nodelist": ""})
 
     def signal(self, job_id: int, signal: str) -> None:
-        # DELETE /job/{id}?signal= reaches the job's steps only (no --full in
-        # v0.0.38); the controller's preemption uses the CLI backend's signal.
+        # 22.05's DELETE /job/{id}?signal= reaches the batch shell and its
+        # children, like `scancel --signal --full` (tests/slurm/test_backend_restd.py)
         self._call("DELETE", f"/job/{job_id}?signal={signal.upper().removeprefix('SIG')}", None, job_id)
 
     def requeue(self, job_id: int, hold: bool = True) -> None:
         raise SlurmError("requeue is not in slurmrestd's openapi v0.0.38: use the CLI backend "
-                         "(`--backend cli`) for preemption")
+                         "(backend: cli) where the controller preempts")
 
     def clear_begin_time(self, job_id: int) -> None:
-        self._update(job_id, {"begin_time": 0})
+        self._update(job_id, {"begin_time": "now"})
 
     def cancel(self, job_id: int) -> None:
         self._call("DELETE", f"/job/{job_id}", None, job_id)
