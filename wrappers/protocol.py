@@ -45,6 +45,13 @@ ENV_BASE = "TEIRESIAS_JOB_BASE"  # set by tsbatch in the job's environment
 ENV_ENABLE = "TEIRESIAS_CHECKPOINT"  # "1" activates the hooks
 ENV_EVERY = "TEIRESIAS_CHECKPOINT_EVERY"  # periodic checkpoint every N steps (0: only on signals)
 ENV_PROFILE = "TEIRESIAS_PROFILE"  # "1": profile this run's communication
+ENV_KEEP = "TEIRESIAS_CHECKPOINT_KEEP"  # how many checkpoints to keep (default 2)
+ENV_START_FRESH = "TEIRESIAS_START_FRESH"  # "1": a corrupt/foreign checkpoint is set aside, not fatal
+ENV_TRUST = "TEIRESIAS_TRUST_CHECKPOINT"  # "1": allow torch.load(weights_only=False) on own files
+ENV_GRACE = "TEIRESIAS_TIMELIMIT_GRACE"  # seconds before the time limit for TIMELIMIT_SIGNAL
+ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the Nth write
+
+CHECKPOINT_RECORDS = "checkpoints.jsonl"
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,24 @@ class Ack:
     bytes: int
     seconds: float
     time: float
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One checkpoint written by a job (a line of ``checkpoints.jsonl``).
+
+    ``seconds`` and ``bytes`` are what a preemption costs this job (the save
+    side); ``reason`` is preempt, timelimit, term, periodic or api.
+    """
+
+    job_id: int
+    restart_count: int
+    step: int
+    path: str
+    bytes: int
+    seconds: float
+    time: float
+    reason: str
 
 
 def parse_comment(comment: str) -> dict[str, str]:
@@ -110,3 +135,32 @@ def read_ack(jobdir: Path) -> Ack | None:
         return Ack(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+def records_path(jobdir: Path) -> Path:
+    return jobdir / CHECKPOINT_RECORDS
+
+
+def append_record(jobdir: Path, record: CheckpointRecord) -> None:
+    """Append one line and fsync: a reader sees whole lines (a torn last line is skipped)."""
+    fd = os.open(records_path(jobdir), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(jobdir: Path) -> list[CheckpointRecord]:
+    """Every checkpoint this job wrote, oldest first; [] when none. The controller
+    reads this to learn a job's preemption cost (duration and size of a save)."""
+    try:
+        lines = records_path(jobdir).read_text().splitlines()
+    except OSError:
+        return []
+    out: list[CheckpointRecord] = []
+    for line in lines:
+        try:
+            out.append(CheckpointRecord(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue  # a line torn by a kill during append
+    return out

@@ -1,0 +1,399 @@
+"""The in-job half of checkpoint/resume: signals in, checkpoints out.
+
+Installed when the script imports torch (see ``wrappers.hooks.activate``).
+
+Stop protocol (wrappers/protocol.py, Gandiva §5.2 "suspend at the mini-batch
+boundary"):
+
+1. A signal only sets a flag: PREEMPT_SIGNAL (USR1, the controller),
+   TIMELIMIT_SIGNAL (USR2, Slurm shortly before the time limit), SIGTERM
+   (Slurm is about to kill the job).
+2. After every ``optimizer.step()`` (a global post-step hook) the flag is
+   read; with several ranks they agree on it with an all-reduce MAX on a
+   gloo group of their own, so every rank stops after the same step.
+3. The save happens at the next DataLoader ``next()``/``iter()`` after that
+   step: the point where the script asks for the next batch, whose position
+   we can name and find again. Rank 0 writes; all ranks' RNG and iterator
+   positions go into the file.
+4. Then: PREEMPT -> write the Ack and wait to be requeued; TIMELIMIT ->
+   ``scontrol requeue`` ourselves and exit; SIGTERM -> exit.
+
+Resume: when the job directory holds a checkpoint, the script starts from
+its beginning in *replay* mode: epochs that were complete come out empty,
+the interrupted epoch's iterator is rebuilt at its position, and at the very
+``next()`` call where the checkpoint was taken every state is loaded, before
+the batch is fetched. Replay ends there; from then on the run is the same
+computation as the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from wrappers import protocol
+from wrappers.hooks import state as st
+from wrappers.hooks.checkpoint import (
+    FORMAT,
+    CheckpointDirUnusable,
+    CheckpointRefused,
+    CheckpointStore,
+    Written,
+)
+from wrappers.hooks.positions import Consumed, IterRecord, Positions, loader_iter_at
+
+
+class Stop(IntEnum):
+    """Why a checkpoint is taken; with several ranks the largest wins."""
+
+    NONE = 0
+    PERIODIC = 1
+    API = 2
+    PREEMPT = 3
+    TIMELIMIT = 4
+    TERM = 5
+
+
+_SIGNAL_STOP = {
+    getattr(signal, "SIG" + protocol.PREEMPT_SIGNAL): Stop.PREEMPT,
+    getattr(signal, "SIG" + protocol.TIMELIMIT_SIGNAL): Stop.TIMELIMIT,
+    signal.SIGTERM: Stop.TERM,
+}
+
+
+class ResumeError(Exception):
+    """The checkpoint could not be matched to this run of the script."""
+
+
+def _say(msg: str) -> None:
+    print(f"teiresias: {msg}", file=sys.stderr, flush=True)
+
+
+class Runtime:
+    """One per process. All methods run on the main thread (signal handlers
+    only set ``signal_stop``)."""
+
+    def __init__(self, env: os._Environ[str] | dict[str, str]) -> None:
+        self.env = env
+        self.job_id = env.get("SLURM_JOB_ID", "")
+        self.restart_count = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
+        self.every = int(env.get(protocol.ENV_EVERY, "0") or 0)
+        base = env.get(protocol.ENV_BASE, protocol.DEFAULT_BASE)
+        self.jobdir: Path = protocol.job_dir(base, self.job_id or "nojob")
+        self.store = CheckpointStore(self.jobdir, keep=int(env.get(protocol.ENV_KEEP, "2") or 2))
+        self.enabled = True
+        self.tracked = st.Tracked()
+        self.positions = Positions()
+        self.signal_stop = Stop.NONE
+        self.pending = Stop.NONE  # agreed at a step boundary, saved at the next data request
+        self.waiting = False  # Ack written, waiting to be requeued
+        self.api_request = False  # api.checkpoint_now()
+        self.step = 0
+        self.loaded = False
+        self.ckpt: dict[str, Any] | None = None  # while replaying
+        self.ckpt_path: Path | None = None
+        self.resumed_from: int | None = None
+        self._group: Any = None  # gloo group for the stop agreement
+        self._dir_checked = False
+
+    # ------------------------------------------------------------------ ranks
+    @staticmethod
+    def _dist() -> Any:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed
+        return None
+
+    def rank(self) -> int:
+        d = self._dist()
+        return d.get_rank() if d else int(self.env.get("RANK", "0") or 0)
+
+    def world(self) -> int:
+        d = self._dist()
+        return d.get_world_size() if d else 1
+
+    def group(self) -> Any:
+        if self._group is None:
+            # Every rank gets here at the same step boundary, so new_group is collective-safe.
+            self._group = torch.distributed.new_group(backend="gloo")
+        return self._group
+
+    # ------------------------------------------------------------------ signals
+    def install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in _SIGNAL_STOP:
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        stop = _SIGNAL_STOP[signum]
+        if self.waiting:
+            # Checkpoint and Ack are done: a requeue (SIGTERM) just ends us; a time
+            # limit while we wait means nobody requeued us, so we do it ourselves.
+            if stop == Stop.TIMELIMIT:
+                self._requeue_self()
+            if stop in (Stop.TERM, Stop.TIMELIMIT):
+                _exit(0)
+            return
+        if stop == Stop.TERM and not self.tracked.live_optimizers():
+            # Nothing to save (not training yet): die as without teiresias.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        self.signal_stop = max(self.signal_stop, stop)
+
+    # ------------------------------------------------------------------ checkpoint dir
+    def usable(self) -> bool:
+        """Check the job directory once; an unusable one disables checkpoints with one warning."""
+        if not self._dir_checked:
+            self._dir_checked = True
+            if not self.job_id:
+                self.enabled = False
+                return False
+            try:
+                self.store.prepare()
+            except CheckpointDirUnusable as exc:
+                self.enabled = False
+                if self.rank() == 0:
+                    _say(f"warning: checkpoints disabled, the job runs without them: {exc} "
+                         f"(choose another directory with tsbatch --checkpoint-dir)")
+        return self.enabled
+
+    # ------------------------------------------------------------------ resume
+    def ensure_loaded(self) -> None:
+        """On the first data request or step: find this job's checkpoint and enter replay."""
+        if self.loaded:
+            return
+        self.loaded = True
+        if not self.usable():
+            return
+        path = self.store.latest()
+        if path is None:
+            return
+        trust = self.env.get(protocol.ENV_TRUST) == "1"
+        try:
+            data = self.store.load(path, trust=trust)
+        except CheckpointRefused as exc:
+            if self.env.get(protocol.ENV_START_FRESH) == "1":
+                if self.rank() == 0:
+                    moved = self.store.set_aside(path)
+                    _say(f"warning: {exc}; set aside as {moved.name}, starting fresh "
+                         f"({protocol.ENV_START_FRESH}=1)")
+                return
+            _say(f"error: {exc}. Nothing was loaded. Remove the file, or set "
+                 f"{protocol.ENV_START_FRESH}=1 to start this job from scratch.")
+            raise SystemExit(2) from None
+        local = self._local_part(data)
+        if local["point"]["kind"] == "none":
+            _say(f"warning: {path.name} has no data position (the script uses no DataLoader "
+                 f"or api.steps): this run starts from the beginning")
+            return
+        self.ckpt, self.ckpt_path = data, path
+
+    def _local_part(self, data: dict[str, Any]) -> dict[str, Any]:
+        ranks = data["ranks"]
+        r = self.rank()
+        if len(ranks) != self.world() and r == 0:
+            _say(f"warning: checkpoint was written by {len(ranks)} rank(s), this run has {self.world()}")
+        return ranks[r] if r < len(ranks) else ranks[0]
+
+    @property
+    def replaying(self) -> bool:
+        return self.ckpt is not None
+
+    def _saved_live(self, ord_: int, n: int) -> dict[str, Any] | None:
+        assert self.ckpt is not None
+        for it in self._local_part(self.ckpt)["iterators"]:
+            if it["ord"] == ord_ and it["n"] == n:
+                return it
+        return None
+
+    def _is_point(self, kind: str, ord_: int, n: int, pos: int) -> bool:
+        assert self.ckpt is not None
+        p = self._local_part(self.ckpt)["point"]
+        return p["kind"] == kind and p["ord"] == ord_ and p["n"] == n and p["pos"] == pos
+
+    def restore(self) -> None:
+        """Load every state at the point where the checkpoint was taken; replay ends."""
+        assert self.ckpt is not None and self.ckpt_path is not None
+        data, path = self.ckpt, self.ckpt_path
+        self.ckpt = None
+        local = self._local_part(data)
+        try:
+            st.restore_shared(self.tracked, data["shared"])
+        except (st.StateMismatch, RuntimeError, KeyError, ValueError) as exc:
+            raise ResumeError(f"cannot resume from {path}: {exc}") from exc
+        st.restore_rng(local["rng"])
+        self.positions.restore_generator_states(local["loader_gens"])
+        for opt, n in zip(self.tracked.live_optimizers(), data["optimizer_steps"]):
+            opt._teiresias_steps = n  # type: ignore[attr-defined]
+        self.step = data["step"]
+        self.resumed_from = data["step"]
+        if self.rank() == 0:
+            _say(f"resumed from {path.name} at step {self.step}")
+
+    # ------------------------------------------------------------------ hooks
+    def on_iter(self, owner: Any, kind: str, make: Callable[[int], Any]) -> tuple[Any, IterRecord | None]:
+        """``iter(loader)``: name the iteration; in replay, rebuild it where it was.
+        ``make(skip)`` builds the real iterator past ``skip`` items."""
+        self.ensure_loaded()
+        if not self.enabled:
+            return make(0), None
+        ord_, n = self.positions.peek(owner)
+        if self.pending:
+            self._save_and_act({"kind": "iter", "ord": ord_, "n": n, "pos": 0})
+        skip = 0
+        if self.replaying:
+            saved = self._saved_live(ord_, n)
+            if self._is_point("iter", ord_, n, 0):
+                self.restore()
+            elif saved is not None:
+                # Same generator states as when the original run made this iterator.
+                for g, s in zip(_gens(owner), saved["gens"]):
+                    g.set_state(s)
+                torch.set_rng_state(saved["rng"])
+                skip = saved["pos"]
+            else:
+                self.positions.finished(self.positions.start(owner, kind))
+                return Consumed(), None
+        rec = self.positions.start(owner, kind)
+        it = make(skip)
+        rec.pos = skip
+        return it, rec
+
+    def on_next(self, rec: IterRecord) -> None:
+        """Before ``next(iterator)`` hands out an item."""
+        if self.pending:
+            self._save_and_act({"kind": "next", "ord": rec.ord, "n": rec.n, "pos": rec.pos})
+        if self.replaying and self._is_point("next", rec.ord, rec.n, rec.pos):
+            self.restore()
+
+    def on_step(self, optimizer: Any) -> None:
+        """After every ``optimizer.step()``: count, and decide (with all ranks) whether to stop."""
+        n = getattr(optimizer, "_teiresias_steps", 0) + 1
+        optimizer._teiresias_steps = n
+        self.step = max(self.step, n)
+        self.ensure_loaded()
+        if self.replaying:
+            raise ResumeError(
+                "an optimizer step ran before the resume point was reached: this script does not "
+                "replay deterministically up to its checkpoint (see docs/checkpointing.md)")
+        if not self.enabled:
+            return
+        stop = self.signal_stop
+        if self.every and self.step % self.every == 0:
+            stop = max(stop, Stop.PERIODIC)
+        if self.api_request:
+            self.api_request = False
+            stop = max(stop, Stop.API)
+        if self.world() > 1:
+            t = torch.tensor([int(stop)], dtype=torch.int64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=self.group())
+            stop = Stop(int(t.item()))
+        if stop:
+            self.pending = stop
+            if not self.positions.live:
+                # No data position to wait for: save here (resume will start over).
+                self._save_and_act({"kind": "none", "ord": -1, "n": -1, "pos": -1})
+
+    # ------------------------------------------------------------------ saving
+    def _local_state(self, point: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "rng": st.capture_rng(),
+            "iterators": [r.to_plain() for r in self.positions.live],
+            "loader_gens": self.positions.generator_states(),
+            "point": point,
+        }
+
+    def _save_and_act(self, point: dict[str, Any]) -> None:
+        stop, self.pending = self.pending, Stop.NONE
+        if stop >= Stop.PREEMPT:
+            self.signal_stop = Stop.NONE
+        written = self.save(stop, point)
+        if stop == Stop.PREEMPT:
+            if self.rank() == 0 and written is not None:
+                protocol.write_ack(self.jobdir, protocol.Ack(
+                    job_id=int(self.job_id), restart_count=self.restart_count, step=written.step,
+                    path=str(written.path), bytes=written.bytes, seconds=written.seconds, time=time.time()))
+                _say(f"preempted: checkpoint at step {written.step} written, waiting to be requeued")
+            self._wait_for_requeue()
+        elif stop == Stop.TIMELIMIT:
+            if self.rank() == 0:
+                _say(f"time limit: checkpoint at step {self.step} written, requeueing")
+                self._requeue_self()
+            _exit(0)
+        elif stop == Stop.TERM:
+            if self.rank() == 0:
+                _say(f"SIGTERM: checkpoint at step {self.step} written, exiting")
+            _exit(128 + signal.SIGTERM)
+
+    def save(self, stop: Stop, point: dict[str, Any]) -> Written | None:
+        """Gather every rank's local state; rank 0 writes; everybody waits for the file."""
+        local = self._local_state(point)
+        world, rank = self.world(), self.rank()
+        if world > 1:
+            gathered: list[Any] | None = [None] * world if rank == 0 else None
+            torch.distributed.gather_object(local, gathered, dst=0, group=self.group())
+            ranks = gathered
+        else:
+            ranks = [local]
+        written = None
+        if rank == 0:
+            payload = {
+                "format": FORMAT,
+                "job_id": self.job_id,
+                "restart_count": self.restart_count,
+                "step": self.step,
+                "time": time.time(),
+                "reason": stop.name.lower(),
+                "world_size": world,
+                "optimizer_steps": [getattr(o, "_teiresias_steps", 0) for o in self.tracked.live_optimizers()],
+                "shared": st.capture_shared(self.tracked),
+                "ranks": ranks,
+            }
+            written = self.store.write(payload, self.step)
+            protocol.append_record(self.jobdir, protocol.CheckpointRecord(
+                job_id=int(self.job_id), restart_count=self.restart_count, step=written.step,
+                path=str(written.path), bytes=written.bytes, seconds=round(written.seconds, 6),
+                time=time.time(), reason=stop.name.lower()))
+        if world > 1:
+            torch.distributed.barrier(group=self.group())
+        return written
+
+    # ------------------------------------------------------------------ after the save
+    def _wait_for_requeue(self) -> None:
+        self.waiting = True
+        sys.stdout.flush()
+        while True:  # the controller requeues us: SIGTERM, then _on_signal exits
+            time.sleep(3600)
+
+    def _requeue_self(self) -> None:
+        if not self.job_id:
+            return
+        try:
+            subprocess.run(["scontrol", "requeue", self.job_id], check=True, capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            _say(f"warning: scontrol requeue {self.job_id} failed: {exc}")
+
+
+def _gens(owner: Any) -> list[torch.Generator]:
+    from wrappers.hooks.positions import generators_of
+
+    return generators_of(owner)
+
+
+def _exit(code: int) -> None:
+    """Leave at once: no atexit handlers (a process group teardown could hang)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

@@ -1,0 +1,56 @@
+"""teiresias job hooks, put on PYTHONPATH by tsbatch's batch script.
+
+Two things, both cheap until the script imports torch:
+1. run the ``sitecustomize`` this file shadows (the next one on sys.path), so
+   site-wide customisation keeps working;
+2. when ``TEIRESIAS_CHECKPOINT=1``, arm the checkpoint/resume hooks
+   (wrappers.hooks.activate), which patch torch only if and when it is imported.
+
+This folder holds nothing but this file, so it shadows no other module.
+"""
+
+import os
+import sys
+
+
+def _chain_next_sitecustomize() -> None:
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None or os.path.abspath(spec.origin or "") == os.path.abspath(__file__):
+        return
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # as site.py does for a failing sitecustomize
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}",
+              file=sys.stderr)
+
+
+def _load_wrappers_package() -> None:
+    """Make ``wrappers`` (this checkout's) importable even in an interpreter
+    where teiresias is not installed, without putting the whole repo on sys.path."""
+    if "wrappers" in sys.modules:
+        return
+    import importlib.util
+
+    pkg_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(
+        "wrappers", os.path.join(pkg_dir, "__init__.py"), submodule_search_locations=[pkg_dir])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["wrappers"] = module
+    spec.loader.exec_module(module)
+
+
+_chain_next_sitecustomize()
+if os.environ.get("TEIRESIAS_CHECKPOINT") == "1":
+    try:
+        _load_wrappers_package()
+        from wrappers.hooks import activate
+
+        activate()
+    except Exception as exc:  # never stop the user's program over our hooks
+        print(f"teiresias: warning: checkpoint hooks not armed: {type(exc).__name__}: {exc}", file=sys.stderr)
