@@ -39,7 +39,8 @@ def trace() -> None:
 @click.option("--gpu-mix", default=None, metavar="G:W,...",
               help="philly: GPU-count weights. [default: the testbed mix 1:240,2:40,4:80,8:90,16:25,32:5]")
 @click.option("--min-duration", type=float, default=None, help="Shortest job, seconds. [testbed 120, philly 60]")
-@click.option("--max-duration", type=float, default=None, help="Longest job, seconds. [testbed 7200, philly none]")
+@click.option("--max-duration", type=float, default=None,
+              help="Longest job, seconds; 0 = no cap. [testbed 7200, philly 604800 (7 days)]")
 @click.option("--max-gpus", type=int, default=None, help="philly: drop GPU sizes above this.")
 @click.option("--mean-interarrival", type=float, default=30.0, show_default=True, help="testbed: mean gap, s.")
 @click.option("-s", "--seed", type=int, default=0, show_default=True)
@@ -84,7 +85,8 @@ def synth(
             num_jobs=num_jobs, cluster_gpus=gpus, load=load, arrival_rate=arrival_rate,
             gpu_mix=parse_gpu_mix(gpu_mix) if gpu_mix else None,
             min_duration=60.0 if min_duration is None else min_duration,
-            max_duration=max_duration, max_gpus=min(max_gpus or per_node_cap, per_node_cap),
+            max_duration=PhillyParams.max_duration if max_duration is None else (max_duration or None),
+            max_gpus=min(max_gpus or per_node_cap, per_node_cap),
         )
         jobs = philly_like(dist.samples, params, seed=seed)
     if output == "-":

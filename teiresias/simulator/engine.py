@@ -7,9 +7,10 @@ the live controller uses (``plan = policy.decide(snapshot)``). One loop:
    Ticks fall on the grid ``t0 + k * interval`` and only while some job is
    pending: with nothing pending no plan can start or preempt anything, so a
    tick could not change the schedule.
-2. Bring every job's counters up to that time (t_J, delta_J, progress).
-3. Retire completed jobs, admit arrivals.
-4. Run a round (``policy.decide``) on arrivals, ticks, and completions that
+2. Retire completed jobs, admit arrivals. Job counters (t_J, delta_J,
+   progress) need no per-event update: a SimJob computes them from the
+   engine's time when read (teiresias/simulator/simjob.py).
+3. Run a round (``policy.decide``) on arrivals, ticks, and completions that
    leave a job pending; enact the Plan: preempt, start with the given
    placement, reset t_J / delta_J of promoted jobs, record queue indices.
 
@@ -40,11 +41,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
+from teiresias.domain import Cluster, JobId, JobState, Placement, Snapshot
 from teiresias.errors import TeiresiasError
 from teiresias.policy.base import SchedulingPolicy
 from teiresias.simulator.clock import Clock, SimulatedClock
 from teiresias.simulator.metrics import JobRecord, SimulationResult, summarize
+from teiresias.simulator.simjob import SimJob, SimTime
 from teiresias.simulator.slowdown import SlowdownTable
 from teiresias.simulator.trace import TraceJob
 
@@ -72,29 +74,6 @@ class SimulationOptions:
     record_timeline: bool = True
 
 
-class _Run:
-    """Engine-private bookkeeping of one job (never shown to the policy)."""
-
-    __slots__ = (
-        "trace", "job", "work_left", "restore_left", "rate", "version", "needs_restore",
-        "held_time", "overhead", "slowed", "nodes", "end_time",
-    )
-
-    def __init__(self, trace: TraceJob, job: Job) -> None:
-        self.trace = trace
-        self.job = job
-        self.work_left = trace.duration  # consolidated seconds of work still to do
-        self.restore_left = 0.0  # overhead seconds still to pay in the current run
-        self.rate = 1.0  # work seconds per wall second in the current placement
-        self.version = 0  # bumps on preemption; stale completion events are skipped
-        self.needs_restore = False
-        self.held_time = 0.0  # wall seconds holding GPUs (work + overhead)
-        self.overhead = 0.0
-        self.slowed = False
-        self.nodes: tuple[str, ...] = ()
-        self.end_time = math.inf
-
-
 class Simulator:
     """Replays ``trace`` on ``cluster`` under ``policy``; ``run()`` returns a SimulationResult."""
 
@@ -119,9 +98,10 @@ class Simulator:
         self.t0 = t0
         self._min_nodes_gpn = cluster.max_gpus_per_node
         self._free = {n.name: n.gpus for n in cluster.nodes}
-        self._active: dict[JobId, _Run] = {}  # arrival order
-        self._running: dict[JobId, _Run] = {}
-        self._pending: dict[JobId, _Run] = {}
+        self._time = SimTime(t0)  # what the SimJobs' counters are read against
+        self._active: dict[JobId, SimJob] = {}  # arrival order
+        self._running: dict[JobId, SimJob] = {}
+        self._pending: dict[JobId, SimJob] = {}
         self._events: list[tuple[float, int, int, JobId]] = []  # (end, seq, version, id)
         self._seq = 0
         self._busy = 0
@@ -130,38 +110,12 @@ class Simulator:
         self._timeline_t: list[float] = [t0]
         self._timeline_busy: list[int] = [0]
         self._records: list[JobRecord] = []
-        self._last = t0
         self.rounds = 0
         self._idle_since: float | None = None
         self.preemptions = 0
         self.overhead_total = 0.0
 
-    # -- time ---------------------------------------------------------------
-    def _advance(self, t: float) -> None:
-        """Bring every job's counters from ``self._last`` to ``t``.
-
-        Only needed before a round (the policy reads them): between rounds the
-        running set only shrinks, and a completing job settles its own account.
-        """
-        dt = t - self._last
-        if dt <= 0:
-            return
-        for r in self._running.values():
-            j = r.job
-            j.executed_time += dt
-            r.held_time += dt
-            work_dt = dt
-            if r.restore_left > 0.0:
-                paid = r.restore_left if r.restore_left < dt else dt
-                r.restore_left -= paid
-                work_dt -= paid
-            if work_dt > 0.0:
-                r.work_left -= work_dt * r.rate
-                j.total_executed_time = r.trace.duration - r.work_left
-        for r in self._pending.values():
-            r.job.waiting_time += dt
-        self._last = t
-
+    # -- bookkeeping ----------------------------------------------------------
     def _set_busy(self, t: float, delta: int) -> None:
         self._busy_integral += self._busy * (t - self._busy_since)
         self._busy_since = t
@@ -177,15 +131,16 @@ class Simulator:
         ev = self._events
         while ev:
             end, _, version, jid = ev[0]
-            r = self._running.get(jid)
-            if r is not None and r.version == version:
+            j = self._running.get(jid)
+            if j is not None and j.version == version:
                 return end
             heapq.heappop(ev)  # stale: the job was preempted since
         return math.inf
 
     # -- enacting a plan ----------------------------------------------------
-    def _start(self, r: _Run, placement: Placement, now: float) -> None:
-        j = r.job
+    # Every transition settles the job first (SimJob.settle), so its counters
+    # are exact at ``now`` before its state or rate changes.
+    def _start(self, j: SimJob, placement: Placement, now: float) -> None:
         free = self._free
         if placement.num_gpus != j.num_gpus:
             raise SimulationError(
@@ -200,55 +155,53 @@ class Simulator:
                     f"which has {left if left is not None else 'no such node'} free"
                 )
             free[a.node] = left - a.gpus
+        j.settle()
         del self._pending[j.job_id]
-        self._running[j.job_id] = r
+        self._running[j.job_id] = j
         j.state = JobState.RUNNING
         j.placement = placement
         if j.first_start_time is None:
             j.first_start_time = now
-        if r.needs_restore:
-            r.restore_left = self.opt.preempt_overhead
-            r.overhead += r.restore_left
-            self.overhead_total += r.restore_left
-            r.needs_restore = False
+        if j.needs_restore:
+            j.restore_left = self.opt.preempt_overhead
+            j.overhead += j.restore_left
+            self.overhead_total += j.restore_left
+            j.needs_restore = False
         min_nodes = -(-j.num_gpus // self._min_nodes_gpn)
         slowdown = self.opt.slowdown.profile(j.model_name).slowdown if placement.num_nodes > min_nodes else 1.0
-        r.rate = 1.0 / slowdown
+        j.rate = 1.0 / slowdown
         if slowdown > 1.0:
-            r.slowed = True
-        r.nodes = placement.nodes
-        end = now + r.restore_left + r.work_left / r.rate
+            j.slowed = True
+        j.nodes = placement.nodes
+        end = now + j.restore_left + j.work_left / j.rate
         self._seq += 1
-        heapq.heappush(self._events, (end, self._seq, r.version, j.job_id))
+        heapq.heappush(self._events, (end, self._seq, j.version, j.job_id))
         self._set_busy(now, j.num_gpus)
 
-    def _stop(self, r: _Run, now: float) -> None:
+    def _stop(self, j: SimJob, now: float) -> None:
         """Take a running job's GPUs back (preemption or completion)."""
-        j = r.job
         assert j.placement is not None
+        j.settle()
         for a in j.placement.allocations:
             self._free[a.node] += a.gpus
         del self._running[j.job_id]
-        r.version += 1
+        j.version += 1
         j.placement = None
         self._set_busy(now, -j.num_gpus)
 
-    def _preempt(self, r: _Run, now: float) -> None:
-        self._stop(r, now)
-        j = r.job
+    def _preempt(self, j: SimJob, now: float) -> None:
+        self._stop(j, now)
         j.state = JobState.PENDING
         j.preemptions += 1
         self.preemptions += 1
-        r.restore_left = 0.0  # an unfinished restore is paid again in full on resume
-        r.needs_restore = True
-        self._pending[j.job_id] = r
+        j.restore_left = 0.0  # an unfinished restore is paid again in full on resume
+        j.needs_restore = True
+        self._pending[j.job_id] = j
 
-    def _complete(self, r: _Run, now: float) -> None:
-        r.held_time += now - self._last  # counters were last brought up to date at self._last
-        self._stop(r, now)
-        j = r.job
-        r.work_left = 0.0
-        j.total_executed_time = r.trace.duration
+    def _complete(self, j: SimJob, now: float) -> None:
+        self._stop(j, now)
+        j.work_left = 0.0
+        j.total_executed_time = j.trace.duration  # exact, whatever the float residue
         del self._active[j.job_id]
         start = j.first_start_time if j.first_start_time is not None else now
         jct = now - j.submit_time
@@ -261,55 +214,39 @@ class Simulator:
                 start=start,
                 end=now,
                 jct=jct,
-                queue_delay=max(jct - r.held_time, 0.0),
+                queue_delay=max(jct - j.held_time, 0.0),
                 preemptions=j.preemptions,
-                overhead=r.overhead,
-                slowed=r.slowed,
-                nodes=r.nodes,
+                overhead=j.overhead,
+                slowed=j.slowed,
+                nodes=j.nodes,
             )
         )
 
     def _round(self, now: float) -> bool:
         """One scheduling round; returns whether anything started."""
-        jobs = [r.job for r in self._active.values()]
-        plan = self.policy.decide(Snapshot(now, self.cluster, jobs))
-        self.rounds += 1
         active = self._active
+        plan = self.policy.decide(Snapshot(now, self.cluster, list(active.values())))
+        self.rounds += 1
         for jid in plan.preempt:
-            r = self._running.get(jid)
-            if r is None:
+            j = self._running.get(jid)
+            if j is None:
                 raise SimulationError(f"policy {self.policy.name} preempted job {jid}, which is not running")
-            self._preempt(r, now)
+            self._preempt(j, now)
         for jid, placement in plan.start.items():
-            r = self._pending.get(jid)
-            if r is None:
+            j = self._pending.get(jid)
+            if j is None:
                 raise SimulationError(f"policy {self.policy.name} started job {jid}, which is not pending")
-            self._start(r, placement, now)
+            self._start(j, placement, now)
         for jid in plan.promote:
-            r = active.get(jid)
-            if r is not None:
-                r.job.executed_time = 0.0
-                r.job.waiting_time = 0.0
-        for jid, q in plan.queues.items():
-            r = active.get(jid)
-            if r is not None:
-                r.job.queue_index = q
+            j = active.get(jid)
+            if j is not None:
+                j.executed_time = 0.0  # Tiresias §3.2.3: t_J and delta_J reset on promotion
+                j.waiting_time = 0.0
+        # Every job's queue_index now reads from this plan (SimJob.queue_index): O(1).
+        self._time.queues = plan.queues
         return bool(plan.start)
 
     # -- main loop ----------------------------------------------------------
-    def _make_job(self, tj: TraceJob) -> Job:
-        prof = self.opt.slowdown.profile(tj.model_name)
-        return Job(
-            job_id=JobId(tj.job_id),
-            num_gpus=tj.num_gpus,
-            submit_time=tj.submit_time,
-            user=tj.user,
-            account=tj.account,
-            model_name=tj.model_name,
-            skew=prof.skew,
-            duration=tj.duration,
-        )
-
     def _progress_bar(self):
         show = self.opt.progress
         if show is None:
@@ -344,26 +281,26 @@ class Simulator:
                         "cluster with no future events; the replay cannot finish"
                     )
                 now = clock.wait_until(t)
+                self._time.now = now
                 # Completions first: their GPUs are free for this round.
                 done = 0
                 while self._events and self._events[0][0] <= now + _EPS:
                     end, _, version, jid = heapq.heappop(self._events)
-                    r = self._running.get(jid)
-                    if r is not None and r.version == version:
-                        self._complete(r, now)
+                    j = self._running.get(jid)
+                    if j is not None and j.version == version:
+                        self._complete(j, now)
                         done += 1
                 arrived = 0
                 while ai < n and trace[ai].submit_time <= now + _EPS:
-                    job = self._make_job(trace[ai])
-                    r = _Run(trace[ai], job)
-                    self._active[job.job_id] = r
-                    self._pending[job.job_id] = r
+                    tj = trace[ai]
+                    job = SimJob(tj, self._time, self.opt.slowdown.profile(tj.model_name).skew)
+                    self._active[job.job_id] = job
+                    self._pending[job.job_id] = job
                     ai += 1
                     arrived += 1
                 if bar is not None and done:
                     bar.update(done)
                 if arrived or t == t_tick or (done and self._pending):
-                    self._advance(now)
                     started = self._round(now)
                     self._check_progress(now, started, ai >= n)
         finally:

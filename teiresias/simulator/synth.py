@@ -58,7 +58,10 @@ class PhillyParams:
     arrival_rate: float | None = None  # jobs per second; overrides ``load``
     gpu_mix: dict[int, float] | None = None  # GPUs -> weight; default TESTBED_GPU_MIX
     min_duration: float = 60.0
-    max_duration: float | None = None
+    # The samples' tail (5.3e7 GPU-s) would otherwise make single 1-GPU jobs
+    # run for years of simulated time and the offered load of a finite trace
+    # meaningless; a week is our cap (None: no cap).
+    max_duration: float | None = 7 * 86400.0
     max_gpus: int | None = None  # drop GPU sizes above this (e.g. a small cluster)
 
 

@@ -218,3 +218,24 @@ def test_wall_clock_sleeps_until_the_target():
     c = WallClock(speed=10.0, monotonic=lambda: t[0], sleep=sleep)
     assert c.wait_until(50.0) == pytest.approx(50.0)  # 50 simulated s = 5 real s at 10x
     assert sum(slept) == pytest.approx(5.0) and not math.isnan(c.now())
+
+
+def test_simjob_counters_follow_the_engine_time():
+    from teiresias.domain import JobState
+    from teiresias.simulator.simjob import SimJob, SimTime
+
+    t = SimTime(0.0)
+    j = SimJob(TraceJob(1, 2, 0.0, 100.0), t, skew=None)
+    t.now = 5.0
+    assert (j.waiting_time, j.executed_time, j.total_executed_time) == (5.0, 0.0, 0.0)
+    j.settle()
+    j.state, j.rate, j.restore_left = JobState.RUNNING, 0.5, 2.0  # slowed, 2 s restore first
+    t.now = 15.0
+    assert j.waiting_time == 5.0 and j.executed_time == 10.0
+    assert j.total_executed_time == pytest.approx(4.0)  # (10 - 2) s at half speed
+    assert j.attained_service == 20.0 and j.remaining_time == pytest.approx(96.0)
+    j.executed_time = 0.0  # a promotion reset: counts again from now
+    t.now = 20.0
+    assert j.executed_time == 5.0 and j.total_executed_time == pytest.approx(6.5)
+    j.settle()
+    assert j.held_time == 20.0 - 5.0 and j.work_left == pytest.approx(93.5)
