@@ -10,7 +10,8 @@ Method (measured facts in docs/profiler.md):
 2. Iteration period, repeat-lag method: the smallest lag k at which the
    sequence of collective sizes repeats over (nearly) the longest stretch any
    lag achieves, so runs of equal-size tensors do not pass for an iteration;
-   period = median of t[i+k] - t[i] over that steady stretch.
+   period = time from the first to the last iteration of that steady stretch
+   divided by the iterations between them.
 3. Skew = largest collective / all collective bytes of an iteration, median
    over the steady iterations (Tiresias Table 6's "largest tensor ratio" when
    each tensor is its own collective).
@@ -217,9 +218,12 @@ def find_iterations(sizes: np.ndarray, times: np.ndarray, min_repeats: int = 3) 
     best = max(cover.values())
     k = min(k for k, c in cover.items() if c >= best - REPEAT_SLACK)
     a, length = runs[k]
-    span = np.arange(a, a + length)
-    period = float(np.median(times[span + k] - times[span]))
-    return Iterations(lag=k, start=a, count=(length + k) // k, period_s=period)
+    count = (length + k) // k
+    # Mean period over the steady stretch (span / iterations): the job's real
+    # rate of progress. A median of per-lag gaps estimates the same thing but
+    # wanders by +-10 % on a shared, busy CPU; the span does not.
+    period = float(times[a + (count - 1) * k] - times[a]) / (count - 1)
+    return Iterations(lag=k, start=a, count=count, period_s=period)
 
 
 def windows_skew(sizes: np.ndarray, it: Iterations) -> tuple[float, float, float]:

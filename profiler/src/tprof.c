@@ -421,7 +421,7 @@ static void on_sent(int fd, const void *first, size_t first_len, ssize_t n, uint
         return;
     }
     if (first_len < GLOO_HDR || first == NULL) return;
-    struct dir_state d;
+    struct dir_state d = {0};
     int64_t payload = gloo_payload(first, &d.slot, &d.length, &d.offset, &d.opcode);
     if (payload < 0 || !fd_is_data_tcp(fd)) return;
     s = fd_state_of(fd);
@@ -454,7 +454,7 @@ static void on_received(int fd, const void *buf, size_t cap, ssize_t n, uint64_t
         s->rx.hdr_got += (uint32_t)n;
         if (s->rx.hdr_got < GLOO_HDR) return;
         s->rx.hdr_got = 0;
-        struct dir_state d;
+        struct dir_state d = {0};
         int64_t payload = gloo_payload(s->rx.hdr, &d.slot, &d.length, &d.offset, &d.opcode);
         if (payload < 0) return;
         s->rx = d;
@@ -471,7 +471,7 @@ static void on_received(int fd, const void *buf, size_t cap, ssize_t n, uint64_t
         }
         return;
     }
-    struct dir_state d;
+    struct dir_state d = {0};
     int64_t payload = gloo_payload(buf, &d.slot, &d.length, &d.offset, &d.opcode);
     if (payload < 0 || !fd_is_data_tcp(fd)) return;
     s = fd_state_of(fd);

@@ -1,0 +1,97 @@
+"""Must-show: real 2-rank gloo DDP jobs on CPU, started with torchrun under the
+interposer (LD_PRELOAD from profiler.env, as the wrapper sets it).
+
+- one collective per tensor (DDP bucket_cap_mb tiny): traffic skew equals the
+  true largest-tensor ratio within 0.05 for a VGG-like and a ResNet-like model,
+  and the period is within 10 % of the step time the job measured itself;
+- DDP defaults on VGG16- and ResNet50-sized parameter sets: the two fall on
+  opposite sides of PACKLIMIT 0.5;
+- DDP defaults on a small model: traffic cannot tell (bucketing), the model
+  hook's exact ratio stands in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profiler.aggregate import Profile, aggregate_dir
+from profiler.env import ProfileWindow, profile_dir
+from profiler.packlimit import DEFAULT_PACKLIMIT, should_consolidate
+from profiler.records import FileState, read_record_file, record_files
+
+from tests.profiler.conftest import FIXTURES, profiled_env, torchrun
+
+pytestmark = pytest.mark.torch
+TRAIN = FIXTURES / "train_ddp.py"
+
+
+def job(tmp: Path, model: str, bucket: str, iters: int, hook: bool, window_iters: int = 0) -> tuple[Profile, dict, Path]:
+    extra = {"PYTHONPATH": str(FIXTURES / "site")} if hook else {}
+    env = profiled_env(tmp, ProfileWindow(seconds=120, iterations=window_iters), **extra)
+    out = tmp / "truth.json"
+    torchrun(TRAIN, ["--model", model, "--bucket", bucket, "--iters", str(iters), "--out", str(out)], env)
+    return aggregate_dir(profile_dir(tmp)), json.loads(out.read_text()), profile_dir(tmp)
+
+
+@pytest.fixture(scope="module")
+def vgg_tiny(tmp_path_factory):
+    return job(tmp_path_factory.mktemp("vgg"), "vgg", "tiny", 20, hook=True)
+
+
+@pytest.fixture(scope="module")
+def resnet_tiny(tmp_path_factory):
+    # Also exercises the iteration window: recording stops after 15 marks.
+    return job(tmp_path_factory.mktemp("resnet"), "resnet", "tiny", 22, hook=True, window_iters=15)
+
+
+@pytest.mark.parametrize("run", ["vgg_tiny", "resnet_tiny"])
+def test_traffic_skew_matches_true_ratio_and_period_matches_step(run: str, request) -> None:
+    p, truth, _ = request.getfixturevalue(run)
+    assert p.valid, p.reason
+    assert p.skew_source == "traffic" and not p.bucketed
+    assert p.skew == pytest.approx(truth["true_ratio"], abs=0.05)
+    assert p.collectives_per_iteration == truth["tensors"]
+    # 2 ranks: each sends 2(n-1)/n = 1 model per iteration; nothing else counted.
+    assert p.bytes_per_iteration == pytest.approx(truth["model_bytes"], rel=1e-9)
+    assert p.period_s == pytest.approx(truth["step_s"], rel=0.10)
+    assert p.intensity_bps == pytest.approx(p.bytes_per_iteration / p.period_s)
+    # The model hook's exact ratio validates the traffic figure.
+    assert p.model_skew == pytest.approx(truth["true_ratio"], rel=1e-9)
+    assert p.agrees is True
+
+
+def test_vgg_and_resnet_like_differ(vgg_tiny, resnet_tiny) -> None:
+    assert vgg_tiny[0].skew > 0.5 > resnet_tiny[0].skew
+
+
+def test_iteration_window_stops_recording(resnet_tiny) -> None:
+    _, _, d = resnet_tiny
+    for f in record_files(d):
+        rf = read_record_file(f)
+        assert rf.state is FileState.WINDOW_DONE and rf.iterations == 15
+
+
+def test_small_model_under_default_buckets_falls_back_to_model(tmp_path: Path) -> None:
+    p, truth, _ = job(tmp_path, "vgg", "default", 12, hook=True)
+    assert not p.traffic_skew_valid and p.bucketed
+    assert p.valid and p.skew_source == "model"
+    assert p.skew == pytest.approx(truth["true_ratio"], rel=1e-9)
+
+
+def test_real_size_models_fall_on_both_sides_of_packlimit(tmp_path: Path) -> None:
+    vgg16, t_vgg, _ = job(tmp_path / "vgg16", "vgg16", "default", 5, hook=False)
+    resnet50, t_res, _ = job(tmp_path / "resnet50", "resnet50", "default", 6, hook=False)
+    for p in (vgg16, resnet50):
+        assert p.valid and p.bucketed and p.skew_source == "traffic", p
+    assert t_vgg["true_ratio"] == pytest.approx(0.743, abs=0.001)  # Tiresias Table 6
+    assert t_res["true_ratio"] == pytest.approx(0.092, abs=0.001)
+    assert should_consolidate(vgg16.skew, DEFAULT_PACKLIMIT) is True
+    assert should_consolidate(resnet50.skew, DEFAULT_PACKLIMIT) is False
+    # A bucket closed at the 25 MiB cap holds a tensor of at least B - cap.
+    assert vgg16.skew_lower_bound == pytest.approx(0.695, abs=0.01)
+    assert vgg16.skew_lower_bound <= t_vgg["true_ratio"]
+    assert resnet50.skew_lower_bound <= t_res["true_ratio"]
+    assert vgg16.model_bytes == pytest.approx(t_vgg["model_bytes"], rel=0.01)
