@@ -205,7 +205,7 @@ def find_iterations(sizes: np.ndarray, times: np.ndarray, min_repeats: int = 3) 
     a ragged end simply fall outside the run.
     """
     n = len(sizes)
-    if n < 2 * min_repeats:
+    if n < max(min_repeats, 2):
         return None
     runs: dict[int, tuple[int, int]] = {}
     for k in range(1, n // min_repeats + 1):
