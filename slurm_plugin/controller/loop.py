@@ -248,6 +248,7 @@ class Controller:
                 if down_since is None:
                     down_since = time.time()
                     log.warning("slurmctld unreachable (%s); retrying every %.0fs at most", exc, max_backoff)
+                log.debug("slurmctld still unreachable; retry in %.1fs", backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, max_backoff)
                 continue

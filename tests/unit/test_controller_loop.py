@@ -1,0 +1,99 @@
+"""A controller round on injected Slurm data (no Slurm needed where no action is due), and the CLI's bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.config import parse_config
+from slurm_plugin.controller.audit import AuditLog, read_audit
+from slurm_plugin.controller.loop import Controller
+from slurm_plugin.controller.state import Phase, StateStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _refuse(name: str):
+    def call(self, *args, **kwargs):
+        raise AssertionError(f"the round called backend.{name}")
+    return call
+
+
+class NoBackend(SlurmBackend):
+    """Not a stand-in for Slurm: these rounds get Slurm's data injected and must not act,
+    so every backend call fails the test."""
+
+
+for _name in ("jobs", "nodes", "hold", "release", "set_priority", "set_nodelist", "signal", "requeue",
+              "clear_begin_time", "cancel"):
+    setattr(NoBackend, _name, _refuse(_name))
+NoBackend.__abstractmethods__ = frozenset()
+
+
+def job(job_id: int) -> SlurmJob:
+    return SlurmJob(job_id=job_id, name="j", user="u", account="a", partition="gpu", state="PENDING",
+                    state_reason="JobHeldUser", priority=0, restart_count=0, requeue=True, held=True, gpus=2,
+                    num_nodes=1, nodes=(), required_nodes=(), submit_time=100.0, eligible_time=None,
+                    start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="")
+
+
+DRAINED = [SlurmNode("node1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))]
+
+
+def make(tmp_path: Path) -> Controller:
+    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
+                        "policy": {"name": "las", "queues": [10]}})
+    return Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
+
+
+def test_vanished_job_is_one_line_and_its_record_is_closed(tmp_path, caplog):
+    ctl = make(tmp_path)
+    r1 = ctl.round(now=200.0, slurm_jobs=[job(1), job(2)], slurm_nodes=DRAINED)
+    assert r1.actions == [] and set(r1.plan.order) == {1, 2}
+    assert r1.plan.start == {}  # the only node is drained: nothing can start
+    caplog.set_level("WARNING", logger="teiresias.controller")
+    r2 = ctl.round(now=205.0, slurm_jobs=[job(2)], slurm_nodes=DRAINED)
+    assert r2.notes == ["job 1: vanished from Slurm between two rounds; record closed"]
+    assert [m for m in caplog.messages if "vanished" in m] == [
+        "[job 1] vanished from Slurm between two rounds; record closed"]
+    recs = ctl.store.jobs(active_only=False)
+    assert recs[1].phase is Phase.FINISHED and recs[1].final_state == "VANISHED"
+    assert recs[2].phase is Phase.PENDING
+    assert [e["action"] for e in read_audit(tmp_path / "a.jsonl") if e["job"] == 1] == ["vanished"]
+    # The next round says nothing more about it: no crash loop, no repeated line.
+    r3 = ctl.round(now=210.0, slurm_jobs=[job(2)], slurm_nodes=DRAINED)
+    assert r3.notes == [] and list(r3.plan.order) == [2]
+
+
+def test_round_json_has_plan_and_actions(tmp_path):
+    out = make(tmp_path).round(now=200.0, slurm_jobs=[job(3)], slurm_nodes=DRAINED).to_json()
+    assert set(out) >= {"plan", "actions", "time", "round"}
+    assert out["plan"]["order"] == [3] and out["plan"]["queues"] == {"3": 0}
+    json.dumps(out)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "teiresias", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+
+
+def test_bad_config_is_exit_2_and_one_line(tmp_path):
+    for text, needle in [("colour: red\n", "unknown key 'colour'"),
+                         ("policy: {queues: [600, 60]}\n", "strictly increasing")]:
+        cfg = tmp_path / "bad.yaml"
+        cfg.write_text(text)
+        for cmd in (["controller", "run", "--once", "-c", str(cfg)], ["queue", "-c", str(cfg)]):
+            p = run_cli(*cmd)
+            lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+            assert p.returncode == 2, p.stderr
+            assert len(lines) == 1 and needle in lines[0] and str(cfg) in lines[0], p.stderr
+
+
+def test_queue_without_state_says_what_to_do(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"state_db: {tmp_path}/none.db\n")
+    p = run_cli("queue", "-c", str(cfg), "--no-slurm")
+    assert p.returncode == 2 and "controller run" in p.stderr
