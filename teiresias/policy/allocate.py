@@ -27,12 +27,12 @@ beyond the idle ones are charged to the lowest-priority running jobs there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from typing import Mapping
-
-from teiresias.domain import Job, JobId, Placement, Plan, Snapshot
+from teiresias.domain import Job, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.policy.base import PlacementPolicy
+
+_RUNNING = JobState.RUNNING
 
 
 @dataclass
@@ -57,16 +57,12 @@ def walk(
     """Decide start/keep/preempt for ``ranked`` (every job, highest priority first).
 
     Non-preemptive policies keep every running job whatever its rank.
+    The simulator calls this once per event, so the per-job path is kept lean:
+    a kept running job costs a counter and a dict lookup.
     """
-    st = _State(snapshot, ranked if preemptive else ())
+    st = _State(snapshot, ranked, preemptive)
     out = Walk()
-    if not preemptive:
-        # Running jobs first, wherever they rank: nothing is ever preempted.
-        for j in ranked:
-            if j.is_running:
-                out.keep.append(j.job_id)
-                if j.placement is not None:
-                    st.take(j.placement)
+    keep, preempt, reasons = out.keep, out.preempt, out.reasons
     blocked_by: JobId | None = None
     # Failure memo, so 10,000 waiting jobs of a few shapes cost a few placements:
     # feasibility depends only on the job's shape (``placement.job_key``) and the
@@ -76,46 +72,54 @@ def walk(
     idle_failed: dict[object, int] = {}
     avail_failed: set[object] = set()
 
+    evicted = st.evicted
+    n_visited = 0  # running jobs on offer visited so far (synced into ``st`` when used)
     for j in ranked:
-        if j.is_running:
-            if not preemptive:
-                continue
-            st.visit(j)
-            if j.job_id in st.evicted:
-                out.preempt.append(j.job_id)
-                out.reasons[j.job_id] = f"preempted by higher-priority job {st.evicted[j.job_id]}"
+        if j.state is _RUNNING:
+            # A running job's turn: it keeps its GPUs unless some were handed out
+            # above it, in which case it was evicted then.
+            if not preemptive or j.placement is None:
+                keep.append(j.job_id)
             else:
-                out.keep.append(j.job_id)
+                n_visited += 1
+                if j.job_id in evicted:
+                    st.visit_evicted(j.job_id)
+                    preempt.append(j.job_id)
+                    reasons[j.job_id] = f"preempted by higher-priority job {evicted[j.job_id]}"
+                else:
+                    keep.append(j.job_id)
             continue
 
         # PENDING job.
-        need = j.num_gpus
         if blocked_by is not None:
-            out.reasons[j.job_id] = f"blocked behind job {blocked_by} ({policy_name or 'fifo'})"
+            reasons[j.job_id] = f"blocked behind job {blocked_by} ({policy_name or 'fifo'})"
+            continue
+        st.n_visited = n_visited
+        need = j.num_gpus
+        idle_total = st.idle_total
+        held_total = st.held_total() if preemptive else 0
+        if idle_total + held_total < need:
+            # Not enough GPUs even counting every lower-ranked running job's.
+            reasons[j.job_id] = f"waiting for {need} GPUs, {idle_total} free"
+            if head_of_line_blocking:
+                blocked_by = j.job_id
             continue
         key = job_key(j) if job_key is not None else None
         got = None
-        if st.idle_total >= need and (key is None or idle_failed.get(key) != st.version):
+        if idle_total >= need and (key is None or idle_failed.get(key) != st.version):
             got = placement.place(j, st.idle, st.cluster)
             if got is None and key is not None:
                 idle_failed[key] = st.version
-        if (
-            got is None
-            and preemptive
-            and st.held_total > 0
-            and st.idle_total + st.held_total >= need
-            and (key is None or key not in avail_failed)
-        ):
+        if got is None and held_total > 0 and (key is None or key not in avail_failed):
             got = _place_with_eviction(j, st, placement)
             if got is None and key is not None:
                 avail_failed.add(key)
         if got is None:
-            if st.idle_total < need:
-                out.reasons[j.job_id] = f"waiting for {need} GPUs, {st.idle_total} free"
+            if idle_total < need:
+                reasons[j.job_id] = f"waiting for {need} GPUs, {idle_total} free"
             else:
-                out.reasons[j.job_id] = (
-                    f"waiting for {need} GPUs: {st.idle_total} free but not placeable"
-                    f" ({placement.name} placement)"
+                reasons[j.job_id] = (
+                    f"waiting for {need} GPUs: {idle_total} free but not placeable ({placement.name} placement)"
                 )
             if head_of_line_blocking:
                 blocked_by = j.job_id
@@ -125,95 +129,155 @@ def walk(
     return out
 
 
+_BASE: dict[int, tuple[object, dict[str, int]]] = {}
+
+
+def _base_gpus(cluster) -> dict[str, int]:
+    """GPUs per node of a cluster, computed once per Cluster object (they are immutable)."""
+    got = _BASE.get(id(cluster))
+    if got is None or got[0] is not cluster:
+        got = (cluster, {n.name: n.gpus for n in cluster.nodes})
+        if len(_BASE) > 64:
+            _BASE.clear()
+        _BASE[id(cluster)] = got
+    return got[1]
+
+
 class _State:
     """GPU bookkeeping of one walk.
 
     ``idle[n]``: GPUs on node n that nobody holds now or was given this round.
-    ``holders[n]``: running jobs not visited yet on node n, in rank order (they
-    rank below everything visited): what preemption can hand out.
-    ``avail[n]`` = idle + GPUs of those holders.
+    ``evictable``: running jobs in rank order; the first ``n_visited`` rank
+    above the job being placed, the rest (unless evicted) are what preemption
+    can hand out. Their GPU counts are kept as suffix sums so the walk does
+    no per-node work for a running job that keeps its GPUs.
     Invariant: idle >= 0 everywhere; a job whose GPUs are handed out is evicted
     at once, so the rest of its GPUs become idle (and ``version`` moves on).
     """
 
-    def __init__(self, snapshot: Snapshot, ranked: Sequence[Job]) -> None:
+    def __init__(self, snapshot: Snapshot, ranked: Sequence[Job], preemptive: bool) -> None:
         self.cluster = snapshot.cluster
-        self.holders: dict[str, list[Job]] = {}
-        self.held_total = 0
         self.version = 0
-        self.visited: set[JobId] = set()
-        self.n_visited = 0  # running jobs on offer visited so far (a prefix of ``evictable``)
-        self.n_evicted_unvisited = 0
         self.evicted: dict[JobId, JobId] = {}  # victim -> the job it made room for
-        held_per_node: dict[str, int] = {}
-        every_running = [j for j in snapshot.jobs if j.is_running and j.placement is not None]
-        on_offer = {j.job_id for j in ranked if j.is_running and j.placement is not None}
-        self.evictable = [j for j in ranked if j.job_id in on_offer]  # rank order
-        for j in every_running:
+        self._evicted_gpus: dict[JobId, int] = {}
+        self.n_visited = 0
+        self.n_evicted_unvisited = 0
+        self._evicted_unvisited_gpus = 0
+        self._holders: dict[str, list[Job]] | None = None
+        self._avail: dict[str, int] | None = None
+        self._avail_visited = 0
+        running = [j for j in ranked if j.state is _RUNNING and j.placement is not None]
+        idle = dict(_base_gpus(self.cluster))
+        sizes: list[int] = []
+        for j in running:
+            size = 0
             for a in j.placement.allocations:
-                held_per_node[a.node] = held_per_node.get(a.node, 0) + a.gpus
+                size += a.gpus
+                if a.node in idle:
+                    idle[a.node] -= a.gpus
+                else:
+                    idle[a.node] = 0  # a running job on a node outside the cluster spec
+            sizes.append(size)
         # ``unavailable`` never evicts a managed running job (a DRAINing node lets
-        # its jobs finish): capacity is at least what running jobs hold there.
-        self.idle: dict[str, int] = {}
-        for n in self.cluster.nodes:
-            held = held_per_node.get(n.name, 0)
-            self.idle[n.name] = max(n.gpus - snapshot.unavailable.get(n.name, 0), held) - held
-        self.avail = dict(self.idle)
-        for j in self.evictable:
-            for a in j.placement.allocations:
-                self.holders.setdefault(a.node, []).append(j)
-                self.avail[a.node] = self.avail.get(a.node, 0) + a.gpus
-            self.held_total += j.placement.num_gpus
-        # Running jobs not on offer (non-preemptive walk): the caller ``take``s them.
-        for j in every_running:
-            if j.job_id not in on_offer:
-                for a in j.placement.allocations:
-                    self.idle[a.node] = self.idle.get(a.node, 0) + a.gpus
-                    self.avail[a.node] = self.avail.get(a.node, 0) + a.gpus
-        self.idle_total = sum(self.idle.values())
+        # its jobs finish): idle = max(GPUs - unavailable - held, 0).
+        for name, u in snapshot.unavailable.items():
+            if name in idle:
+                idle[name] -= u
+        if idle and min(idle.values()) < 0:
+            for name, v in idle.items():
+                if v < 0:
+                    idle[name] = 0
+        self.idle = idle
+        self.idle_total = sum(idle.values())
+        self.evictable: list[Job] = running if preemptive else []
+        # suffix[i] = GPUs held by evictable[i:]
+        suffix = [0] * (len(self.evictable) + 1)
+        for i in range(len(self.evictable) - 1, -1, -1):
+            suffix[i] = suffix[i + 1] + sizes[i]
+        self._suffix = suffix
 
-    def take(self, placement: Placement) -> None:
-        """Give idle GPUs to a job (start, or keep in a non-preemptive walk)."""
-        for a in placement.allocations:
-            self.idle[a.node] -= a.gpus
-            self.avail[a.node] -= a.gpus
-        self.idle_total -= placement.num_gpus
-
-    def visit(self, job: Job) -> None:
-        """A running job's turn: it keeps whatever was not handed out above it."""
-        self.visited.add(job.job_id)
-        if job.placement is None:
-            return
-        self.n_visited += 1
-        if job.job_id in self.evicted:
-            self.n_evicted_unvisited -= 1
-            return
-        for a in job.placement.allocations:
-            self.holders[a.node].remove(job)
-            self.avail[a.node] -= a.gpus
-        self.held_total -= job.placement.num_gpus
+    def held_total(self) -> int:
+        """GPUs of running jobs ranked below the current one that still hold them."""
+        return self._suffix[self.n_visited] - self._evicted_unvisited_gpus
 
     def n_unvisited_holders(self) -> int:
         """Running jobs ranked below the current one that still hold their GPUs."""
         return len(self.evictable) - self.n_visited - self.n_evicted_unvisited
 
+    def unvisited_holders(self):
+        """Those jobs, lowest priority first."""
+        evicted = self.evicted
+        return (v for v in reversed(self.evictable[self.n_visited :]) if v.job_id not in evicted)
+
+    def avail(self) -> dict[str, int]:
+        """Idle GPUs plus those of every running job ranked below the current one.
+
+        Built on first use, then brought up to date: jobs kept since the last
+        call stop being on offer (an eviction moves GPUs from a holder to idle,
+        which leaves this sum unchanged; a start is subtracted in ``start``).
+        """
+        if self._avail is None:
+            cand = dict(self.idle)
+            for v in self.unvisited_holders():
+                for a in v.placement.allocations:
+                    cand[a.node] += a.gpus
+            self._avail = cand
+        else:
+            cand = self._avail
+            for v in self.evictable[self._avail_visited : self.n_visited]:
+                if v.job_id not in self.evicted:
+                    for a in v.placement.allocations:
+                        cand[a.node] -= a.gpus
+        self._avail_visited = self.n_visited
+        return cand
+
+    def visit_evicted(self, job_id: JobId) -> None:
+        self.n_evicted_unvisited -= 1
+        self._evicted_unvisited_gpus -= self._evicted_gpus[job_id]
+
     def start(self, job_id: JobId, placement: Placement) -> None:
         """Start a job, evicting the lowest-priority holders of GPUs beyond the idle ones."""
+        idle = self.idle
         for a in placement.allocations:
-            node_holders = self.holders.get(a.node, [])
-            while self.idle[a.node] < a.gpus:
-                self._evict(node_holders[-1], job_id)  # lowest priority on this node
-        self.take(placement)
+            if idle[a.node] >= a.gpus:
+                continue
+            node_holders = self._holders_on(a.node)
+            while idle[a.node] < a.gpus:
+                # Lowest priority left on this node. Entries of jobs visited since
+                # the lists were built sit at the front (rank order) and are never
+                # reached: the placement fit within idle plus the unvisited holders.
+                victim = node_holders.pop()
+                if victim.job_id not in self.evicted:
+                    self._evict(victim, job_id)
+        avail = self._avail
+        for a in placement.allocations:
+            idle[a.node] -= a.gpus
+            self.idle_total -= a.gpus
+            if avail is not None:
+                avail[a.node] -= a.gpus
+
+    def _holders_on(self, node: str) -> list[Job]:
+        if self._holders is None:
+            # Built at the first eviction of the walk: unvisited holders per node, rank order.
+            holders: dict[str, list[Job]] = {}
+            for v in self.evictable[self.n_visited :]:
+                if v.job_id not in self.evicted:
+                    for a in v.placement.allocations:
+                        holders.setdefault(a.node, []).append(v)
+            self._holders = holders
+        return self._holders.setdefault(node, [])
 
     def _evict(self, victim: Job, by: JobId) -> None:
         self.evicted[victim.job_id] = by
-        self.n_evicted_unvisited += 1
         self.version += 1
+        size = 0
         for a in victim.placement.allocations:
-            self.holders[a.node].remove(victim)
-            self.idle[a.node] = self.idle.get(a.node, 0) + a.gpus
-        self.idle_total += victim.placement.num_gpus
-        self.held_total -= victim.placement.num_gpus
+            self.idle[a.node] += a.gpus
+            size += a.gpus
+        self.idle_total += size
+        self._evicted_gpus[victim.job_id] = size
+        self.n_evicted_unvisited += 1
+        self._evicted_unvisited_gpus += size
 
 
 def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Placement | None:
@@ -222,16 +286,15 @@ def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Pl
     First on everything lower-ranked jobs hold (if that fails, nothing can
     help); then on idle GPUs plus the m lowest-priority running jobs' GPUs,
     with the smallest m that works found by galloping + binary search
-    (feasibility only grows with m), so the jobs whose GPUs may be taken are the lowest-ranked ones.
+    (feasibility only grows with m), so the jobs whose GPUs may be taken are
+    the lowest-ranked ones.
     """
-    full = placement.place(job, st.avail, st.cluster)
+    full = placement.place(job, st.avail(), st.cluster)
     if full is None:
         return None
     # Victims lowest priority first, listed lazily: usually only a few are needed.
-    # Running jobs are visited in rank order, so the unvisited ones are
-    # ``evictable[st.n_visited:]``; visited jobs rank above ``job``, not on offer.
     victims: list[Job] = []
-    source = (v for v in reversed(st.evictable[st.n_visited:]) if v.job_id not in st.evicted)
+    source = st.unvisited_holders()
 
     def first(m: int) -> list[Job]:
         while len(victims) < m:
@@ -242,7 +305,7 @@ def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Pl
         cand = dict(st.idle)
         for v in first(m):
             for a in v.placement.allocations:
-                cand[a.node] = cand.get(a.node, 0) + a.gpus
+                cand[a.node] += a.gpus
         return placement.place(job, cand, st.cluster)
 
     # Below ``lo`` victims the GPU count alone cannot suffice; with all of them

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from teiresias.domain import Job, JobId, Plan, Snapshot
+from teiresias.domain import Job, Plan, Snapshot
 from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.gittins import ServiceDistribution
-from teiresias.policy.mlfq import assign_queues, start_order_key
+from teiresias.policy.mlfq import rank_mlfq
 
 
 class GittinsPolicy:
@@ -59,24 +59,12 @@ class GittinsPolicy:
             w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
             return to_plan(ranked, w, index=index)
 
-        queues, promoted = assign_queues(jobs, self.thresholds, self.promote_knob)
-        promoted_set = set(promoted)
-        last = len(self.thresholds)
-        index: dict[JobId, float] = {}
-        for j in jobs:
-            q = queues[j.job_id]
-            if q < last:
-                a = 0.0 if j.job_id in promoted_set else j.attained_service
-                index[j.job_id] = dist.index(a, self.thresholds[q])
-        now = snapshot.now
+        thresholds = self.thresholds
 
-        def key(j: Job) -> tuple:
-            q = queues[j.job_id]
-            if q < last:
-                return (q, -index[j.job_id], j.job_id)
-            return (q, *start_order_key(j, now))
+        def index(j: Job, q: int, promoted: bool) -> float:
+            # A job promoted this round is indexed as it will be once t_J is reset.
+            return dist.index(0.0 if promoted else j.attained_service, thresholds[q])
 
-        ranked = sorted(jobs, key=key)
+        ranked, queues, promoted, indices = rank_mlfq(jobs, thresholds, self.promote_knob, snapshot.now, index)
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
-        return to_plan(ranked, w, queues=queues, promote=promoted, index=index)
-
+        return to_plan(ranked, w, queues=queues, promote=promoted, index=indices)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from teiresias.domain import Plan, Snapshot
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
-from teiresias.policy.mlfq import assign_queues, start_order_key
+from teiresias.policy.mlfq import rank_mlfq
 
 
 class LasPolicy:
@@ -40,8 +40,6 @@ class LasPolicy:
             ranked = sorted(jobs, key=lambda j: (j.attained_service, j.job_id))
             w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
             return to_plan(ranked, w)
-        queues, promoted = assign_queues(jobs, self.thresholds, self.promote_knob)
-        now = snapshot.now
-        ranked = sorted(jobs, key=lambda j: (queues[j.job_id], start_order_key(j, now)))
+        ranked, queues, promoted, _ = rank_mlfq(jobs, self.thresholds, self.promote_knob, snapshot.now)
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted)

@@ -16,54 +16,70 @@ every round, so the policy keeps no state between rounds:
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
+from typing import Callable, Sequence
 
-from teiresias.domain import Job, JobId
-
-
-def queue_of(attained: float, thresholds: Sequence[float]) -> int:
-    """0-based queue index of an attained service (GPU-seconds)."""
-    return bisect.bisect_right(thresholds, attained)
+from teiresias.domain import Job, JobId, JobState
 
 
-def is_starving(job: Job, queue: int, promote_knob: float | None) -> bool:
-    """Tiresias §3.2.3: WAITING in a lower queue with delta_J >= PROMOTEKNOB * t_J."""
-    return (
-        promote_knob is not None
-        and queue > 0
-        and not job.is_running
-        and job.waiting_time >= promote_knob * job.executed_time
-    )
+def rank_mlfq(
+    jobs: Sequence[Job],
+    thresholds: Sequence[float],
+    promote_knob: float | None,
+    now: float,
+    index: Callable[[Job, int, bool], float] | None = None,
+) -> tuple[list[Job], dict[JobId, int], list[JobId], dict[JobId, float]]:
+    """Rank jobs for discretized 2DAS: queue first, then inside the queue.
 
+    Queue: q = #{thresholds <= W_J t_J}, or 0 for a job promoted this round
+    (a WAITING job in a lower queue with delta_J >= PROMOTEKNOB * t_J).
 
-def assign_queues(
-    jobs: Sequence[Job], thresholds: Sequence[float], promote_knob: float | None
-) -> tuple[dict[JobId, int], list[JobId]]:
-    """Queue of every job this round, and the jobs promoted to Q1 by starvation."""
+    Inside queue q < K-1, with ``index`` given (2D-Gittins), by index(job, q,
+    promoted) highest first, ties by job id. Otherwise (2D-LAS, and the last
+    queue always) FIFO by first start time (§3.2.3), ties by submit time and
+    job id; jobs that never started come after every started one, by submit
+    time: the paper orders by start time precisely so that a queue's
+    not-yet-started jobs cannot push out started ones ("FIFO ordering on
+    submission time instead of start time can lead to unnecessary
+    preemptions"), and the reference simulator likewise moves waiting jobs
+    behind running ones. A running job without a recorded start counts as
+    started now.
+
+    One fused pass, because the simulator ranks every job on every event.
+    Returns (ranked, queues, promoted, indices).
+    """
+    last = len(thresholds)
     queues: dict[JobId, int] = {}
     promoted: list[JobId] = []
+    indices: dict[JobId, float] = {}
+    keyed: list[tuple[tuple, Job]] = []
     for j in jobs:
-        q = queue_of(j.attained_service, thresholds)
-        if is_starving(j, q, promote_knob):
+        q = bisect.bisect_right(thresholds, j.num_gpus * j.executed_time)
+        starving = (
+            promote_knob is not None
+            and q > 0
+            and j.state is not JobState.RUNNING
+            and j.waiting_time >= promote_knob * j.executed_time
+        )
+        if starving:
             promoted.append(j.job_id)
             q = 0
         queues[j.job_id] = q
-    return queues, promoted
+        if index is not None and q < last:
+            g = index(j, q, starving)
+            indices[j.job_id] = g
+            keyed.append(((q, False, -g, j.job_id), j))
+        else:
+            start = j.first_start_time
+            if start is None and j.state is JobState.RUNNING:
+                start = now
+            if start is None:
+                keyed.append(((q, True, j.submit_time, j.submit_time, j.job_id), j))
+            else:
+                keyed.append(((q, False, start, j.submit_time, j.job_id), j))
+    # Keys end in the unique job id, so jobs themselves are never compared.
+    keyed.sort(key=_first)
+    return [j for _, j in keyed], queues, promoted, indices
 
 
-def start_order_key(job: Job, now: float) -> tuple[bool, float, float, int]:
-    """FIFO by first start time inside a queue (Tiresias §3.2.3).
-
-    Jobs that never started come after every started one (by submit time):
-    the paper orders by start time precisely so that a queue's not-yet-started
-    jobs cannot push out started ones ("FIFO ordering on submission time
-    instead of start time can lead to unnecessary preemptions"), and the
-    reference simulator likewise moves waiting jobs behind running ones.
-    A running job without a recorded start is taken as started now.
-    """
-    start = job.first_start_time
-    if start is None and job.is_running:
-        start = now
-    if start is None:
-        return (True, job.submit_time, job.submit_time, job.job_id)
-    return (False, start, job.submit_time, job.job_id)
+def _first(item: tuple) -> tuple:
+    return item[0]

@@ -94,6 +94,13 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
             used[a.node] += a.gpus
     for n in snap.cluster.nodes:
         assert used[n.name] <= n.gpus, f"node {n.name} over-committed"
+    # No needless preemption: a preempted job could not have stayed beside the
+    # kept and started jobs (some node of its would be over-committed).
+    for jid in plan.preempt:
+        allocs = by_id[jid].placement.allocations
+        assert any(used[a.node] + a.gpus > snap.cluster.node(a.node).gpus for a in allocs), (
+            f"job {jid} preempted although its GPUs were not needed"
+        )
 
     for j in snap.jobs:
         waiting = (not j.is_running and j.job_id not in plan.start) or j.job_id in plan.preempt
