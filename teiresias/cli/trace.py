@@ -95,7 +95,8 @@ def synth(
         write_trace(output, jobs)
     summary = _describe(jobs)
     if as_json:
-        click.echo(json.dumps({"kind": kind, "output": output, "seed": seed, **summary}))
+        # With the trace itself on stdout, the summary goes to stderr.
+        click.echo(json.dumps({"kind": kind, "output": output, "seed": seed, **summary}), err=output == "-")
     elif output != "-":
         click.echo(
             f"wrote {output}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, "
