@@ -59,6 +59,8 @@ class ControllerConfig:
     audit_log: Path = Path("/var/log/teiresias/audit.jsonl")
     backend: str = "auto"
     slurm_conf: Path | None = None
+    # slurmrestd unix socket for backend restd (else $SLURMRESTD_SOCKET).
+    slurmrestd_socket: Path | None = None
     # switch name -> Slurm node names; nodes not listed share the default switch.
     topology: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -85,6 +87,7 @@ _SCHEMA: dict[str, Any] = {
     "audit_log": None,
     "backend": None,
     "slurm_conf": None,
+    "slurmrestd_socket": None,
     "topology": {"switches": None},
 }
 
@@ -196,6 +199,9 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         kw["backend"] = r.string("backend", data["backend"], BACKENDS)
     if data.get("slurm_conf") is not None:
         kw["slurm_conf"] = _resolve(base, r.string("slurm_conf", data["slurm_conf"]))
+
+    if data.get("slurmrestd_socket") is not None:
+        kw["slurmrestd_socket"] = _resolve(base, r.string("slurmrestd_socket", data["slurmrestd_socket"]))
 
     topo = (data.get("topology") or {}).get("switches") or {}
     if not isinstance(topo, Mapping):

@@ -23,7 +23,7 @@ from slurm_plugin.controller.enact import Action, Enactor, priority_for
 from slurm_plugin.controller.reconcile import Reconciled, reconcile
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import Plan
-from teiresias.errors import SlurmUnreachable
+from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import SchedulingPolicy
 
 log = logging.getLogger("teiresias.controller")
@@ -251,6 +251,11 @@ class Controller:
                 log.debug("slurmctld still unreachable; retry in %.1fs", backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, max_backoff)
+                continue
+            except SlurmError as exc:
+                # Slurm refused something unexpected: the state is journalled, the next round retries.
+                log.error("round failed: %s; retrying next round", exc)
+                stop.wait(self.config.poll_interval)
                 continue
             if down_since is not None:
                 log.warning("slurmctld answers again after %.0fs; carrying on", time.time() - down_since)

@@ -5,29 +5,23 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
 
 from slurm_plugin.backends.base import SlurmBackend
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import StateStore
-from teiresias.errors import ConfigError
 
 
 def make_backend(config: ControllerConfig) -> SlurmBackend:
-    """The backend the config names (``auto``: the best one that works here)."""
-    if config.slurm_conf is not None:
-        os.environ["SLURM_CONF"] = str(config.slurm_conf)
-    import slurm_plugin.backends as backends
-    from slurm_plugin.backends import cli as cli_backend
+    """The backend the config names (``auto``: pyslurm when it matches the site's Slurm, else the CLI)."""
+    from slurm_plugin.backends.select import select_backend
 
-    select: Any = getattr(backends, "select_backend", None) or getattr(cli_backend, "select_backend", None)
-    if select is not None and config.backend != "cli":
-        return select(config.backend)
-    if config.backend not in ("auto", "cli"):
-        raise ConfigError(f"backend {config.backend!r} is not available here; use backend: cli")
-    return cli_backend.CliBackend(slurm_conf=config.slurm_conf)
+    env = dict(os.environ)
+    if config.slurm_conf is not None:
+        env["SLURM_CONF"] = str(config.slurm_conf)
+    socket = str(config.slurmrestd_socket) if config.slurmrestd_socket is not None else None
+    return select_backend(config.backend, env=env, restd_socket=socket)
 
 
 def make_controller(config: ControllerConfig, *, dry_run: bool = False,

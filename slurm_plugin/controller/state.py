@@ -142,7 +142,7 @@ class StateStore:
         self.path = Path(path)
         if readonly_copy:
             # --dry-run and `teiresias queue`: work on an in-memory copy so nothing persists.
-            self.db = sqlite3.connect(":memory:", isolation_level=None)
+            self.db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             if self.path.exists():
                 src = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
                 try:
@@ -151,7 +151,9 @@ class StateStore:
                     src.close()
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0)
+            # One thread at a time uses a store; the demo builds it in one thread and runs it in another.
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0,
+                                      check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             # FULL: a journal row is on disk before the action it announces is enacted.
             self.db.execute("PRAGMA synchronous=FULL")

@@ -1,0 +1,221 @@
+"""`teiresias demo`: local Slurm cluster + controller + a mixed workload, live queue, JCTs vs the simulator."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from slurm_plugin.config import load_config
+from slurm_plugin.controller.demo import DEMO_JOB, DemoJob, demo_cluster, simulate, workload
+from slurm_plugin.controller.state import Phase, StateStore
+from slurm_plugin.controller.view import build_rows, format_table
+from teiresias.errors import TeiresiasError
+from wrappers.protocol import format_comment
+
+LUA = Path(__file__).resolve().parents[2] / "etc" / "job_submit.lua"
+DEFAULT_DEMO_DIR = "/var/tmp/teiresias-demo"
+DEFAULT_DEMO_PORT = 17200
+
+
+class DemoError(TeiresiasError):
+    """The demo could not run to its end (message says where to look)."""
+
+
+def _write_controller_config(d: Path, conf: Path, policy: str, queues: list[float], poll: float) -> Path:
+    ctl = d / "controller"
+    if ctl.exists():
+        shutil.rmtree(ctl)  # each demo starts with fresh controller state
+    ctl.mkdir(parents=True)
+    path = ctl / "teiresias.yaml"
+    path.write_text(yaml.safe_dump({
+        "partitions": ["gpu"],
+        "policy": {"name": policy, "queues": queues},
+        "placement": "consolidate",
+        "poll_interval": poll,
+        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20},
+        "state_db": str(ctl / "state.db"),
+        "audit_log": str(ctl / "audit.jsonl"),
+        "backend": "cli",
+        "slurm_conf": str(conf),
+    }, sort_keys=False))
+    return path
+
+
+def _submit(backend: Any, job: DemoJob, jobs_dir: Path, base: Path) -> int:
+    return backend.submit(
+        DEMO_JOB, "-p", "gpu", f"--gpus={job.gpus}", "-t", "30", f"--job-name=demo{job.index:02d}-{job.kind}",
+        f"--chdir={jobs_dir}", f"--output={jobs_dir}/demo-%j.out",
+        f"--comment={format_comment({'dir': str(base)})}",
+        f"--export=ALL,JOBBASE={base},WORK={int(job.work)}",
+    )
+
+
+def _status_line(rows: list, elapsed: float, submitted: int, total: int) -> str:
+    running = [r for r in rows if r.state in (Phase.RUNNING.value, Phase.PREEMPTING.value)]
+    pending = [r for r in rows if r.state in (Phase.PENDING.value, Phase.STARTING.value)]
+    done = [r for r in rows if r.state == Phase.FINISHED.value]
+    gpus = sum(r.gpus for r in running)
+    return (f"[{elapsed:5.0f}s] submitted {submitted}/{total}  running {len(running)} ({gpus} GPUs)  "
+            f"waiting {len(pending)}  finished {len(done)}  preemptions {sum(r.preemptions for r in rows)}")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-d", "--dir", "directory", default=DEFAULT_DEMO_DIR, show_default=True,
+              help="Directory of the demo's local cluster and controller state.")
+@click.option("-P", "--port-base", default=DEFAULT_DEMO_PORT, show_default=True, type=int,
+              help="slurmctld port of the demo cluster (node i on +i).")
+@click.option("-p", "--policy", default="las", show_default=True, help="Policy the live controller runs.")
+@click.option("-s", "--scale", default=1.0, show_default=True, type=click.FloatRange(0.05, 10.0),
+              help="Scale job lengths and arrival times (0.3 for a quick run).")
+@click.option("-k", "--keep", is_flag=True, help="Leave the cluster running at the end.")
+@click.option("--no-live", is_flag=True, help="No live table; a status line every 10 s.")
+@click.option("--timeout", default=600.0, show_default=True, type=float, help="Give up after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
+def demo(directory: str, port_base: int, policy: str, scale: float, keep: bool, no_live: bool,
+         timeout: float, as_json: bool) -> None:
+    """Start a local Slurm cluster (4 nodes x 4 fake GPUs) and the teiresias
+    controller, run a mixed workload (short and long, 1-8 GPU jobs that
+    checkpoint on preemption), show the queue live, and end with each job's
+    JCT next to what `fifo` and `las` give in the simulator on the same jobs.
+
+    Stops the cluster it started unless --keep. About 3 minutes at --scale 1.
+
+    \b
+    Examples:
+      teiresias demo
+      teiresias demo --scale 0.3 --no-live --json
+    """
+    from slurm_plugin.backends.cli import CliBackend
+    from slurm_plugin.controller.runtime import make_controller
+    from slurm_plugin.localcluster import ClusterConfig, LocalCluster
+
+    say = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
+    d = Path(directory).expanduser().resolve()
+    cluster = LocalCluster(ClusterConfig(dir=d, port_base=port_base, job_submit_lua=LUA),
+                           log=lambda m: say(f"cluster: {m}"))
+    up = cluster.up()
+    say(f"Local Slurm cluster up ({up.seconds:.1f}s): SLURM_CONF={up.conf}")
+    started_cluster = bool(up.started)
+    backend = CliBackend(slurm_conf=cluster.cfg.conf)
+    jobs = workload(scale)
+    queues = [round(60.0 * scale, 1)]
+    poll = 2.0
+    cfg = load_config(_write_controller_config(d, cluster.cfg.conf, policy, queues, poll))
+
+    # The controller runs in a thread of this process; its log goes to a file
+    # so the live table stays readable.
+    log = logging.getLogger("teiresias")
+    handler = logging.FileHandler(d / "controller" / "controller.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    ctl = make_controller(cfg, backend=backend)
+    stop = threading.Event()
+    worker = threading.Thread(target=ctl.run, args=(stop,), name="controller", daemon=True)
+
+    base = d / "jobs" / "teiresias"
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o777)
+    ids: dict[int, int] = {}
+    failure: str | None = None
+    try:
+        # Nothing of an earlier demo may linger in the queue.
+        cluster.cancel_all_jobs()
+        worker.start()
+        say(f"Controller running (policy {policy}, queues {queues} GPU-s, poll {poll:g}s); "
+            f"submitting {len(jobs)} jobs over {jobs[-1].offset:g}s. Log: {d}/controller/controller.log")
+        t0 = time.time()
+        live = sys.stdout.isatty() and not no_live and not as_json
+        last_line = 0.0
+        while True:
+            elapsed = time.time() - t0
+            for j in jobs:
+                if j.index not in ids and elapsed >= j.offset:
+                    ids[j.index] = _submit(backend, j, d / "jobs", base)
+            store = StateStore(cfg.state_db, readonly_copy=True)
+            recs = store.jobs(active_only=False)
+            store.close()
+            mine = [recs[i] for i in ids.values() if i in recs]
+            rows = build_rows(mine, time.time())
+            if live:
+                click.echo("\x1b[H\x1b[J" + _status_line(rows, elapsed, len(ids), len(jobs)) + "\n\n"
+                           + format_table(rows), nl=False)
+            elif elapsed - last_line >= 10:
+                say(_status_line(rows, elapsed, len(ids), len(jobs)))
+                last_line = elapsed
+            if len(ids) == len(jobs) and len(mine) == len(jobs) and all(not r.active for r in mine):
+                break
+            if not worker.is_alive():
+                failure = f"the controller thread stopped; see {d}/controller/controller.log"
+                break
+            if elapsed > timeout:
+                failure = f"jobs not finished after {timeout:.0f}s; see {d}/controller/controller.log"
+                break
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        worker.join(30)
+        ctl.store.close()
+        ctl.audit.close()
+        if failure is not None or not keep:
+            cluster.cancel_all_jobs()
+        if not keep and started_cluster:
+            cluster.down()
+            say("Local cluster stopped (use --keep to leave it running).")
+    if failure:
+        raise DemoError(failure)
+
+    store = StateStore(cfg.state_db, readonly_copy=True)
+    recs = store.jobs(active_only=False)
+    store.close()
+    sim_cluster = demo_cluster(cluster.cfg.node_names, cluster.cfg.gpus_per_node)
+    sims = [simulate(jobs, sim_cluster, p, tuple(queues), poll) for p in ("fifo", "las")]
+    report = _report(jobs, ids, recs, sims, policy)
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    click.echo(_format_report(report))
+
+
+def _report(jobs: list[DemoJob], ids: dict[int, int], recs: dict, sims: list, policy: str) -> dict[str, Any]:
+    rows = []
+    for j in jobs:
+        r = recs[ids[j.index]]
+        rows.append({
+            "job": j.index, "slurm_job_id": ids[j.index], "kind": j.kind, "gpus": j.gpus, "work_s": j.work,
+            "state": r.final_state, "preemptions": r.preemptions,
+            "jct_s": round((r.end_time or 0.0) - r.submit_time, 1),
+            **{f"sim_{s.policy}_jct_s": round(s.jct[j.index], 1) for s in sims},
+        })
+    avg = sum(r["jct_s"] for r in rows) / len(rows)
+    return {"policy": policy, "jobs": rows, "avg_jct_s": round(avg, 1),
+            **{f"sim_{s.policy}_avg_jct_s": round(s.avg, 1) for s in sims},
+            "all_completed": all(r["state"] == "COMPLETED" for r in rows)}
+
+
+def _format_report(rep: dict[str, Any]) -> str:
+    sims = [k[4:-10] for k in rep if k.startswith("sim_") and k.endswith("_avg_jct_s")]
+    head = ["JOB", "SLURMID", "KIND", "GPUS", "WORK", "STATE", "PREEMPT", f"JCT({rep['policy']},live)",
+            *[f"SIM-{s}" for s in sims]]
+    lines = [head]
+    for r in rep["jobs"]:
+        lines.append([str(r["job"]), str(r["slurm_job_id"]), r["kind"], str(r["gpus"]), f"{r['work_s']:.0f}s",
+                      str(r["state"]), str(r["preemptions"]), f"{r['jct_s']:.1f}s",
+                      *[f"{r[f'sim_{s}_jct_s']:.1f}s" for s in sims]])
+    lines.append(["avg", "", "", "", "", "", "", f"{rep['avg_jct_s']:.1f}s",
+                  *[f"{rep[f'sim_{s}_avg_jct_s']:.1f}s" for s in sims]])
+    w = [max(len(x[i]) for x in lines) for i in range(len(head))]
+    table = "\n".join("  ".join(c.rjust(w[i]) if i >= 3 else c.ljust(w[i]) for i, c in enumerate(row))
+                      for row in lines)
+    return ("\nJob completion times: live controller vs the simulator on the same jobs\n" + table + "\n")

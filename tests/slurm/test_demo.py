@@ -1,0 +1,41 @@
+"""`teiresias demo` end to end on its own local cluster (a short run: --scale 0.2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_plugin.localcluster import procs
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path):
+    # Beside the test cluster's ports (default 17100 -> 17300), so parallel sessions that move one move both.
+    port = int(os.environ.get("TEIRESIAS_TEST_DEMO_PORT_BASE",
+                              int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 200))
+    d = tmp_path / "demo"
+    p = subprocess.run([sys.executable, "-m", "teiresias", "demo", "--dir", str(d), "--port-base", str(port),
+                        "--scale", "0.2", "--no-live", "--json", "--timeout", "300"],
+                       capture_output=True, text=True, cwd=REPO, timeout=420)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = json.loads(p.stdout)
+    assert rep["all_completed"], rep
+    assert len(rep["jobs"]) == 12 and {j["gpus"] for j in rep["jobs"]} == {1, 2, 4, 8}
+    assert {j["kind"] for j in rep["jobs"]} == {"short", "long"}
+    for j in rep["jobs"]:
+        # A job cannot finish before it has had its service.
+        assert j["jct_s"] >= j["work_s"] - 1.0
+        assert j["sim_fifo_jct_s"] >= j["work_s"] - 1e-6 and j["sim_las_jct_s"] >= j["work_s"] - 1e-6
+    assert rep["avg_jct_s"] > 0 and rep["sim_fifo_avg_jct_s"] > 0 and rep["sim_las_avg_jct_s"] > 0
+    assert "SLURM_CONF=" in p.stderr
+    # It stopped what it started: no slurmctld of that directory is left.
+    assert procs.pid_from_file(d / "run" / "slurmctld.pid", "slurmctld") is None
+    assert not procs.pids_with_cwd_under("slurmstepd", d)
