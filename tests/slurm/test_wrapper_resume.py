@@ -1,0 +1,175 @@
+"""tsbatch end to end on the real local Slurm cluster with real PyTorch CPU
+training: preemption through the controller protocol (USR1 --full, Ack,
+requeue), DDP, SIGKILL during a write, the time limit, and a script without
+torch. Helpers for running jobs are in tests/torch/jobs.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.torch.jobs import SCRIPTS, last_step, plain_env, poll, read_ack, run, same_weights
+from wrappers import protocol
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch]
+
+TSBATCH = str(Path(sys.executable).with_name("tsbatch"))
+PY = sys.executable
+
+
+def tsbatch(cluster, *args: str, env: dict[str, str] | None = None, stdin: str | None = None):
+    return subprocess.run([TSBATCH, *args], env={**cluster.env, **(env or {})}, capture_output=True,
+                          text=True, timeout=60, input=stdin)
+
+
+def submitted(r: subprocess.CompletedProcess) -> int:
+    assert r.returncode == 0, r.stderr
+    m = re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout)
+    assert m, r.stdout
+    return int(m.group(1))
+
+
+def train_job(tmp_path: Path, script: str, out: Path, launcher: str = "") -> Path:
+    batch = tmp_path / "train.sh"
+    batch.write_text(f"#!/bin/bash\n#SBATCH -c 2\ncd {tmp_path}\n{launcher or PY} {SCRIPTS / script} {out}\n")
+    return batch
+
+
+def preempt_via_protocol(cluster, job: int, jobdir: Path, log: Path, at_step: int, restart: int) -> dict:
+    """What the controller does (wrappers/protocol.py): USR1 to the whole job,
+    wait for the Ack of this run, requeue, clear the BeginTime, wait until it runs."""
+    poll(f"step {at_step}", lambda: last_step(log) >= at_step, timeout=120)
+    cluster.backend.signal(job, protocol.PREEMPT_SIGNAL)
+    ack = poll("the Ack", lambda: (a := read_ack(jobdir)) and a["restart_count"] == restart and a, timeout=60)
+    assert cluster.job(job).state == "RUNNING", "a job that acked must wait to be requeued"
+    reached = last_step(log)
+    requeue_and_restart(cluster, job, restart + 1)
+    ack["reached"] = reached
+    return ack
+
+
+def requeue_and_restart(cluster, job: int, restarts: int) -> None:
+    """Requeue held, then release once the wall clock is in a later second:
+    slurmd refuses to start a job on a node in the same second its previous
+    run's credential was revoked ("Job credential revoked": the job FAILS)."""
+    cluster.backend.requeue(job, hold=True)
+    held = cluster.wait_for(job, "PENDING", timeout=60, where=lambda j: j.restart_count == restarts)
+    revoked = int(time.time())
+    poll("the next second", lambda: time.time() >= revoked + 1.05, timeout=5, every=0.05)
+    cluster.backend.release(held.job_id)
+    cluster.backend.clear_begin_time(job)
+    cluster.wait_for(job, "RUNNING", timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ref") / "ref.pt"
+    r = run("train_plain.py", [str(out)], plain_env())
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_preempted_twice_resumes_bitwise_equal(clean_slurm, tmp_path, reference):
+    out, log = tmp_path / "out.pt", tmp_path / "job.out"
+    base = tmp_path / "ckpt"
+    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
+                            str(train_job(tmp_path, "train_plain.py", out)),
+                            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
+    j = clean_slurm.job(job)
+    assert j.requeue and protocol.parse_comment(j.comment)["dir"] == str(base)
+    jobdir = protocol.job_dir(base, job)
+    acks = [preempt_via_protocol(clean_slurm, job, jobdir, log, at, k) for k, at in enumerate([6, 22])]
+    clean_slurm.wait_for(job, "COMPLETED", timeout=120)
+    assert same_weights(reference, out)
+    for ack in acks:
+        assert ack["reached"] - ack["step"] <= 1, "more than one iteration lost"
+    assert 6 <= acks[0]["step"] < acks[1]["step"]
+    assert [r.reason for r in protocol.read_records(jobdir)] == ["preempt", "preempt"]
+    assert oct(os.stat(jobdir).st_mode & 0o777) == "0o700"
+    assert "resumed from" in log.read_text()
+
+
+def test_ddp_two_ranks_preempted_resumes_bitwise_equal(clean_slurm, tmp_path):
+    ref, out, log = tmp_path / "ref.pt", tmp_path / "out.pt", tmp_path / "job.out"
+    torchrun = str(Path(PY).with_name("torchrun")) + " --standalone --nproc-per-node=2"
+    r = subprocess.run(f"{torchrun} {SCRIPTS / 'train_ddp.py'} {ref}", shell=True, env=plain_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    base = tmp_path / "ckpt"
+    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
+                            str(train_job(tmp_path, "train_ddp.py", out, launcher=torchrun)),
+                            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
+    ack = preempt_via_protocol(clean_slurm, job, protocol.job_dir(base, job), log, 5, 0)
+    clean_slurm.wait_for(job, "COMPLETED", timeout=180)
+    assert same_weights(ref, out)
+    assert ack["reached"] - ack["step"] <= 1
+    ck = protocol.read_records(protocol.job_dir(base, job))
+    assert len(ck) == 1  # rank 0 alone wrote
+
+
+def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_path, reference):
+    out, log = tmp_path / "out.pt", tmp_path / "job.out"
+    base = tmp_path / "ckpt"
+    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", "--checkpoint-every=5", f"--output={log}",
+                            "--open-mode=append", str(train_job(tmp_path, "train_plain.py", out)),
+                            env={protocol.ENV_TEST_PAUSE: "2", "OMP_NUM_THREADS": "1"}))
+    jobdir = protocol.job_dir(base, job)
+    marker = poll("the writer to pause mid-write", lambda: (jobdir / "test-paused-2").is_file(), timeout=120)
+    pid = json.loads((jobdir / "test-paused-2").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    clean_slurm.wait_for(job, {"FAILED", "COMPLETED"}, timeout=60)
+    assert marker
+    names = sorted(p.name for p in (jobdir / "checkpoints").iterdir())
+    assert "ckpt-000001-step5.pt" in names and any(n.endswith(".tmp") for n in names)
+    requeue_and_restart(clean_slurm, job, 1)
+    clean_slurm.wait_for(job, "COMPLETED", timeout=120, where=lambda j: j.restart_count == 1)
+    assert "resumed from ckpt-000001-step5.pt at step 5" in log.read_text()
+    assert same_weights(reference, out)
+
+
+def test_timelimit_signal_saves_requeues_itself_and_finishes(clean_slurm, tmp_path, reference):
+    """The fast variant: the time-limit warning (B:USR2, to the batch shell only)
+    sent by hand; the job saves, runs ``scontrol requeue`` on itself and later finishes."""
+    out, log = tmp_path / "out.pt", tmp_path / "job.out"
+    base = tmp_path / "ckpt"
+    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
+                            str(train_job(tmp_path, "train_plain.py", out)),
+                            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
+    poll("step 8", lambda: last_step(log) >= 8, timeout=120)
+    subprocess.run(["scancel", f"--signal={protocol.TIMELIMIT_SIGNAL}", "--batch", str(job)], env=clean_slurm.env,
+                   check=True)
+    clean_slurm.wait_for(job, "PENDING", timeout=60, where=lambda j: j.restart_count == 1)
+    clean_slurm.backend.clear_begin_time(job)
+    clean_slurm.wait_for(job, "COMPLETED", timeout=120)
+    assert [r.reason for r in protocol.read_records(protocol.job_dir(base, job))] == ["timelimit"]
+    assert same_weights(reference, out)
+
+
+@pytest.mark.slow
+def test_real_time_limit_requeues_and_finishes(clean_slurm, tmp_path, reference):
+    """--time=1 (Slurm's minimum) on a job that needs about 100 s: the real warning
+    comes, the job saves and requeues itself, and a later run finishes."""
+    out, log = tmp_path / "out.pt", tmp_path / "job.out"
+    base = tmp_path / "ckpt"
+    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
+                            "--time=1", str(train_job(tmp_path, "train_plain.py", out)),
+                            env={"TRAIN_STEP_SLEEP": "2.5", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"}))
+    def finished_or_requeued():
+        j = clean_slurm.job(job)
+        if j.state == "PENDING" and j.restart_count >= 1:
+            clean_slurm.backend.clear_begin_time(job)  # Slurm's ~120 s requeue delay
+        assert j.state not in {"FAILED", "CANCELLED", "TIMEOUT"}, j.state
+        return j.state == "COMPLETED" and j
+
+    final = poll("the job to finish across time limits", finished_or_requeued, timeout=420, every=1)
+    assert final.restart_count >= 1
+    assert "timelimit" in [r.reason for r in protocol.read_records(protocol.job_dir(base, job))]
+    assert same_weights(reference, out)
