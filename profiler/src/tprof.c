@@ -489,21 +489,36 @@ static inline const void *iov_first(const struct iovec *iov, int cnt, size_t *le
     return NULL;
 }
 
+/* Could this call move gloo bytes? Only then is it timed and inspected, so
+ * file I/O pays a table lookup, not two clock reads. */
+static inline int tx_maybe(int fd, size_t first_len) {
+    if (first_len >= GLOO_HDR) return 1;
+    struct fd_state *s = fd_state_of(fd);
+    return s != NULL && s->tx.remaining > 0;
+}
+
+static inline int rx_maybe(int fd, size_t cap) {
+    if (cap == GLOO_HDR) return 1;
+    struct fd_state *s = fd_state_of(fd);
+    return s != NULL && (s->rx.remaining > 0 || s->rx.hdr_got > 0);
+}
+
 /* ---- socket wrappers ------------------------------------------------------- */
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
     if (!active()) return REAL(writev)(fd, iov, cnt);
+    size_t fl;
+    const void *f = iov_first(iov, cnt, &fl);
+    if (!tx_maybe(fd, fl)) return REAL(writev)(fd, iov, cnt);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(writev)(fd, iov, cnt);
     int e = errno;
-    size_t fl;
-    const void *f = iov_first(iov, cnt, &fl);
     on_sent(fd, f, fl, n, t0, mono_ns());
     errno = e;
     return n;
 }
 
 EXPORT ssize_t write(int fd, const void *buf, size_t len) {
-    if (!active()) return REAL(write)(fd, buf, len);
+    if (!active() || !tx_maybe(fd, len)) return REAL(write)(fd, buf, len);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(write)(fd, buf, len);
     int e = errno;
@@ -513,7 +528,7 @@ EXPORT ssize_t write(int fd, const void *buf, size_t len) {
 }
 
 EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags) {
-    if (!active()) return REAL(send)(fd, buf, len, flags);
+    if (!active() || !tx_maybe(fd, len)) return REAL(send)(fd, buf, len, flags);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(send)(fd, buf, len, flags);
     int e = errno;
@@ -524,7 +539,7 @@ EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags) {
 
 EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
                       const struct sockaddr *to, socklen_t tolen) {
-    if (!active()) return REAL(sendto)(fd, buf, len, flags, to, tolen);
+    if (!active() || !tx_maybe(fd, len)) return REAL(sendto)(fd, buf, len, flags, to, tolen);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(sendto)(fd, buf, len, flags, to, tolen);
     int e = errno;
@@ -535,18 +550,19 @@ EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
     if (!active()) return REAL(sendmsg)(fd, msg, flags);
+    size_t fl = 0;
+    const void *f = msg ? iov_first(msg->msg_iov, (int)msg->msg_iovlen, &fl) : NULL;
+    if (!tx_maybe(fd, fl)) return REAL(sendmsg)(fd, msg, flags);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(sendmsg)(fd, msg, flags);
     int e = errno;
-    size_t fl = 0;
-    const void *f = msg ? iov_first(msg->msg_iov, (int)msg->msg_iovlen, &fl) : NULL;
     on_sent(fd, f, fl, n, t0, mono_ns());
     errno = e;
     return n;
 }
 
 EXPORT ssize_t read(int fd, void *buf, size_t len) {
-    if (!active()) return REAL(read)(fd, buf, len);
+    if (!active() || !rx_maybe(fd, len)) return REAL(read)(fd, buf, len);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(read)(fd, buf, len);
     int e = errno;
@@ -556,7 +572,7 @@ EXPORT ssize_t read(int fd, void *buf, size_t len) {
 }
 
 EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags) {
-    if (!active() || (flags & MSG_PEEK)) return REAL(recv)(fd, buf, len, flags);
+    if (!active() || (flags & MSG_PEEK) || !rx_maybe(fd, len)) return REAL(recv)(fd, buf, len, flags);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(recv)(fd, buf, len, flags);
     int e = errno;
@@ -567,7 +583,8 @@ EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags) {
 
 EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from,
                         socklen_t *fromlen) {
-    if (!active() || (flags & MSG_PEEK)) return REAL(recvfrom)(fd, buf, len, flags, from, fromlen);
+    if (!active() || (flags & MSG_PEEK) || !rx_maybe(fd, len))
+        return REAL(recvfrom)(fd, buf, len, flags, from, fromlen);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(recvfrom)(fd, buf, len, flags, from, fromlen);
     int e = errno;
@@ -578,11 +595,12 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockadd
 
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
     if (!active()) return REAL(readv)(fd, iov, cnt);
+    size_t fl;
+    const void *f = iov_first(iov, cnt, &fl);
+    if (!rx_maybe(fd, fl)) return REAL(readv)(fd, iov, cnt);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(readv)(fd, iov, cnt);
     int e = errno;
-    size_t fl;
-    const void *f = iov_first(iov, cnt, &fl);
     /* A header is only recognised when it lands in the first buffer. */
     on_received(fd, f, fl, n > 0 && (size_t)n > fl && fl == GLOO_HDR ? (ssize_t)fl : n, t0,
                 mono_ns());
@@ -592,11 +610,12 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
 
 EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
     if (!active() || (flags & MSG_PEEK)) return REAL(recvmsg)(fd, msg, flags);
+    size_t fl = 0;
+    const void *f = msg ? iov_first(msg->msg_iov, (int)msg->msg_iovlen, &fl) : NULL;
+    if (!rx_maybe(fd, fl)) return REAL(recvmsg)(fd, msg, flags);
     uint64_t t0 = mono_ns();
     ssize_t n = REAL(recvmsg)(fd, msg, flags);
     int e = errno;
-    size_t fl = 0;
-    const void *f = msg ? iov_first(msg->msg_iov, (int)msg->msg_iovlen, &fl) : NULL;
     on_received(fd, f, fl, n, t0, mono_ns());
     errno = e;
     return n;
