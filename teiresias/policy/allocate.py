@@ -344,7 +344,7 @@ def to_plan(
     index: Mapping[JobId, float] | None = None,
 ) -> Plan:
     """Wrap a walk into the Plan of the contract (every job in order and queues)."""
-    order = tuple(j.job_id for j in ranked)
+    order = tuple([j.job_id for j in ranked])
     return Plan(
         start=w.start,
         preempt=tuple(w.preempt),

@@ -51,35 +51,34 @@ def rank_mlfq(
     queues: dict[JobId, int] = {}
     promoted: list[JobId] = []
     indices: dict[JobId, float] = {}
-    keyed: list[tuple[tuple, Job]] = []
+    keyed: list[tuple] = []
+    add = keyed.append
+    running = JobState.RUNNING
+    bisect_right = bisect.bisect_right
     for j in jobs:
-        q = bisect.bisect_right(thresholds, j.num_gpus * j.executed_time)
+        q = bisect_right(thresholds, j.num_gpus * j.executed_time)
         starving = (
             promote_knob is not None
             and q > 0
-            and j.state is not JobState.RUNNING
+            and j.state is not running
             and j.waiting_time >= promote_knob * j.executed_time
         )
         if starving:
             promoted.append(j.job_id)
             q = 0
         queues[j.job_id] = q
+        # Sort keys end in the unique job id, then the job: jobs are never compared.
         if index is not None and q < last:
             g = index(j, q, starving)
             indices[j.job_id] = g
-            keyed.append(((q, False, -g, j.job_id), j))
+            add((q, False, -g, j.job_id, j))
         else:
             start = j.first_start_time
-            if start is None and j.state is JobState.RUNNING:
+            if start is None and j.state is running:
                 start = now
             if start is None:
-                keyed.append(((q, True, j.submit_time, j.submit_time, j.job_id), j))
+                add((q, True, j.submit_time, j.submit_time, j.job_id, j))
             else:
-                keyed.append(((q, False, start, j.submit_time, j.job_id), j))
-    # Keys end in the unique job id, so jobs themselves are never compared.
-    keyed.sort(key=_first)
-    return [j for _, j in keyed], queues, promoted, indices
-
-
-def _first(item: tuple) -> tuple:
-    return item[0]
+                add((q, False, start, j.submit_time, j.job_id, j))
+    keyed.sort()
+    return [t[-1] for t in keyed], queues, promoted, indices
