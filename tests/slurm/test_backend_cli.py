@@ -35,6 +35,25 @@ def test_jobs_and_nodes_report_gpus(clean_slurm):
     assert all(n.usable and set(n.partitions) == {"gpu", "other"} for n in nodes.values())
 
 
+def test_scontrol_poll_reads_the_same_jobs_as_squeue_json(clean_slurm):
+    c = clean_slurm
+    multi = c.submit("sleep 60", "-N", "2", "--gpus-per-node=2")
+    single = c.submit("sleep 60", "-G", "3", "--comment", "teiresias:dir=/tmp/x y")
+    c.submit("sleep 60", "-H", "-G", "1")
+    c.submit("sleep 60", "-G", "2", "--begin=now+3600", "-t", "1-02:03:04")
+    done = c.submit("true")
+    failed = c.submit("exit 3")
+    for j in (multi, single):
+        c.wait_for(j, "RUNNING")
+    c.wait_for(done, "COMPLETED")
+    c.wait_for(failed, "FAILED")
+    fast = CliBackend(env=c.env, poll="scontrol")
+    by_json = {j.job_id: j for j in c.backend.jobs()}
+    by_scontrol = {j.job_id: j for j in fast.jobs()}
+    assert by_scontrol == by_json
+    assert by_json[multi].gpus == 4 and by_json[single].gpus == 3
+
+
 def test_hold_release_and_priority_must_be_set_again_after_release(clean_slurm):
     c, b = clean_slurm, clean_slurm.backend
     j = c.submit("sleep 60", "-G", "1", LATER)
