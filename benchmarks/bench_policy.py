@@ -1,10 +1,13 @@
 """Decision time of one scheduling round on a large cluster (prints figures).
 
 One round = one ``policy.decide(snapshot)`` call, as the simulator and the
-controller make it. The snapshot: Cluster.from_tiresias_spec(8, 32, 8)
-(256 nodes x 8 GPUs = 2,048 GPUs) packed with running jobs, plus 10,000
-waiting jobs whose sizes and attained services follow the Philly-like mix
-(Tiresias Table 3 GPU counts; attained services spread across both queues).
+controller make it, on Cluster.from_tiresias_spec(8, 32, 8) (256 nodes x 8
+GPUs = 2,048 GPUs) packed with running jobs. Two snapshots:
+
+- backlog: plus 10,000 waiting jobs whose sizes and attained services follow
+  a Philly-like mix (GPU counts 1-32; attained services across both queues);
+- steady: plus 50 waiting jobs, the typical round of a trace replay, where
+  the simulator decides once per event (so rounds/second bounds replay speed).
 
     .venv/bin/python benchmarks/bench_policy.py [--pending 10000] [--rounds 5] [--seed 1]
 """
@@ -26,7 +29,7 @@ SAMPLES = Path("/work/shared/traces/tiresias-yarn-gput10000.csv")
 SIZES = [1] * 70 + [2] * 10 + [4] * 10 + [8] * 7 + [16] * 2 + [32] * 1  # GPUs, Philly-like mix
 
 
-def make_snapshot(n_pending: int, seed: int) -> Snapshot:
+def make_snapshot(n_pending: int, seed: int, quiet: bool = False) -> Snapshot:
     rng = random.Random(seed)
     cluster = Cluster.from_tiresias_spec(8, 32, 8)
     free = {n.name: n.gpus for n in cluster.nodes}
@@ -55,7 +58,8 @@ def make_snapshot(n_pending: int, seed: int) -> Snapshot:
                         waiting_time=rng.uniform(0, 5000), duration=executed + rng.uniform(10, 50000)))
         jid += 1
     rng.shuffle(jobs)
-    print(f"snapshot: {len(cluster.nodes)} nodes x 8 GPUs, {n_running} running, {n_pending} waiting jobs")
+    if not quiet:
+        print(f"snapshot: {len(cluster.nodes)} nodes x 8 GPUs, {n_running} running, {n_pending} waiting jobs")
     return Snapshot(10000.0, cluster, jobs)
 
 
@@ -91,7 +95,10 @@ def main() -> int:
         ("las", PolicyParams(continuous=True)),
         ("gittins", PolicyParams(distribution=dist, continuous=True)),
     ]
-    print(f"{'policy':<10} {'variant':<22} {'median ms':>10} {'min ms':>8} {'started':>8} {'preempted':>9}")
+    steady = make_snapshot(50, args.seed, quiet=True)
+    print(f"steady snapshot: same running jobs, {sum(not j.is_running for j in steady.jobs)} waiting jobs")
+    print(f"{'policy':<10} {'variant':<22} {'backlog median ms':>18} {'min ms':>8} {'started':>8} "
+          f"{'preempted':>9} {'steady median ms':>17}")
     for name, params in cases:
         variant = []
         if params.placement != "consolidate":
@@ -101,8 +108,9 @@ def main() -> int:
         if params.continuous:
             variant.append("continuous")
         med, best, started, preempted = time_rounds(name, params, snap, args.rounds)
-        print(f"{name:<10} {','.join(variant) or 'default':<22} {med * 1e3:>10.1f} {best * 1e3:>8.1f} "
-              f"{started:>8} {preempted:>9}")
+        steady_med, _, _, _ = time_rounds(name, params, steady, args.rounds * 10)
+        print(f"{name:<10} {','.join(variant) or 'default':<22} {med * 1e3:>18.1f} {best * 1e3:>8.1f} "
+              f"{started:>8} {preempted:>9} {steady_med * 1e3:>17.2f}")
     return 0
 
 
