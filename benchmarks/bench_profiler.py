@@ -78,7 +78,7 @@ static double msgs(long n, writev_t wv, recv_t rc, long base) {
 }
 static double reads(long n, read_t rd) {
     double t0 = now();
-    for (long i = 0; i < n; i++) if (rd(zero, rbuf, 48) != 48) exit(2);
+    for (long i = 0; i < n; i++) if (rd(zero, rbuf, 64) != 64) exit(2);
     return (now() - t0) / n * 1e9;
 }
 
@@ -190,7 +190,7 @@ def main() -> None:
 
     calls = bench_calls(args.messages, args.repeats)
     print(f"1. per call: {args.messages} gloo-shaped messages over loopback TCP (writev + 2 x recv = 3 "
-          f"intercepted calls) and {args.messages} read()s of /dev/zero, in batches of 500 alternating "
+          f"intercepted calls) and {args.messages} 64-byte read()s of /dev/zero, in batches of 500 alternating "
           f"with libc's own functions; median paired difference, best of {args.repeats} processes:")
     print(f"   {'mode':<18} {'message':>10} {'+ per call':>11} {'read()':>9} {'+ per call':>11}")
     per_call_rec = 0.0

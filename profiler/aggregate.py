@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -291,6 +291,12 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int) -> Profile:
     world = max(f.world_size for f in files)
     if world == 1:
         return Profile.none("single-rank job: no communication between ranks to profile", ranks=1)
+    notes: list[str] = []
+    if any(f.rank < 0 for f in files):
+        # Launched without RANK/SLURM_PROCID/MPI variables: number the processes
+        # by host and pid; a missing rank can then only be noticed via world_size.
+        files = [replace(f, rank=i) for i, f in enumerate(sorted(files, key=lambda f: (f.host, f.pid)))]
+        notes.append("ranks unknown (no RANK/SLURM_PROCID); numbered by host and pid")
     ranks = sorted({f.rank for f in files})
     if len(ranks) != len(files):
         return Profile.none(f"{d} holds records of several runs (duplicate ranks); profile one run per directory")
@@ -303,7 +309,6 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int) -> Profile:
             f"rank(s) {killed} stopped inside the profiling window (job killed mid-profile?)",
             ranks=len(files),
         )
-    notes: list[str] = []
     full = [f.rank for f in files if f.state is FileState.FULL]
     if full:
         notes.append(f"rank(s) {full} hit the record size cap; window shortened")

@@ -171,6 +171,18 @@ static int env_int(const char *name, int dflt) {
     return atoi(v);
 }
 
+/* First of several launchers' variables that is set (torchrun, srun, MPI). */
+static int env_first_int(const char *const *names, int dflt) {
+    for (; *names != NULL; names++) {
+        const char *v = getenv(*names);
+        if (v != NULL && *v != '\0') return atoi(v);
+    }
+    return dflt;
+}
+static const char *const RANK_VARS[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", NULL};
+static const char *const WORLD_VARS[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+static const char *const LOCAL_VARS[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", NULL};
+
 static void parse_ports(void) {
     g_nports = 0;
     int mp = env_int("MASTER_PORT", 0);
@@ -308,7 +320,7 @@ static void create_file(void) {
     size_t len = TPROF_HEADER_SIZE + cap * TPROF_RECORD_SIZE;
     char host[32] = {0};
     gethostname(host, sizeof(host) - 1);
-    int rank = env_int("RANK", -1);
+    int rank = env_first_int(RANK_VARS, -1);
     char path[sizeof(g_dir) + 128];
     sys_mkdirs(g_dir);
     snprintf(path, sizeof(path), "%s/rank%d-%s-%d.tprof", g_dir, rank, host, (int)getpid());
@@ -339,8 +351,8 @@ static void create_file(void) {
     h->start_real_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
     h->pid = (int32_t)getpid();
     h->rank = rank;
-    h->world_size = env_int("WORLD_SIZE", -1);
-    h->local_rank = env_int("LOCAL_RANK", -1);
+    h->world_size = env_first_int(WORLD_VARS, -1);
+    h->local_rank = env_first_int(LOCAL_VARS, -1);
     h->window_ns = g_window_ns;
     memcpy(h->host, host, sizeof(h->host));
     g_map_len = len;

@@ -55,9 +55,9 @@ struct tprof_header {
     uint64_t start_mono_ns;  /* CLOCK_MONOTONIC at file creation */
     uint64_t start_real_ns;  /* CLOCK_REALTIME at file creation */
     int32_t pid;
-    int32_t rank;            /* $RANK, -1 if unset */
-    int32_t world_size;      /* $WORLD_SIZE, -1 if unset */
-    int32_t local_rank;      /* $LOCAL_RANK, -1 if unset */
+    int32_t rank;            /* $RANK (else SLURM_PROCID, MPI), -1 if unknown */
+    int32_t world_size;      /* $WORLD_SIZE (else SLURM_NTASKS, MPI), -1 if unknown */
+    int32_t local_rank;      /* $LOCAL_RANK (else SLURM_LOCALID, MPI), -1 if unknown */
     uint64_t iterations;     /* iteration marks seen */
     uint64_t window_ns;      /* configured window length */
     uint64_t dropped;        /* records lost to the size cap */

@@ -132,3 +132,28 @@ def test_size_cap(fake_nccl: Path, tmp_path: Path) -> None:
     rf = read_record_file(f)
     assert rf.state is FileState.FULL
     assert len(rf.records) == (4096 - 128) // 64 and rf.dropped >= 1
+
+
+def drive_env(fake_nccl: Path, jobdir: Path, iters: int, **launcher: str) -> None:
+    env = profiled_env(jobdir, ProfileWindow(seconds=60))
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
+        env.pop(k, None)
+    env.update(launcher)
+    run([sys.executable, str(DRIVER), str(fake_nccl), str(iters)], env, timeout=60)
+
+
+def test_ranks_from_srun_variables(fake_nccl: Path, tmp_path: Path) -> None:
+    # srun without torchrun: SLURM_PROCID / SLURM_NTASKS name the ranks.
+    for rank in (0, 1):
+        drive_env(fake_nccl, tmp_path, 8, SLURM_PROCID=str(rank), SLURM_NTASKS="2")
+    assert sorted(read_record_file(f).rank for f in record_files(profile_dir(tmp_path))) == [0, 1]
+    drive_env(fake_nccl, tmp_path / "b", 8, SLURM_PROCID="0", SLURM_NTASKS="2")
+    assert "rank(s) [1] missing" in aggregate_dir(profile_dir(tmp_path / "b")).reason
+    assert aggregate_dir(profile_dir(tmp_path)).valid
+
+
+def test_ranks_unknown_are_numbered(fake_nccl: Path, tmp_path: Path) -> None:
+    for _ in (0, 1):
+        drive_env(fake_nccl, tmp_path, 8)
+    p = aggregate_dir(profile_dir(tmp_path))
+    assert p.valid and p.ranks == 2 and any("ranks unknown" in n for n in p.notes)
