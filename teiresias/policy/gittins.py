@@ -29,7 +29,7 @@ import bisect
 import csv
 import math
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -135,6 +135,30 @@ class ServiceDistribution:
             self._cache[key] = got
         return got
 
+    def indices(self, attained: Sequence[float], deltas: Sequence[float]) -> np.ndarray:
+        """``index(a, delta)`` for many jobs at once (vectorized; same arithmetic).
+
+        Used by the policy every round for every job outside the last queue.
+        """
+        self._arrays()
+        s, pre, n = self._np, self._np_prefix, len(self._s)
+        a = np.asarray(attained, dtype=float)
+        d = np.asarray(deltas, dtype=float)
+        i = np.searchsorted(s, a, side="right")
+        finite = np.isfinite(d)
+        j = np.where(finite, np.searchsorted(s, a + np.where(finite, d, 0.0), side="right"), n)
+        c = j - i
+        tail = np.where(finite, (n - j) * np.where(finite, d, 0.0), 0.0)
+        denom = pre[j] - pre[i] - c * a + tail
+        with np.errstate(divide="ignore", invalid="ignore"):
+            g = np.where((i < n) & (denom > 0), c / denom, 0.0)
+        return g
+
+    def _arrays(self) -> None:
+        if self._np is None:
+            self._np = np.asarray(self._s)
+            self._np_prefix = np.asarray(self._prefix)
+
     def _index(self, a: float, delta: float) -> float:
         s, pre, n = self._s, self._prefix, len(self._s)
         i = bisect.bisect_right(s, a)
@@ -158,9 +182,7 @@ class ServiceDistribution:
         if i == n:
             got = 0.0
         else:
-            if self._np is None:
-                self._np = np.asarray(s)
-                self._np_prefix = np.asarray(self._prefix)
+            self._arrays()
             # Candidate delta_k = s_k - a for every survivor k >= i; with equal
             # samples only the last of a run matters (it counts them all).
             ks = np.arange(i, n)

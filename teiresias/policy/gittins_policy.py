@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from teiresias.domain import Job, Plan, Snapshot
+from teiresias.domain import Plan, Snapshot
 from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
@@ -59,12 +59,8 @@ class GittinsPolicy:
             w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
             return to_plan(ranked, w, index=index)
 
-        thresholds = self.thresholds
-
-        def index(j: Job, q: int, promoted: bool) -> float:
-            # A job promoted this round is indexed as it will be once t_J is reset.
-            return dist.index(0.0 if promoted else j.attained_service, thresholds[q])
-
-        ranked, queues, promoted, indices = rank_mlfq(jobs, thresholds, self.promote_knob, snapshot.now, index)
+        ranked, queues, promoted, indices = rank_mlfq(
+            jobs, self.thresholds, self.promote_knob, snapshot.now, dist.indices
+        )
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted, index=indices)

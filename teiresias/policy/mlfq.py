@@ -26,25 +26,27 @@ def rank_mlfq(
     thresholds: Sequence[float],
     promote_knob: float | None,
     now: float,
-    index: Callable[[Job, int, bool], float] | None = None,
+    index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
 ) -> tuple[list[Job], dict[JobId, int], list[JobId], dict[JobId, float]]:
     """Rank jobs for discretized 2DAS: queue first, then inside the queue.
 
     Queue: q = #{thresholds <= W_J t_J}, or 0 for a job promoted this round
     (a WAITING job in a lower queue with delta_J >= PROMOTEKNOB * t_J).
 
-    Inside queue q < K-1, with ``index`` given (2D-Gittins), by index(job, q,
-    promoted) highest first, ties by job id. Otherwise (2D-LAS, and the last
-    queue always) FIFO by first start time (§3.2.3), ties by submit time and
-    job id; jobs that never started come after every started one, by submit
-    time: the paper orders by start time precisely so that a queue's
-    not-yet-started jobs cannot push out started ones ("FIFO ordering on
-    submission time instead of start time can lead to unnecessary
+    Inside queue q < K-1, with ``index`` given (2D-Gittins), by index highest
+    first, ties by job id; ``index(attained, quanta)`` computes all of them at
+    once (a promoted job is indexed at attained service 0, as it will be once
+    the owner resets t_J; the quantum of Q_q is its threshold). Otherwise
+    (2D-LAS, and the last queue always) FIFO by first start time (§3.2.3),
+    ties by submit time and job id; jobs that never started come after every
+    started one, by submit time: the paper orders by start time precisely so
+    that a queue's not-yet-started jobs cannot push out started ones ("FIFO
+    ordering on submission time instead of start time can lead to unnecessary
     preemptions"), and the reference simulator likewise moves waiting jobs
     behind running ones. A running job without a recorded start counts as
     started now.
 
-    One fused pass, because the simulator ranks every job on every event.
+    Lean on purpose: the simulator ranks every job on every event.
     Returns (ranked, queues, promoted, indices).
     """
     last = len(thresholds)
@@ -55,30 +57,37 @@ def rank_mlfq(
     add = keyed.append
     running = JobState.RUNNING
     bisect_right = bisect.bisect_right
+    # Jobs of non-last queues waiting for their Gittins index: (job, q, attained).
+    to_index: list[tuple[Job, int, float]] = []
     for j in jobs:
-        q = bisect_right(thresholds, j.num_gpus * j.executed_time)
-        starving = (
+        attained = j.num_gpus * j.executed_time
+        q = bisect_right(thresholds, attained)
+        if (
             promote_knob is not None
             and q > 0
             and j.state is not running
             and j.waiting_time >= promote_knob * j.executed_time
-        )
-        if starving:
+        ):
             promoted.append(j.job_id)
             q = 0
+            attained = 0.0
         queues[j.job_id] = q
         # Sort keys end in the unique job id, then the job: jobs are never compared.
         if index is not None and q < last:
-            g = index(j, q, starving)
+            to_index.append((j, q, attained))
+            continue
+        start = j.first_start_time
+        if start is None and j.state is running:
+            start = now
+        if start is None:
+            add((q, True, j.submit_time, j.submit_time, j.job_id, j))
+        else:
+            add((q, False, start, j.submit_time, j.job_id, j))
+    if to_index:
+        values = index([t[2] for t in to_index], [thresholds[t[1]] for t in to_index])
+        for (j, q, _), g in zip(to_index, values):
+            g = float(g)
             indices[j.job_id] = g
             add((q, False, -g, j.job_id, j))
-        else:
-            start = j.first_start_time
-            if start is None and j.state is running:
-                start = now
-            if start is None:
-                add((q, True, j.submit_time, j.submit_time, j.job_id, j))
-            else:
-                add((q, False, start, j.submit_time, j.job_id, j))
     keyed.sort()
     return [t[-1] for t in keyed], queues, promoted, indices
