@@ -67,10 +67,20 @@ class CellsPolicy:
     def decide(self, snapshot: Snapshot) -> CellPlan:
         return self.decide_cells(snapshot, None)
 
+    @classmethod
+    def from_file(cls, path: str, ranker: SchedulingPolicy, cluster=None) -> "CellsPolicy":
+        """The policy for a cells YAML file (validated against ``cluster`` when given)."""
+        from teiresias.cells import config as cells_config
+
+        return cls(cells_config.load(path, cluster), ranker)
+
     def world(self, snapshot: Snapshot) -> World:
         caps = {n: nc.gpus for n, nc in self.topology.node_cells.items()}
-        bad = bad_nodes_of(snapshot.unavailable, caps, self.bad_nodes)
-        return World(self.config, self.topology, bad, snapshot.unavailable)
+        # Configured nodes the snapshot's cluster lacks are unusable (never start a job there).
+        missing = [n for n in caps if n not in snapshot.cluster]
+        unavailable = {**snapshot.unavailable, **{n: caps[n] for n in missing}}
+        bad = bad_nodes_of(unavailable, caps, self.bad_nodes)
+        return World(self.config, self.topology, bad, unavailable)
 
     def decide_cells(self, snapshot: Snapshot, state: CellsState | None) -> CellPlan:
         """One round (HiveD §3 under Tiresias ordering); ``state`` is last round's ``plan.cells``."""
