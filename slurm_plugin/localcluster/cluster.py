@@ -163,17 +163,23 @@ class LocalCluster:
                                     "(package slurm-wlm-basic-plugins), which is missing")
         started: list[str] = []
         with self._locked():
-            changed = self._write_config()
-            self._make_devices()
-            if self._ensure_munged():
-                started.append("munged")
-            if self._ensure_slurmctld():
-                started.append("slurmctld")
-            started += self._ensure_slurmds()
-            self._wait_ready(kick=bool(started))
-            if restd and self._ensure_restd():
-                started.append("slurmrestd")
-            self._write_env_sh()
+            before = self._live_labels()
+            try:
+                changed = self._write_config()
+                self._make_devices()
+                if self._ensure_munged():
+                    started.append("munged")
+                if self._ensure_slurmctld():
+                    started.append("slurmctld")
+                started += self._ensure_slurmds()
+                self._wait_ready(kick=bool(started))
+                if restd and self._ensure_restd():
+                    started.append("slurmrestd")
+                self._write_env_sh()
+            except BaseException:
+                # leave nothing behind that this call started (and no one will `down`)
+                self._stop_daemons(include_munge=True, only_not_in=before)
+                raise
         return UpResult(conf=str(self.cfg.conf), dir=str(self.cfg.dir), changed=changed or bool(started),
                         installed=installed, started=started, seconds=round(time.monotonic() - t0, 2),
                         restd_socket=str(self.cfg.restd_socket) if restd else None)
@@ -350,8 +356,13 @@ class LocalCluster:
         with self._locked():
             self.cancel_all_jobs()
             stopped = self._stop_daemons(include_munge=True)
+            # a slurmstepd outlives its slurmd; jobs cancelled above normally took
+            # theirs along, this catches the ones a dead slurmctld could not cancel
             for pid in procs.pids_with_cwd_under("slurmstepd", self.cfg.dir):
+                children = procs.descendants(pid)
                 procs.stop_pid(pid, "slurmstepd", timeout=5)
+                for child in children:
+                    procs.kill_if_alive(child)
                 stopped.append(f"slurmstepd({pid})")
             self.cfg.restd_socket.unlink(missing_ok=True)
         return stopped
@@ -367,17 +378,25 @@ class LocalCluster:
         if not procs.wait_until(lambda: not self.active_job_ids(), timeout, 0.2):
             self.log(f"jobs still active after {timeout:.0f}s: {' '.join(self.active_job_ids())}")
 
-    def _stop_daemons(self, include_munge: bool) -> list[str]:
-        stopped = []
+    def _live_labels(self) -> set[str]:
+        return {label for label, pf, comm in self._pidfiles() if procs.pid_from_file(pf, comm)}
+
+    def _stop_daemons(self, include_munge: bool, only_not_in: set[str] | None = None) -> list[str]:
+        """Stop daemons outermost first; one that resists does not keep the
+        others running (the error is raised at the end)."""
+        stopped, stuck = [], []
         for label, pf, comm in self._pidfiles():
-            if comm == "munged" and not include_munge:
+            if (comm == "munged" and not include_munge) or (only_not_in is not None and label in only_not_in):
                 continue
             pid = procs.pid_from_file(pf, comm)
             if pid is not None:
                 if not procs.stop_pid(pid, comm):
-                    raise LocalClusterError(f"{label} (pid {pid}) did not stop even after SIGKILL")
+                    stuck.append(f"{label} (pid {pid})")
+                    continue
                 stopped.append(f"{label}({pid})")
             pf.unlink(missing_ok=True)
+        if stuck:
+            raise LocalClusterError(f"{', '.join(stuck)} did not stop even after SIGKILL")
         return stopped
 
     # ------------------------------------------------------------ status

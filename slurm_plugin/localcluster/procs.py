@@ -108,6 +108,38 @@ def pids_with_cwd_under(comm: str, root: Path) -> list[int]:
     return out
 
 
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children first seen, then theirs)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            parent = _ppid(int(entry.name))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return [p for p in out if is_alive(p)]
+
+
+def kill_if_alive(pid: int) -> None:
+    if is_alive(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     import socket
 

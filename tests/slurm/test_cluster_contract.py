@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,35 @@ def test_job_submit_lua_is_installed_and_runs(contract_cluster, tmp_path):
     up()
     assert "JobSubmitPlugins" not in (DIR / "etc" / "slurm.conf").read_text()
     assert not (DIR / "etc" / "job_submit.lua").exists()
+
+
+def test_failed_up_leaves_nothing_it_started(contract_cluster):
+    # node2's port is taken by someone else: up fails with one line, exit 1,
+    # and stops the munged/slurmctld/slurmd it had already started
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", PORT + 2))
+        squatter.listen(1)
+        r = cli("up", "--dir", str(DIR), "--port-base", str(PORT), "-n", "2", "-g", "2", "-q", check=False)
+    assert r.returncode == 1, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(PORT + 2) in lines[0] and "--port-base" in lines[0]
+    for name, pid in daemon_pids().items():
+        assert not procs.is_alive(pid), f"{name} (pid {pid}) left running by a failed up"
+
+
+def test_down_after_slurmctld_died_still_stops_jobs(contract_cluster):
+    # slurmctld killed: jobs cannot be cancelled through Slurm any more, so
+    # down must stop the slurmstepd of this cluster and the job under it
+    up()
+    env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
+    subprocess.run(["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
+                   capture_output=True, text=True, env=env, check=True)
+    assert procs.wait_until(lambda: procs.pids_with_cwd_under("slurmstepd", DIR), 20), "job never started"
+    steps = procs.pids_with_cwd_under("slurmstepd", DIR)
+    job_procs = [p for s in steps for p in procs.descendants(s)]
+    assert job_procs, "the batch script runs under slurmstepd"
+    os.kill(daemon_pids()["slurmctld"], signal.SIGKILL)
+    cli("down", "--dir", str(DIR), "-q")
+    for pid in steps + job_procs + list(daemon_pids().values()):
+        assert not procs.is_alive(pid), f"pid {pid} ({procs.proc_comm(pid)}) survived down"
