@@ -33,7 +33,7 @@ from teiresias.cells import config
 from teiresias.cells.metrics import fragmentation
 from teiresias.cells.quota import QuotaPolicy
 from teiresias.cells.scheduler import CellsPolicy
-from teiresias.domain import Cluster, JobId, Plan, Snapshot
+from teiresias.domain import Cluster, Plan, Snapshot
 from teiresias.policy.registry import PolicyParams, build_policy
 from teiresias.simulator import SimulationOptions, TraceJob, run, write_trace
 

@@ -202,9 +202,6 @@ class Topology:
             cell.nodes = (node,) if node is not None else ()
         return cell
 
-    def node_level_cells(self) -> list[Cell]:
-        return list(self.node_cells.values())
-
     @property
     def total_gpus(self) -> int:
         return sum(r.gpus for r in self.roots)

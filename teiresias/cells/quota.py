@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from teiresias.cells.config import CellsConfig
 from teiresias.cells.faults import bad_nodes_of
-from teiresias.domain import Job, JobId, Placement, Plan, Snapshot
+from teiresias.domain import JobId, Placement, Plan, Snapshot
 from teiresias.policy.base import SchedulingPolicy
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from teiresias.cells.faults import lost_guarantee
 from teiresias.cells.metrics import fragmentation
 from teiresias.domain import JobId
+
+if TYPE_CHECKING:
+    from teiresias.cells.world import World
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +54,8 @@ class CellsReport:
         return asdict(self)
 
 
-def build_report(world) -> CellsReport:  # world: teiresias.cells.world.World (import cycle)
+def build_report(world: "World") -> CellsReport:
+    """The report of one round's cell state (also ``teiresias cells``); see faults.py for LOST."""
     lost = lost_guarantee(world.physical, world.vcs.values(), world.config.chains)
     lost_keys = {(v.vc, v.number) for v in lost}
     rows: list[VCRow] = []

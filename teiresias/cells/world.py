@@ -64,10 +64,11 @@ def carve(c: Cell, gpus: int, cost: Callable[[Cell], tuple] | None = None) -> tu
 
 
 def placement_of(cells: Iterable[Cell]) -> Placement:
+    """Node counts of cells at or below the node level (what Slurm is told)."""
     counts: dict[str, int] = {}
     for c in cells:
-        for n in c.nodes:
-            counts[n] = counts.get(n, 0) + (c.gpus if c.node is not None else c.gpus // len(c.nodes))
+        assert c.node is not None, f"cell {c.address} is above the node level"
+        counts[c.node] = counts.get(c.node, 0) + c.gpus
     return Placement.of(sorted(counts.items()))
 
 
@@ -231,7 +232,6 @@ class World:
             return None
         for chain_name in dict.fromkeys(v.chain for v in vc.cells):
             chain = self.config.chains[chain_name]
-            got: list[Cell] = []
             used: list[Cell] = []
             ok = True
             for level, gpus in request_levels(chain, job.num_gpus):
@@ -245,7 +245,6 @@ class World:
                 u, f = carve(c, gpus, self.occ.cost)
                 for x in f:
                     vc.space.release(x)
-                got.append(c)
                 used += u
             if ok:
                 return used, victims(self.occ, used)
@@ -301,7 +300,7 @@ class World:
         """True when some VC holds a binding on this node (or a cell containing it)."""
         return self.physical.free_block_containing(nc) is None
 
-    def try_opportunistic(self, job: Job, may_use: Callable[[Cell], int] | None = None) -> list[Cell] | None:
+    def try_opportunistic(self, job: Job) -> list[Cell] | None:
         """Idle GPUs for a low-priority job: whole idle nodes plus one node for the remainder.
 
         Nodes no VC has bound are preferred, so that guaranteed jobs displace
@@ -309,9 +308,9 @@ class World:
         the remainder goes to the partly used node it fits best, keeping
         whole nodes whole.
         """
-        if may_use is None and self.idle_total() < job.num_gpus:
+        if self.idle_total() < job.num_gpus:
             return None  # cheap rejection: most waiting jobs in a busy cluster stop here
-        avail = may_use or self.idle_gpus
+        avail = self.idle_gpus
         for chain in self.config.chains.values():
             nodes = [nc for nc in self.topology.node_cells.values() if nc.chain is chain]
             n_whole, r = divmod(job.num_gpus, chain.node_gpus)

@@ -13,7 +13,7 @@ from teiresias.cells.state import META_KEY
 from teiresias.cli import cli
 from teiresias.domain import Cluster, Snapshot
 from teiresias.policy.registry import build_policy
-from teiresias.policy.testing import pending, running
+from teiresias.policy.testing import pending
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "etc" / "cells.example.yaml")
 CLUSTER = Cluster.from_tiresias_spec(2, 2, 4, node_names=["node1", "node2", "node3", "node4"])
