@@ -109,7 +109,7 @@ class CellsPolicy:
             if j.is_running and j.job_id in w.guaranteed:
                 vc_running.setdefault(w.job_vc[j.job_id] or "", []).append(j)
         for j in order:
-            if j.is_running or w.vc_of(j) is None:
+            if j.is_running or w.vc_of(j) is None or j.num_gpus <= 0:
                 continue
             got = w.try_guaranteed(j)
             if got is None:
@@ -127,6 +127,9 @@ class CellsPolicy:
         # Opportunistic pass.
         for j in order:
             if j.is_running or j.job_id in start:
+                continue
+            if j.num_gpus <= 0:
+                reasons[j.job_id] = "asks for no GPU: not a job for the cells policy"
                 continue
             cells = w.try_opportunistic(j)
             if cells is None:

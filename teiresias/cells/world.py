@@ -235,9 +235,6 @@ class World:
             used: list[Cell] = []
             ok = True
             for level, gpus in request_levels(chain, job.num_gpus):
-                if level > chain.node_level:
-                    ok = False
-                    break
                 c = vc.alloc(chain_name, level, self.physical, self.occ.cost)
                 if c is None:
                     ok = False
