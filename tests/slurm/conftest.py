@@ -10,7 +10,9 @@ Environment:
   TEIRESIAS_TEST_CLUSTER_DIR        cluster directory (default /var/tmp/teiresias-test-cluster)
   TEIRESIAS_TEST_CLUSTER_PORT_BASE  slurmctld port, node i on +i (default 17100)
   TEIRESIAS_TEST_CLUSTER_KEEP=1     leave the cluster running after the session
-Engineers working in parallel set the first two to their own values.
+Engineers working in parallel set the first two to their own values (two
+sessions on one directory would cancel each other's jobs in ``clean_slurm``;
+the last one to finish stops the cluster).
 
 Example:
     @pytest.mark.slurm
@@ -33,7 +35,7 @@ import pytest
 from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.backends.cli import CliBackend
 from slurm_plugin.backends.parse import FINISHED_STATES
-from slurm_plugin.localcluster import ClusterConfig, LocalCluster, client_env
+from slurm_plugin.localcluster import ClusterConfig, LocalCluster, client_env, procs
 from teiresias.errors import JobVanished
 
 DEFAULT_TEST_DIR = "/var/tmp/teiresias-test-cluster"
@@ -173,11 +175,19 @@ def slurm_cluster() -> Iterator[SlurmTestCluster]:
         pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
     cluster = LocalCluster(test_cluster_config())
     cluster.up()
+    # another pytest session on the same directory must not lose its cluster
+    # when this one ends: each session leaves a marker named by its pid
+    sessions = cluster.cfg.dir / "sessions"
+    sessions.mkdir(exist_ok=True)
+    mine = sessions / str(os.getpid())
+    mine.touch()
     handle = SlurmTestCluster(cluster)
     try:
         yield handle
     finally:
-        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
+        mine.unlink(missing_ok=True)
+        others = [m for m in sessions.iterdir() if m.name.isdigit() and procs.is_alive(int(m.name))]
+        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1" and not others:
             cluster.down()
 
 
