@@ -108,8 +108,9 @@ def demo(directory: str, port_base: int, policy: str, scale: float, keep: bool, 
     started_cluster = bool(up.started)
     backend = CliBackend(slurm_conf=cluster.cfg.conf)
     jobs = workload(scale)
-    queues = [round(60.0 * scale, 1)]
-    poll = 2.0
+    # Short jobs (<= 60 GPU-s) stay well inside Q1 even with start-up overheads counted.
+    queues = [round(100.0 * scale, 1)]
+    poll = 1.0
     cfg = load_config(_write_controller_config(d, cluster.cfg.conf, policy, queues, poll))
 
     # The controller runs in a thread of this process; its log goes to a file

@@ -94,6 +94,9 @@ class Controller:
 
             self._seed = ServiceDistribution.from_samples_file(config.policy.gittins_samples)
         self._policy: SchedulingPolicy | None = None
+        # Active records kept between rounds (the controller is the only writer of
+        # the DB); dropped and reloaded after any failed round.
+        self._records: dict[int, JobRecord] | None = None
         self._policy_samples = -1
 
     # -------------------------------------------------------------- policy
@@ -119,7 +122,8 @@ class Controller:
         now = time.time() if now is None else now
         t1 = time.perf_counter()
         enactor = Enactor(self.config, self.backend, self.store, self.audit, self.dry_run)
-        records = self.store.jobs()
+        records = self._records if self._records is not None else self.store.jobs()
+        self._records = None  # until this round has completed
         managed = {sj.job_id: sj for sj in slurm_jobs if self.config.manages(sj.partition)}
         enactor.recover(records, managed, now)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now)
@@ -129,6 +133,8 @@ class Controller:
         notes = self._bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
         t4 = time.perf_counter()
+        records.update(rec.records)
+        self._records = {j: r for j, r in records.items() if r.active}
         n = int(self.store.get_meta("rounds", "0") or 0) + 1
         if not self.dry_run:
             with self.store.transaction():
