@@ -61,12 +61,21 @@ def requeue_and_restart(cluster, job: int, restarts: int) -> None:
     slurmd refuses to start a job on a node in the same second its previous
     run's credential was revoked ("Job credential revoked": the job FAILS)."""
     cluster.backend.requeue(job, hold=True)
-    held = cluster.wait_for(job, "PENDING", timeout=60, where=lambda j: j.restart_count == restarts)
-    revoked = int(time.time())
-    poll("the next second", lambda: time.time() >= revoked + 1.05, timeout=5, every=0.05)
-    cluster.backend.release(held.job_id)
-    cluster.backend.clear_begin_time(job)
+    start_when_safe(cluster, job, restarts)
     cluster.wait_for(job, "RUNNING", timeout=60)
+
+
+def start_when_safe(cluster, job: int, restarts: int) -> None:
+    """Once the job is PENDING after its ``restarts``-th requeue, let it start
+    (release, clear the requeue BeginTime) in a later wall-clock second than the
+    requeue: slurmd refuses a job whose credential was revoked in the same
+    second ("Job credential revoked", and the job FAILS)."""
+    j = cluster.wait_for(job, "PENDING", timeout=90, where=lambda j: j.restart_count == restarts)
+    seen = time.time()
+    poll("a later second than the requeue", lambda: time.time() >= int(seen) + 1.05, timeout=5, every=0.05)
+    if j.held:
+        cluster.backend.release(job)
+    cluster.backend.clear_begin_time(job)
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +155,7 @@ def test_timelimit_signal_saves_requeues_itself_and_finishes(clean_slurm, tmp_pa
     poll("step 8", lambda: last_step(log) >= 8, timeout=120)
     subprocess.run(["scancel", f"--signal={protocol.TIMELIMIT_SIGNAL}", "--batch", str(job)], env=clean_slurm.env,
                    check=True)
-    clean_slurm.wait_for(job, "PENDING", timeout=60, where=lambda j: j.restart_count == 1)
-    clean_slurm.backend.clear_begin_time(job)
+    start_when_safe(clean_slurm, job, 1)
     clean_slurm.wait_for(job, "COMPLETED", timeout=120)
     assert [r.reason for r in protocol.read_records(protocol.job_dir(base, job))] == ["timelimit"]
     assert same_weights(reference, out)
@@ -165,7 +173,7 @@ def test_real_time_limit_requeues_and_finishes(clean_slurm, tmp_path, reference)
     def finished_or_requeued():
         j = clean_slurm.job(job)
         if j.state == "PENDING" and j.restart_count >= 1:
-            clean_slurm.backend.clear_begin_time(job)  # Slurm's ~120 s requeue delay
+            start_when_safe(clean_slurm, job, j.restart_count)  # else Slurm's ~120 s requeue delay
         assert j.state not in {"FAILED", "CANCELLED", "TIMEOUT"}, j.state
         return j.state == "COMPLETED" and j
 

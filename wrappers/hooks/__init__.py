@@ -23,7 +23,7 @@ from wrappers import protocol
 _runtime: Any = None  # wrappers.hooks.runtime.Runtime once torch is imported
 
 
-def runtime() -> Any:
+def current() -> Any:
     """The process's Runtime, or None when the hooks are not active."""
     return _runtime
 

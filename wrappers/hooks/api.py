@@ -23,7 +23,7 @@ from wrappers import hooks
 
 
 def _rt() -> Any:
-    return hooks.runtime()
+    return hooks.current()
 
 
 def active() -> bool:
@@ -48,7 +48,9 @@ def register(name: str | None = None, obj: Any = None, **objects: Any) -> None:
 def should_stop() -> bool:
     """True once a preemption, time-limit or SIGTERM stop has been requested."""
     rt = _rt()
-    return rt is not None and bool(rt.signal_stop or rt.pending >= 3)
+    from wrappers.hooks.runtime import Stop
+
+    return rt is not None and bool(rt.signal_stop or rt.pending >= Stop.PREEMPT)
 
 
 def checkpoint_now() -> None:
@@ -59,9 +61,13 @@ def checkpoint_now() -> None:
 
 
 def resumed_step() -> int | None:
-    """The optimizer step this run resumed from, or None for a fresh start."""
+    """The optimizer step this run resumes (or resumed) from, or None for a fresh
+    start. Before the resume point is reached it names the checkpoint found."""
     rt = _rt()
-    return None if rt is None else rt.resumed_from
+    if rt is None:
+        return None
+    rt.ensure_loaded()
+    return rt.ckpt["step"] if rt.replaying else rt.resumed_from
 
 
 def steps(total: int, start: int = 0) -> "StepRange":
