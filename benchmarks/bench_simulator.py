@@ -55,16 +55,17 @@ class TimedPolicy:
         return plan
 
 
-def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int) -> None:
+def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int, max_duration: float) -> None:
     cluster = Cluster.from_tiresias_spec(8, 32, 8)  # n256g8
-    print(f"== speed: Philly-like traces at offered load {load} on 256 nodes x 8 GPUs, interval 60 s ==")
+    print(f"== speed: Philly-like traces at offered load {load} (jobs <= {max_duration:g} s) "
+          "on 256 nodes x 8 GPUs, interval 60 s ==")
     print("(CPU s = this process's CPU time: on a shared machine it is the figure to compare;\n"
           " jobs/s and ms/round are per CPU second; 'in policy' = share of wall time inside decide())")
     print(f"{'jobs':>7} {'policy':>12} {'wall s':>8} {'CPU s':>8} {'jobs/s':>8} {'rounds':>8} {'ms/round':>9} "
-          f"{'in policy':>9} {'avg JCT':>9}")
+          f"{'in policy':>9} {'avg JCT':>9} {'avg queue':>9}")
     for n in sizes:
-        trace = philly_like(samples, PhillyParams(num_jobs=n, cluster_gpus=cluster.total_gpus, load=load),
-                            seed=seed)
+        trace = philly_like(samples, PhillyParams(num_jobs=n, cluster_gpus=cluster.total_gpus, load=load,
+                                                  max_duration=max_duration), seed=seed)
         for name in policies:
             pol = TimedPolicy(build_policy(name))
             t, c = time.perf_counter(), time.process_time()
@@ -73,7 +74,8 @@ def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int
             wall, cpu = time.perf_counter() - t, time.process_time() - c
             s = res.summary
             print(f"{n:>7} {name:>12} {wall:>8.2f} {cpu:>8.2f} {n / cpu:>8.0f} {s.rounds:>8} "
-                  f"{1000 * cpu / max(s.rounds, 1):>9.3f} {100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f}",
+                  f"{1000 * cpu / max(s.rounds, 1):>9.3f} {100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} "
+                  f"{s.avg_queue_delay:>9.0f}",
                   flush=True)
 
 
@@ -128,7 +130,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--policies", default="las,fifo")
-    ap.add_argument("--load", type=float, default=0.8)
+    ap.add_argument("--load", type=float, default=1.0)
+    ap.add_argument("--max-duration", type=float, default=86400.0, help="cap on job duration, s [1 day]")
     ap.add_argument("--samples", default=None, help="GPU-time samples CSV [default: yarn-gput10000 if present]")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compare-jobs", type=int, default=4000)
@@ -143,7 +146,7 @@ def main() -> None:
     samples = ServiceDistribution.from_samples_file(path).samples
     print(f"GPU-time samples: {path} ({len(samples)} values)")
     if not a.skip_speed:
-        speed(samples, [int(x) for x in a.sizes.split(",")], a.policies.split(","), a.load, a.seed)
+        speed(samples, [int(x) for x in a.sizes.split(",")], a.policies.split(","), a.load, a.seed, a.max_duration)
     if not a.skip_round:
         las_round()
     if not a.skip_compare:
