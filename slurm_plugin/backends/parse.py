@@ -222,7 +222,7 @@ def _loads(text: str, what: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- scontrol show job -o
-_KEY_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9/:_]*=")
+_KEY_TOKEN = re.compile(r"[A-Z][A-Za-z0-9/:_]*=")  # scontrol keys start upper-case
 
 
 def parse_scontrol_kv(line: str) -> dict[str, str]:

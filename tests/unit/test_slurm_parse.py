@@ -115,6 +115,9 @@ def test_scontrol_values_with_spaces():
     kv = parse_scontrol_kv("JobId=7 JobName=a b Comment=teiresias:dir=/x y;profile=1  StdIn=/dev/null Power=")
     assert kv == {"JobId": "7", "JobName": "a b", "Comment": "teiresias:dir=/x y;profile=1",
                   "StdIn": "/dev/null", "Power": ""}
+    # arguments like lr=0.1 stay in the value: Slurm's keys start upper-case
+    kv = parse_scontrol_kv("JobId=8 Command=/x/train.sh lr=0.1 --epochs=3 WorkDir=/w")
+    assert kv["Command"] == "/x/train.sh lr=0.1 --epochs=3" and kv["WorkDir"] == "/w"
 
 
 def test_unreachable_payloads_raise():
