@@ -66,11 +66,11 @@ def operations(levels: int):
     return st.lists(
         st.tuples(st.sampled_from(["alloc", "alloc", "alloc", "release", "opp"]), st.integers(0, 2),
                   st.integers(1, levels), st.integers(0, 10_000)),
-        min_size=5, max_size=40,
+        min_size=10, max_size=60,
     )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_guaranteed_requests_inside_quota_always_succeed_and_release_restores(data) -> None:
     raw, levels = data.draw(hierarchies())
@@ -125,3 +125,21 @@ def test_guaranteed_requests_inside_quota_always_succeed_and_release_restores(da
         vc.release(cell, physical)
     assert physical.snapshot() == initial
     assert all(not vc.bound_cells() for vc in vcs)
+
+
+def test_mixed_level_quotas_need_the_smallest_split() -> None:
+    """The case splitting the largest free cell gets wrong: 8 GPUs, X = one 4-GPU cell, Y = 2 + 1."""
+    raw = {
+        "cell_types": {"l1": {}, "l2": {"child": "l1", "count": 2}, "l3": {"child": "l2", "count": 2},
+                       "l4": {"child": "l3", "count": 2, "node": True}},
+        "physical_cells": [{"type": "l4", "nodes": ["n0"]}],
+        "virtual_clusters": {"x": {"quota": {"l3": 1}}, "y": {"quota": {"l2": 1, "l1": 1}}},
+    }
+    cfg = config.parse(raw)
+    topo = cfg.topology()
+    physical = BuddySpace(topo.roots)
+    x, y = (VirtualCluster(s, dict(cfg.chains), frozenset(), topo.node_cells) for s in cfg.vcs)
+    assert y.alloc("l4", 2, physical, None) is not None
+    assert y.alloc("l4", 1, physical, None) is not None  # binds Y's 1-GPU cell: must split the free 2-GPU cell
+    got = x.alloc("l4", 3, physical, None)
+    assert got is not None and got.gpus == 4
