@@ -271,6 +271,14 @@ def _minutes(v: str) -> int | None:
     return days * 1440 + h * 60 + m + (1 if s else 0)
 
 
+def _int(v: str | None, default: int) -> int:
+    """scontrol prints N/A, (null) or nothing where a number is unset."""
+    try:
+        return int(v) if v else default
+    except ValueError:
+        return default
+
+
 def parse_scontrol_job(line: str) -> SlurmJob:
     """One ``scontrol show job -o`` line as a SlurmJob (GPU count from
     TresPerJob/TresPerNode; no per-node allocation detail in this format)."""
@@ -278,12 +286,12 @@ def parse_scontrol_job(line: str) -> SlurmJob:
     null = ("(null)", "")
     state = kv.get("JobState", "UNKNOWN").upper()
     reason = kv.get("Reason", "None")
-    priority = int(kv.get("Priority", "0") or 0)
-    num_nodes = int((kv.get("NumNodes", "1") or "1").split("-")[0])
+    priority = _int(kv.get("Priority"), 0)
+    num_nodes = _int((kv.get("NumNodes") or "1").split("-")[0], 1)
     per_node = gres_count(kv.get("TresPerNode", ""))
     # JOB_GRES (with -d, running jobs) is what the job holds; else its request
     gpus = (gres_count(kv.get("JOB_GRES", "")) or gres_count(kv.get("TresPerJob", "")) or per_node * num_nodes
-            or gres_count(kv.get("TresPerTask", "")) * int(kv.get("NumTasks", "1") or 1))
+            or gres_count(kv.get("TresPerTask", "")) * _int(kv.get("NumTasks"), 1))
     ran_on = expand_hostlist(kv.get("NodeList", ""))
     required = expand_hostlist(kv.get("ReqNodeList", "") if kv.get("ReqNodeList") not in null else "")
     finished = state in FINISHED_STATES
@@ -298,7 +306,7 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         state=state,
         state_reason=reason,
         priority=priority,
-        restart_count=int(kv.get("Restarts", "0") or 0),
+        restart_count=_int(kv.get("Restarts"), 0),
         requeue=kv.get("Requeue") == "1",
         held=state == "PENDING" and (reason in HELD_REASONS or priority == 0),
         gpus=gpus,

@@ -154,3 +154,10 @@ def test_error_messages_map_to_exceptions():
                                          "(connect failure)"), SlurmUnreachable)
     e = error_from_message("Job is pending execution for job 16", 16)
     assert type(e) is SlurmError and "pending execution" in str(e)
+
+
+def test_scontrol_unset_numbers():
+    # a job cancelled while pending prints NumTasks=N/A
+    j = parse_scontrol_job("JobId=9 JobName=x UserId=ann(1000) Priority=0 JobState=CANCELLED Reason=None "
+                           "Restarts=0 NumNodes=1 NumTasks=N/A TimeLimit=UNLIMITED NodeList=")
+    assert (j.job_id, j.user, j.gpus, j.num_nodes, j.start_time, j.time_limit_minutes) == (9, "ann", 0, 1, None, None)
