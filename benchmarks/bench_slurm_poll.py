@@ -16,7 +16,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
