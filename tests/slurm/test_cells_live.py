@@ -13,6 +13,7 @@ are requeued through the checkpoint path); a node set DRAIN moves A's binding.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -175,7 +176,8 @@ def test_guaranteed_job_gets_a_whole_node_and_drain_moves_the_binding(cluster, t
         assert not ctl.errors, ctl.errors
 
         # Set A's node DRAIN while a1 runs: a1 goes on and keeps its binding.
-        cluster.cluster._run("scontrol", "update", f"nodename={node}", "state=drain", "reason=cells-test")
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=cells-test"],
+                       env=cluster.env, check=True, capture_output=True, timeout=30)
         poll("a1 still running on the drained node", lambda: cluster.job(a1).state == "RUNNING", 10)
         # a1 ends; A's next job is bound to another, healthy node (B's jobs there are requeued).
         cluster.wait_for(a1, "COMPLETED", timeout=60)
