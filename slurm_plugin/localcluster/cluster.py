@@ -378,6 +378,11 @@ class LocalCluster:
         if not procs.wait_until(lambda: not self.active_job_ids(), timeout, 0.2):
             self.log(f"jobs still active after {timeout:.0f}s: {' '.join(self.active_job_ids())}")
 
+    def daemons_alive(self) -> bool:
+        """munged, slurmctld and every node's slurmd run (by their pid files)."""
+        want = {"munged", "slurmctld", *(f"slurmd-{n}" for n in self.cfg.node_names)}
+        return want <= self._live_labels()
+
     def _live_labels(self) -> set[str]:
         return {label for label, pf, comm in self._pidfiles() if procs.pid_from_file(pf, comm)}
 

@@ -134,7 +134,10 @@ class SlurmTestCluster:
         return [int(j) for j in self.cluster.active_job_ids()]
 
     def clean(self, timeout: float = 30.0) -> None:
-        """Cancel every job, wait until none is active, resume drained nodes."""
+        """Cancel every job, wait until none is active, resume drained nodes.
+        A daemon that a test stopped (or killed) is started again first."""
+        if not self.cluster.daemons_alive() or not self.cluster.ping():
+            self.cluster.up()
         self.cluster.cancel_all_jobs(timeout=timeout)
         left = self.active_jobs()
         if left:

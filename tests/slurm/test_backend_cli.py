@@ -3,6 +3,8 @@ controller uses, and the errors it must tell apart."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 import time
@@ -10,6 +12,7 @@ import time
 import pytest
 
 from slurm_plugin.backends.cli import CliBackend
+from slurm_plugin.localcluster import procs
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 
 pytestmark = pytest.mark.slurm
@@ -212,3 +215,15 @@ def _poll(pred, timeout: float) -> bool:
             return True
         time.sleep(0.1)
     return pred()
+
+
+def test_clean_slurm_restarts_a_daemon_a_test_killed(slurm_cluster):
+    # a test that kills slurmctld (controller fault tests do) must not break the next one
+    pid = slurm_cluster.cluster.ctld_pid()
+    os.kill(pid, signal.SIGKILL)
+    assert procs.wait_until(lambda: not procs.is_alive(pid), 10)
+    slurm_cluster.clean()
+    assert slurm_cluster.cluster.ctld_pid() not in (None, pid)
+    j = slurm_cluster.submit("sleep 30", "-G", "1")
+    slurm_cluster.wait_for(j, "RUNNING", timeout=30)
+    slurm_cluster.clean()
