@@ -178,3 +178,15 @@ def test_down_after_slurmctld_died_still_stops_jobs(contract_cluster):
     cli("down", "--dir", str(DIR), "-q")
     for pid in steps + job_procs + list(daemon_pids().values()):
         assert not procs.is_alive(pid), f"pid {pid} ({procs.proc_comm(pid)}) survived down"
+
+
+def test_status_reports_a_drained_node_and_up_resumes_it(contract_cluster):
+    up()
+    env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
+    subprocess.run(["scontrol", "update", "nodename=node2", "state=drain", "reason=test"], env=env, check=True)
+    r = cli("status", "--dir", str(DIR), "--json", check=False)
+    st = json.loads(r.stdout)
+    assert r.returncode == 1 and st["running"] and not st["ready"] and st["nodes"]["node2"] == "drain"
+    again = up()
+    assert again["started"] == []
+    assert cli("status", "--dir", str(DIR), "--json").returncode == 0
