@@ -43,6 +43,19 @@ def summary(xs: list[float]) -> dict[str, float]:
             "max_ms": round(xs[-1] * 1000, 1)}
 
 
+def synthetic_parse(n: int, repeat: int) -> dict:
+    """Parse time of an ``squeue --json`` document of ``n`` jobs built by
+    repeating the captured real one (tests/fixtures/slurm/squeue_mixed.json);
+    no cluster needed."""
+    fixture = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "slurm" / "squeue_mixed.json"
+    doc = json.loads(fixture.read_text())
+    base = doc["jobs"]
+    doc["jobs"] = [dict(base[i % len(base)], job_id=i + 1) for i in range(n)]
+    text = json.dumps(doc)
+    return {"jobs": n, "bytes": len(text), "parse": summary(timed(lambda: parse_squeue_json(text), repeat)),
+            "json_loads": summary(timed(lambda: json.loads(text), repeat))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--jobs", type=int, default=1000, help="held jobs in the queue (default 1000)")
@@ -51,7 +64,18 @@ def main() -> int:
     ap.add_argument("--port-base", type=int, default=17300)
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--parse-only", type=int, metavar="N",
+                    help="only time parsing N synthetic jobs (from the captured fixture), no cluster")
     args = ap.parse_args()
+    if args.parse_only:
+        fig = synthetic_parse(args.parse_only, args.repeat)
+        if args.json:
+            print(json.dumps(fig))
+        else:
+            print(f"parse of squeue --json with {fig['jobs']} jobs ({fig['bytes'] / 1e6:.1f} MB): "
+                  f"{fig['parse']['median_ms']} ms median [{fig['parse']['min_ms']}-{fig['parse']['max_ms']}], "
+                  f"of which json.loads {fig['json_loads']['median_ms']} ms")
+        return 0
 
     cluster = LocalCluster(ClusterConfig(dir=Path(args.dir), port_base=args.port_base))
     # a fresh queue: finished jobs of an earlier run would stay in squeue for MinJobAge
