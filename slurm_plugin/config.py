@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -72,7 +73,12 @@ class ControllerConfig:
 
     def manages(self, partition: str) -> bool:
         """Slurm reports a multi-partition submission as ``a,b``; any managed one counts."""
-        return any(p in self.partitions for p in partition.split(",") if p)
+        return _manages(self.partitions, partition)
+
+
+@lru_cache(maxsize=4096)
+def _manages(partitions: tuple[str, ...], partition: str) -> bool:
+    return any(p in partitions for p in partition.split(",") if p)
 
 
 # key -> allowed keys beneath it (None: a leaf)

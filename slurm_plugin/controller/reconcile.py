@@ -19,6 +19,7 @@ How Slurm states map to the policy's two states:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
@@ -33,6 +34,7 @@ TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NOD
                              "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
 
 
+@lru_cache(maxsize=256)
 def base_state(state: str) -> str:
     """Slurm may report ``PENDING,REQUEUED`` or ``CANCELLED by 0``: keep the base state."""
     return state.replace("+", ",").split(",")[0].split(" ")[0].strip().upper()

@@ -16,6 +16,7 @@ Which states persist across a crash is documented in docs/job-states.md.
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -98,7 +99,10 @@ class JournalEntry:
 
 
 _JOB_FIELDS = [f.name for f in fields(JobRecord)]
+_GET_FIELDS = operator.attrgetter(*_JOB_FIELDS)
 _LRS = _JOB_FIELDS.index("last_running_seen")
+_PHASE = _JOB_FIELDS.index("phase")
+_PLANNED = _JOB_FIELDS.index("planned")
 _REAL = {"submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
          "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
          "ckpt_seconds", "end_time"}
@@ -205,8 +209,8 @@ class StateStore:
             sql += " WHERE phase != 'FINISHED'"
         out = {}
         for r in self.db.execute(sql + " ORDER BY job_id"):
-            out[r[0]] = self._row_to_job(r)
-            self._saved[r[0]] = self._fingerprint(list(r))
+            rec = out[r[0]] = self._row_to_job(r)
+            self._saved[r[0]] = self._fingerprint(rec)
         return out
 
     def job(self, job_id: int) -> JobRecord | None:
@@ -214,28 +218,22 @@ class StateStore:
         return None if r is None else self._row_to_job(r)
 
     @staticmethod
-    def _fingerprint(values: list[Any]) -> tuple[Any, ...]:
+    def _fingerprint(rec: JobRecord) -> tuple[Any, ...]:
         # last_running_seen moves every round for every running job; it only
         # bounds the end of a run that ends unseen, so 15 s of lag on disk is
         # fine and saves rewriting every running job every round.
-        v = list(values)
-        if v[_LRS] is not None:
-            v[_LRS] = int(v[_LRS] // 15)
-        return tuple(v)
+        v = _GET_FIELDS(rec)
+        lrs = v[_LRS]
+        return v if lrs is None else v[:_LRS] + (int(lrs // 15),) + v[_LRS + 1:]
 
     def save_job(self, rec: JobRecord, *, force: bool = False) -> None:
-        values = []
-        for name in _JOB_FIELDS:
-            v = getattr(rec, name)
-            if name == "phase":
-                v = v.value
-            elif name == "planned":
-                v = _placement_to_json(v)
-            values.append(v)
-        fp = self._fingerprint(values)
+        fp = self._fingerprint(rec)
         if not force and self._saved.get(rec.job_id) == fp:
             return
         self._saved[rec.job_id] = fp
+        values = list(_GET_FIELDS(rec))
+        values[_PHASE] = rec.phase.value
+        values[_PLANNED] = _placement_to_json(rec.planned)
         self.db.execute(f"INSERT OR REPLACE INTO jobs ({', '.join(_JOB_FIELDS)}) VALUES "
                         f"({', '.join('?' * len(_JOB_FIELDS))})", values)
 
