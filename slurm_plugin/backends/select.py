@@ -17,14 +17,15 @@ BACKENDS = ("auto", "cli", "restd", "pyslurm")
 
 
 def select_backend(name_or_auto: str = "auto", env: Mapping[str, str] | None = None,
-                   restd_socket: str | None = None, timeout: float = 30.0) -> SlurmBackend:
+                   restd_socket: str | None = None, timeout: float = 30.0, poll: str = "json") -> SlurmBackend:
     """The backend called ``name_or_auto``. ``env`` is the environment of
     Slurm commands (SLURM_CONF); ``restd_socket`` (or env SLURMRESTD_SOCKET)
-    the slurmrestd unix socket for ``restd``."""
+    the slurmrestd unix socket for ``restd``; ``poll`` the CLI backend's way
+    of reading jobs (``json``: squeue --json, ``scontrol``: faster)."""
     name = (name_or_auto or "auto").strip().lower()
     env = dict(os.environ if env is None else env)
     if name == "cli":
-        return CliBackend(env=env, timeout=timeout)
+        return CliBackend(env=env, timeout=timeout, poll=poll)
     if name == "restd":
         from slurm_plugin.backends.restd import RestdBackend
 
@@ -42,5 +43,5 @@ def select_backend(name_or_auto: str = "auto", env: Mapping[str, str] | None = N
         if name == "pyslurm":
             raise SlurmError(why)
         log.info("%s; using the JSON CLI backend", why)
-        return CliBackend(env=env, timeout=timeout)
+        return CliBackend(env=env, timeout=timeout, poll=poll)
     raise ConfigError(f"unknown Slurm backend {name_or_auto!r}: choose one of {', '.join(BACKENDS)}")

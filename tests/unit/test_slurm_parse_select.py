@@ -61,3 +61,9 @@ def test_pyslurm_objects_map_to_the_interface():
                            allocated_gres={"gpu:a100": 1}, partitions=["gpu"], total_cpus=8, real_memory=100)
     n = node_from_pyslurm(node)
     assert n.state == {"MIXED", "DRAIN"} and (n.gpus, n.gpus_used) == (4, 1) and not n.usable
+
+
+def test_cli_poll_mode():
+    assert select_backend("cli", env={}, poll="scontrol").poll == "scontrol"
+    with pytest.raises(ConfigError, match="json or scontrol"):
+        select_backend("cli", env={}, poll="fast")
