@@ -82,7 +82,7 @@ def walk(
                 keep.append(j.job_id)
             else:
                 n_visited += 1
-                if j.job_id in evicted:
+                if evicted and j.job_id in evicted:
                     st.visit_evicted(j.job_id)
                     preempt.append(j.job_id)
                     reasons[j.job_id] = f"preempted by higher-priority job {evicted[j.job_id]}"
@@ -96,6 +96,9 @@ def walk(
             continue
         st.n_visited = n_visited
         need = j.num_gpus
+        if need <= 0:
+            reasons[j.job_id] = f"asks for {need} GPUs: teiresias schedules GPU jobs only"
+            continue
         idle_total = st.idle_total
         held_total = st.held_total() if preemptive else 0
         if idle_total + held_total < need:
@@ -166,10 +169,13 @@ class _State:
         self._holders: dict[str, list[Job]] | None = None
         self._avail: dict[str, int] | None = None
         self._avail_visited = 0
-        running = [j for j in ranked if j.state is _RUNNING and j.placement is not None]
+        running: list[Job] = []
         idle = dict(_base_gpus(self.cluster))
         sizes: list[int] = []
-        for j in running:
+        for j in ranked:
+            if j.state is not _RUNNING or j.placement is None:
+                continue
+            running.append(j)
             size = 0
             for a in j.placement.allocations:
                 size += a.gpus

@@ -16,6 +16,7 @@ every round, so the policy keeps no state between rounds:
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Callable, Sequence
 
 from teiresias.domain import Job, JobId, JobState
@@ -59,7 +60,9 @@ def rank_mlfq(
     bisect_right = bisect.bisect_right
     # Jobs of non-last queues waiting for their Gittins index: (job, q, attained).
     to_index: list[tuple[Job, int, float]] = []
+    inf = math.inf
     for j in jobs:
+        jid = j.job_id
         attained = j.num_gpus * j.executed_time
         q = bisect_right(thresholds, attained)
         if (
@@ -68,26 +71,24 @@ def rank_mlfq(
             and j.state is not running
             and j.waiting_time >= promote_knob * j.executed_time
         ):
-            promoted.append(j.job_id)
+            promoted.append(jid)
             q = 0
             attained = 0.0
-        queues[j.job_id] = q
+        queues[jid] = q
         # Sort keys end in the unique job id, then the job: jobs are never compared.
         if index is not None and q < last:
             to_index.append((j, q, attained))
             continue
         start = j.first_start_time
-        if start is None and j.state is running:
-            start = now
         if start is None:
-            add((q, True, j.submit_time, j.submit_time, j.job_id, j))
-        else:
-            add((q, False, start, j.submit_time, j.job_id, j))
+            # Never started: after every started job of the queue, by submit time.
+            start = now if j.state is running else inf
+        add((q, start, j.submit_time, jid, j))
     if to_index:
         values = index([t[2] for t in to_index], [thresholds[t[1]] for t in to_index])
         for (j, q, _), g in zip(to_index, values):
             g = float(g)
             indices[j.job_id] = g
-            add((q, False, -g, j.job_id, j))
+            add((q, -g, j.job_id, j))
     keyed.sort()
     return [t[-1] for t in keyed], queues, promoted, indices

@@ -33,3 +33,9 @@ def test_fifo_and_best_effort_never_preempt() -> None:
     for name in ("fifo", "best-effort"):
         plan = build_policy(name, PolicyParams()).decide(s)
         assert plan.preempt == () and plan.keep == (2,) and plan.start == {}
+
+
+def test_a_job_asking_for_no_gpus_never_starts_and_says_why() -> None:
+    plan = build_policy("best-effort").decide(snap(cluster(1, 4), pending(1, 0), pending(2, 1)))
+    assert set(plan.start) == {2}
+    assert plan.reasons[1] == "asks for 0 GPUs: teiresias schedules GPU jobs only"
