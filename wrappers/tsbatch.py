@@ -116,6 +116,19 @@ def _has_option(words: list[str], long: str, short: str | None) -> bool:
     return _option_value(words, long, short) is not None
 
 
+def _sbatch_help() -> str:
+    """sbatch's own --help text; a note instead where sbatch cannot give it
+    (not installed, or no slurm.conf on this machine)."""
+    try:
+        r = subprocess.run(["sbatch", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"\n(sbatch's own help is unavailable here: {exc})\n"
+    if r.returncode != 0:
+        first = (r.stderr.strip().splitlines() or ["no output"])[0]
+        return f"\n(sbatch's own help is unavailable here: {first})\n"
+    return r.stdout
+
+
 def _sbatch(args: list[str], stdin: bytes | None = None) -> int:
     """Run sbatch with our stdout/stderr: its messages and exit code are the user's."""
     try:
@@ -129,8 +142,8 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
     p = parse(argv)
     if p.help:
         sys.stdout.write(HELP)
-        sys.stdout.flush()
-        return _sbatch(["--help"])
+        sys.stdout.write(_sbatch_help())
+        return 0
     setup = _setup(p, env)
     if p.unknown is not None:
         # Not ours to judge: sbatch prints its own error (or, for an option this

@@ -163,13 +163,14 @@ def test_timelimit_signal_saves_requeues_itself_and_finishes(clean_slurm, tmp_pa
 
 @pytest.mark.slow
 def test_real_time_limit_requeues_and_finishes(clean_slurm, tmp_path, reference):
-    """--time=1 (Slurm's minimum) on a job that needs about 100 s: the real warning
-    comes, the job saves and requeues itself, and a later run finishes."""
+    """--time=1 (Slurm's minimum) on a job that needs about 50 s of training: the real warning
+    comes (Slurm sends it up to a minute early), the job saves and requeues itself,
+    maybe several times, and a later run finishes."""
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
     job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
                             "--time=1", str(train_job(tmp_path, "train_plain.py", out)),
-                            env={"TRAIN_STEP_SLEEP": "2.5", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"}))
+                            env={"TRAIN_STEP_SLEEP": "1.2", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"}))
     def finished_or_requeued():
         j = clean_slurm.job(job)
         if j.state == "PENDING" and j.restart_count >= 1:
