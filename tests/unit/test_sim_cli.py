@@ -144,3 +144,14 @@ def test_outputs_are_all_or_nothing(tmp_path):
             raise RuntimeError("plotting failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
     assert (tmp_path / "a.json").read_text() == "old"
+
+
+def test_fig7_through_the_command_line(tmp_path):
+    """--continuous, --interval and --slowdown none reach the policy and the engine."""
+    (tmp_path / "t.csv").write_text(HEADER + "1,2,0,1,vgg16,2,0\n2,1,0,1,vgg16,8,0\n3,2,0,1,vgg16,6,0\n")
+    (tmp_path / "c.csv").write_text("num_switch,num_node_p_switch,num_gpu_p_node\n1,1,2\n")
+    r = invoke("-t", str(tmp_path / "t.csv"), "-c", str(tmp_path / "c.csv"), "-p", "srsf,las", "--continuous",
+               "--interval", "1", "--slowdown", "none", "--json", str(tmp_path / "o.json"))
+    assert r.exit_code == 0, r.output
+    avg = {s["policy"]: s["avg_jct"] for s in json.loads((tmp_path / "o.json").read_text())}
+    assert avg == {"srsf": pytest.approx(28 / 3), "las": pytest.approx(35 / 3)}
