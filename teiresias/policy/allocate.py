@@ -72,13 +72,13 @@ def walk(
     idle_failed: dict[object, int] = {}
     avail_failed: set[object] = set()
 
-    evicted = st.evicted
+    evicted, pinned = st.evicted, st.pinned
     n_visited = 0  # running jobs on offer visited so far (synced into ``st`` when used)
     for j in ranked:
         if j.state is _RUNNING:
             # A running job's turn: it keeps its GPUs unless some were handed out
             # above it, in which case it was evicted then.
-            if not preemptive or j.placement is None:
+            if not preemptive or j.placement is None or (pinned and j.job_id in pinned):
                 keep.append(j.job_id)
             else:
                 n_visited += 1
@@ -184,15 +184,26 @@ class _State:
                 else:
                     idle[a.node] = 0  # a running job on a node outside the cluster spec
             sizes.append(size)
-        # ``unavailable`` never evicts a managed running job (a DRAINing node lets
-        # its jobs finish): idle = max(GPUs - unavailable - held, 0).
         for name, u in snapshot.unavailable.items():
             if name in idle:
                 idle[name] -= u
+        # A node where managed jobs hold more GPUs than are usable (DRAINing, or
+        # GPUs taken outside the managed partitions) has nothing to give: its jobs
+        # are "pinned", kept whatever their rank and never on offer for
+        # preemption, because evicting them would free nothing usable there.
+        self.pinned: set[JobId] = set()
         if idle and min(idle.values()) < 0:
-            for name, v in idle.items():
-                if v < 0:
-                    idle[name] = 0
+            over = {name for name, v in idle.items() if v < 0}
+            for name in over:
+                idle[name] = 0
+            kept_running, kept_sizes = [], []
+            for j, size in zip(running, sizes):
+                if any(a.node in over for a in j.placement.allocations):
+                    self.pinned.add(j.job_id)
+                else:
+                    kept_running.append(j)
+                    kept_sizes.append(size)
+            running, sizes = kept_running, kept_sizes
         self.idle = idle
         self.idle_total = sum(idle.values())
         self.evictable: list[Job] = running if preemptive else []

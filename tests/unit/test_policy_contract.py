@@ -57,6 +57,9 @@ def random_snapshot(rng: random.Random) -> Snapshot:
         started = rng.random() < 0.3
         jobs.append(Job(JobId(i), need, first_start_time=kw["submit_time"] if started else None, **kw))
     rng.shuffle(jobs)
+    if rng.random() < 0.2:
+        # A node drains under its running jobs: all its GPUs become unavailable.
+        unavailable[rng.choice(c.nodes).name] = gpus
     return Snapshot(float(rng.randint(20, 40)), c, jobs, unavailable)
 
 
@@ -81,24 +84,27 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
     if name not in PREEMPTIVE:
         assert plan.preempt == ()
 
-    # All-or-nothing, on GPUs that are free once the preemptions are done.
-    used = {n.name: snap.unavailable.get(n.name, 0) for n in snap.cluster.nodes}
+    # All-or-nothing, on GPUs that are free once the preemptions are done;
+    # unavailable GPUs are never handed out (kept jobs may sit on a drained node).
+    kept = {n.name: 0 for n in snap.cluster.nodes}
+    started = {n.name: 0 for n in snap.cluster.nodes}
     for jid in plan.keep:
         for a in by_id[jid].placement.allocations:
-            used[a.node] += a.gpus
+            kept[a.node] += a.gpus
     for jid, pl in plan.start.items():
         assert pl.num_gpus == by_id[jid].num_gpus
         assert len(set(pl.nodes)) == len(pl.nodes)
         for a in pl.allocations:
             assert a.node in snap.cluster and a.gpus > 0
-            used[a.node] += a.gpus
+            started[a.node] += a.gpus
+    usable = {n.name: n.gpus - snap.unavailable.get(n.name, 0) for n in snap.cluster.nodes}
     for n in snap.cluster.nodes:
-        assert used[n.name] <= n.gpus, f"node {n.name} over-committed"
+        assert started[n.name] <= max(usable[n.name] - kept[n.name], 0), f"node {n.name} over-committed"
     # No needless preemption: a preempted job could not have stayed beside the
     # kept and started jobs (some node of its would be over-committed).
     for jid in plan.preempt:
         allocs = by_id[jid].placement.allocations
-        assert any(used[a.node] + a.gpus > snap.cluster.node(a.node).gpus for a in allocs), (
+        assert any(kept[a.node] + started[a.node] + a.gpus > usable[a.node] for a in allocs), (
             f"job {jid} preempted although its GPUs were not needed"
         )
 

@@ -71,3 +71,14 @@ def test_unavailable_gpus_never_evict_a_running_job() -> None:
     s = snap(cluster(1, 4), running(1, 4, {"s0n0": 4}), pending(2, 1), unavailable={"s0n0": 4})
     plan = las().decide(s)
     assert plan.keep == (1,) and plan.preempt == () and plan.start == {}
+
+
+def test_a_drained_nodes_gpus_are_not_handed_out_by_preemption() -> None:
+    # s0n0 drains (all 4 GPUs unavailable) under the lowest-priority Q2 job. A new
+    # Q1 job must not evict it to run there: it evicts job 2 on the healthy node.
+    low = q2_running(1, 4, {"s0n0": 4}, 5.0)
+    busy = q2_running(2, 4, {"s0n1": 4}, 1.0)
+    new = pending(3, 4, submit=10.0)
+    plan = las().decide(snap(cluster(2, 4), low, busy, new, now=20.0, unavailable={"s0n0": 4}))
+    assert 1 in plan.keep and plan.preempt == (2,)
+    assert plan.start[3].nodes == ("s0n1",)
