@@ -23,6 +23,7 @@ import yaml
 from teiresias.errors import ConfigError
 
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
+POLLS = ("json", "scontrol")
 DEFAULT_CONFIG = "etc/teiresias.yaml"
 ENV_CONFIG = "TEIRESIAS_CONFIG"
 
@@ -59,6 +60,8 @@ class ControllerConfig:
     state_db: Path = Path("/var/lib/teiresias/state.db")
     audit_log: Path = Path("/var/log/teiresias/audit.jsonl")
     backend: str = "auto"
+    # How the CLI backend reads jobs: squeue --json, or scontrol show job (2-2.5x faster).
+    slurm_poll: str = "json"
     slurm_conf: Path | None = None
     # slurmrestd unix socket for backend restd (else $SLURMRESTD_SOCKET).
     slurmrestd_socket: Path | None = None
@@ -92,6 +95,7 @@ _SCHEMA: dict[str, Any] = {
     "state_db": None,
     "audit_log": None,
     "backend": None,
+    "slurm_poll": None,
     "slurm_conf": None,
     "slurmrestd_socket": None,
     "topology": {"switches": None},
@@ -203,6 +207,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
             kw[key] = _resolve(base, r.string(key, data[key]))
     if "backend" in data:
         kw["backend"] = r.string("backend", data["backend"], BACKENDS)
+    if "slurm_poll" in data:
+        kw["slurm_poll"] = r.string("slurm_poll", data["slurm_poll"], POLLS)
     if data.get("slurm_conf") is not None:
         kw["slurm_conf"] = _resolve(base, r.string("slurm_conf", data["slurm_conf"]))
 

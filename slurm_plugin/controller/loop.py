@@ -28,6 +28,9 @@ from teiresias.policy.base import SchedulingPolicy
 
 log = logging.getLogger("teiresias.controller")
 
+# Seconds between the requeue of a job and its next release (see _enact).
+RESTART_GAP_S = 2.0
+
 
 def build_distribution(seed: Any, samples: list[float]) -> Any:
     """The 2D-Gittins job-size distribution: the seed file's samples plus the
@@ -226,6 +229,12 @@ class Controller:
         rank = {j: i for i, j in enumerate(plan.order)}
         for job_id, placement in sorted(plan.start.items(), key=lambda kv: rank.get(kv[0], 0)):
             r = records[job_id]
+            if r.preemptions and now - r.phase_since < RESTART_GAP_S:
+                # slurmd refuses to start a job in the same wall-clock second its
+                # previous run's credential was revoked ("Job credential revoked":
+                # the job FAILS), so a just-requeued job waits for the next round.
+                r.reason = "requeued a moment ago; starts at the next round"
+                continue
             short = {a.node: a.gpus - free.get(a.node, 0) for a in placement.allocations
                      if a.gpus > free.get(a.node, 0)}
             if short:

@@ -21,7 +21,7 @@ def make_backend(config: ControllerConfig) -> SlurmBackend:
     if config.slurm_conf is not None:
         env["SLURM_CONF"] = str(config.slurm_conf)
     socket = str(config.slurmrestd_socket) if config.slurmrestd_socket is not None else None
-    return select_backend(config.backend, env=env, restd_socket=socket)
+    return select_backend(config.backend, env=env, restd_socket=socket, poll=config.slurm_poll)
 
 
 def make_controller(config: ControllerConfig, *, dry_run: bool = False,
