@@ -97,3 +97,37 @@ def test_queue_without_state_says_what_to_do(tmp_path):
     cfg.write_text(f"state_db: {tmp_path}/none.db\n")
     p = run_cli("queue", "-c", str(cfg), "--no-slurm")
     assert p.returncode == 2 and "controller run" in p.stderr
+
+
+IDLE = [SlurmNode("node1", frozenset({"IDLE"}), 4, 0, ("gpu",))]
+
+
+def test_dry_run_plans_a_start_but_touches_neither_slurm_nor_the_state(tmp_path):
+    db = tmp_path / "s.db"
+    cfg = parse_config({"state_db": str(db), "policy": {"name": "las", "queues": [10]}})
+    StateStore(db).close()
+    ctl = Controller(cfg, NoBackend(), StateStore(db, readonly_copy=True), AuditLog(None), dry_run=True)
+    r = ctl.round(now=200.0, slurm_jobs=[job(4)], slurm_nodes=IDLE)
+    assert list(r.plan.start) == [4]
+    assert [(a.job, a.action, a.ok) for a in r.actions] == [(4, "start", None)]
+    assert StateStore(db).jobs(active_only=False) == {}
+
+
+def finished(job_id: int, gpus: int, start: float, end: float) -> SlurmJob:
+    from dataclasses import replace
+
+    return replace(job(job_id), state="COMPLETED", held=False, gpus=gpus, start_time=start, end_time=end,
+                   nodes=("node1",))
+
+
+def test_gittins_runs_as_las_until_a_job_finishes_then_learns_from_it(tmp_path):
+    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "policy": {"name": "gittins", "queues": [100]}})
+    ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(None))
+    assert ctl.policy().name == "las"  # Tiresias Pseudocode 1: no distribution -> LAS
+    running = SlurmJob(**{**{f: getattr(job(5), f) for f in job(5).__slots__}, "state": "RUNNING", "held": False,
+                          "start_time": 100.0, "nodes": ("node1",)})
+    drained = [SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 2, ("gpu",))]
+    ctl.round(now=120.0, slurm_jobs=[running], slurm_nodes=drained)
+    ctl.round(now=160.0, slurm_jobs=[finished(5, 2, 100.0, 150.0)], slurm_nodes=IDLE)
+    assert ctl.store.samples() == [100.0]  # 2 GPUs x 50 s
+    assert ctl.policy().name == "gittins"
