@@ -178,7 +178,10 @@ class LocalCluster:
                 self._write_env_sh()
             except BaseException:
                 # leave nothing behind that this call started (and no one will `down`)
-                self._stop_daemons(include_munge=True, only_not_in=before)
+                try:
+                    self._stop_daemons(include_munge=True, only_not_in=before)
+                except LocalClusterError as cleanup:
+                    self.log(f"after the failed start: {cleanup}")
                 raise
         return UpResult(conf=str(self.cfg.conf), dir=str(self.cfg.dir), changed=changed or bool(started),
                         installed=installed, started=started, seconds=round(time.monotonic() - t0, 2),
@@ -190,7 +193,11 @@ class LocalCluster:
         cfg = self.cfg
         for sub in ("etc", "log", "run", "dev", "state/ctld", "state/d", "jobs", "munge"):
             (cfg.dir / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(cfg.dir, 0o755)
+        # clients of any user must reach the munge socket: add o+x to DIR, never
+        # take bits away (DIR may be an existing shared directory such as /tmp)
+        mode = cfg.dir.stat().st_mode
+        if mode & 0o011 != 0o011:
+            os.chmod(cfg.dir, (mode & 0o7777) | 0o011)
         os.chmod(cfg.munge_dir, 0o755)  # munged: socket dir o+x, not group/other-writable
         os.chmod(cfg.dir / "jobs", 0o1777)  # scratch cwd for jobs of any user
         for name in cfg.node_names:
@@ -241,6 +248,7 @@ class LocalCluster:
         self._run("munged", f"--key-file={key}", f"--socket={self.cfg.munge_socket}",
                   f"--pid-file={m / 'munged.pid'}", f"--log-file={self.cfg.log / 'munged.log'}",
                   f"--seed-file={m / 'munged.seed'}", "--force", check=True)
+        self._wait_pidfile(m / "munged.pid", "munged", "munged.log")
         ok = procs.wait_until(lambda: self._run("bash", "-c",
                                                 f"munge -n -S {self.cfg.munge_socket} | "
                                                 f"unmunge -S {self.cfg.munge_socket}").returncode == 0, 10, 0.1)
@@ -257,6 +265,7 @@ class LocalCluster:
             # -i: tolerate missing or stale state files (first start, changed node set)
             self._run("slurmctld", "-i", check=True)
             started = True
+            self._wait_pidfile(self.cfg.run / "slurmctld.pid", "slurmctld", "slurmctld.log")
         t0 = time.monotonic()
 
         def answered_or_died() -> bool:
@@ -281,7 +290,14 @@ class LocalCluster:
                                         "choose another --port-base")
             self._run("slurmd", "-N", name, check=True)
             started.append(f"slurmd-{name}")
+            self._wait_pidfile(self.cfg.run / f"slurmd-{name}.pid", "slurmd", f"slurmd-{name}.log")
         return started
+
+    def _wait_pidfile(self, pf: Path, comm: str, log: str, timeout: float = 15.0) -> None:
+        """The daemon forks and its parent exits before the pid file is written:
+        wait for it, so that every started daemon can be found (and stopped)."""
+        if not procs.wait_until(lambda: procs.pid_from_file(pf, comm) is not None, timeout, 0.05):
+            raise LocalClusterError(f"{comm} wrote no pid file {pf} within {timeout:.0f}s: {self._log_tail(log, 1)}")
 
     def _wait_ready(self, kick: bool, timeout: float = 60.0) -> None:
         """Until every node is idle/alloc/mix; resume nodes left drained or down

@@ -161,6 +161,8 @@ def test_failed_up_leaves_nothing_it_started(contract_cluster):
     assert len(lines) == 1 and str(PORT + 2) in lines[0] and "--port-base" in lines[0]
     for name, pid in daemon_pids().items():
         assert not procs.is_alive(pid), f"{name} (pid {pid}) left running by a failed up"
+    # also by port: a daemon that had not yet written its pid file would still listen
+    assert not procs.port_in_use(PORT) and not procs.port_in_use(PORT + 1), "slurmctld/slurmd-node1 left running"
 
 
 def test_down_after_slurmctld_died_still_stops_jobs(contract_cluster):
