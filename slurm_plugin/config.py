@@ -59,6 +59,8 @@ class ControllerConfig:
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     state_db: Path = Path("/var/lib/teiresias/state.db")
     audit_log: Path = Path("/var/log/teiresias/audit.jsonl")
+    # Communication profiles (profiler.store.ProfileStore); None: <state_db folder>/profiles.
+    profile_store: Path | None = None
     backend: str = "auto"
     # How the CLI backend reads jobs: squeue --json, or scontrol show job (2-2.5x faster).
     slurm_poll: str = "json"
@@ -73,6 +75,10 @@ class ControllerConfig:
             if node in nodes:
                 return switch
         return "default"
+
+    @property
+    def profiles(self) -> Path:
+        return self.profile_store or self.state_db.parent / "profiles"
 
     def manages(self, partition: str) -> bool:
         """Slurm reports a multi-partition submission as ``a,b``; any managed one counts."""
@@ -94,6 +100,7 @@ _SCHEMA: dict[str, Any] = {
     "preemption": {"grace_seconds": None, "start_timeout_seconds": None},
     "state_db": None,
     "audit_log": None,
+    "profile_store": None,
     "backend": None,
     "slurm_poll": None,
     "slurm_conf": None,
@@ -202,8 +209,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         start_timeout_seconds=r.number("preemption.start_timeout_seconds",  # type: ignore[arg-type]
                                        pre.get("start_timeout_seconds", pdd.start_timeout_seconds)),
     )
-    for key in ("state_db", "audit_log"):
-        if key in data:
+    for key in ("state_db", "audit_log", "profile_store"):
+        if data.get(key) is not None:
             kw[key] = _resolve(base, r.string(key, data[key]))
     if "backend" in data:
         kw["backend"] = r.string("backend", data["backend"], BACKENDS)

@@ -20,7 +20,8 @@ from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, preemption
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action, Enactor, priority_for
-from slurm_plugin.controller.reconcile import Reconciled, reconcile
+from slurm_plugin.controller.profiles import SkewBook
+from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import Plan
 from teiresias.errors import SlurmError, SlurmUnreachable
@@ -100,6 +101,7 @@ class Controller:
         # Active records kept between rounds (the controller is the only writer of
         # the DB); dropped and reloaded after any failed round.
         self._records: dict[int, JobRecord] | None = None
+        self._skews = SkewBook(config.profiles)
         self._policy_samples = -1
 
     # -------------------------------------------------------------- policy
@@ -130,6 +132,9 @@ class Controller:
         managed = {sj.job_id: sj for sj in slurm_jobs if self.config.manages(sj.partition)}
         enactor.recover(records, managed, now)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now)
+        if any([self._known_skew(rec.records[j]) for j in rec.created]):
+            # A model profiled before: profile placement can use its skew in this very round.
+            rec.snapshot = build_snapshot(rec.snapshot.cluster, rec, slurm_nodes, now)
         t2 = time.perf_counter()
         plan = self.policy().decide(rec.snapshot)
         t3 = time.perf_counter()
@@ -177,6 +182,8 @@ class Controller:
                 r.reason = plan.reasons.get(job_id, "") if r.phase is Phase.PENDING else ""  # type: ignore[call-overload]
         for job_id in rec.finished:
             r = rec.records[job_id]
+            if not self.dry_run:
+                r.skew = self._skews.learn(r) or r.skew
             gpu_s = accounting.attained_gpu_seconds(r, now)
             self.audit.write(job_id, "finished", r.final_state or "", jct=round((r.end_time or now) - r.submit_time, 3),
                              attained_gpu_seconds=round(gpu_s, 1))
@@ -224,7 +231,9 @@ class Controller:
                     continue
                 due = preemption.requeue_due(r, now, self.config.preemption.grace_seconds)
                 if due is not None:
-                    enactor.requeue(r, due, now)
+                    act = enactor.requeue(r, due, now)
+                    if act.ok:
+                        self._learn_skew(r)
         # 4. Starts whose GPUs are free now; the others wait for preempted jobs to leave.
         rank = {j: i for i, j in enumerate(plan.order)}
         for job_id, placement in sorted(plan.start.items(), key=lambda kv: rank.get(kv[0], 0)):
@@ -249,6 +258,18 @@ class Controller:
             q = plan.queues.get(job_id, r.queue)  # type: ignore[call-overload]
             enactor.start(r, placement, priority_for(rank.get(job_id, 0), len(plan.order)),
                           rec.slurm[job_id], f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
+
+    def _known_skew(self, r: JobRecord) -> bool:
+        r.skew = self._skews.known(r)
+        return r.skew is not None
+
+    def _learn_skew(self, r: JobRecord) -> None:
+        """A preempted run may have been the profiled one (Tiresias profiles the first run)."""
+        skew = self._skews.learn(r)
+        if skew is not None and skew != r.skew:
+            r.skew = skew
+            with self.store.transaction():
+                self.store.save_job(r)
 
     # ---------------------------------------------------------------- loop
     def run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None = None,

@@ -51,6 +51,7 @@ class Reconciled:
     to_hold: dict[int, str] = field(default_factory=dict)  # job -> why it must be held now
     notes: list[tuple[int, str]] = field(default_factory=list)
     in_transit: list[int] = field(default_factory=list)
+    created: list[int] = field(default_factory=list)  # jobs seen for the first time
 
 
 def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Cluster:
@@ -106,6 +107,7 @@ def reconcile(
             if state in TERMINAL_STATES:
                 continue  # ended before we ever saw it: not ours to account
             rec = _new_record(sj, now)
+            out.created.append(job_id)
         elif not rec.active:
             continue
         out.records[job_id] = rec
