@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from teiresias.domain import Cluster, Job, Node, Placement
+from teiresias.domain import Allocation, Cluster, Job, Node, Placement
 
 
 def _fewest_nodes(need: int, nodes: list[tuple[int, int, Node]]) -> list[tuple[Node, int]] | None:
@@ -56,6 +56,7 @@ class _Topology:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.order = {n.name: i for i, n in enumerate(cluster.nodes)}
+        self.names = [n.name for n in cluster.nodes]
         self.switches = tuple(cluster.switches().values())
         self.max_switch_gpus = max((sum(n.gpus for n in ns) for ns in self.switches), default=0)
         self._switch_sizes = [sorted((n.gpus for n in ns), reverse=True) for ns in self.switches]
@@ -125,14 +126,7 @@ class ConsolidatePlacement(_TopologyCache):
         topo = self.topology(cluster)
         k = topo.min_nodes(need)
         if k == 1:
-            best = None
-            for i, n in enumerate(cluster.nodes):
-                f = free.get(n.name, 0)
-                if f >= need and (best is None or f < best[0]):
-                    best = (f, i, n)
-                    if f == need:
-                        break
-            return None if best is None else _as_placement([(best[2], need)], topo.order)
+            return _best_single_node(need, free, topo)
         groups = topo.switches if need <= topo.max_switch_gpus else (cluster.nodes,)
         chosen: list[tuple[Node, int]] | None = None
         waste = 0
@@ -164,16 +158,17 @@ class SpreadPlacement(_TopologyCache):
         need = job.num_gpus
         if need <= 0:
             return None
-        order = self.topology(cluster).order
+        topo = self.topology(cluster)
+        order = topo.order
+        # A single node that fits (the tightest) keeps the job whole at no cost
+        # to fragmentation; only spread when no single node can hold it.
+        single = _best_single_node(need, free, topo)
+        if single is not None:
+            return single
         cand = sorted(
             ((free.get(n.name, 0), i, n) for i, n in enumerate(cluster.nodes) if free.get(n.name, 0) > 0),
             key=lambda t: (t[0], t[1]),
         )
-        # A single node that fits exactly-or-best keeps the job whole at no cost
-        # to fragmentation; only spread when no single node can hold it.
-        for f, _, node in cand:
-            if f >= need:
-                return _as_placement([(node, need)], order)
         chosen: list[tuple[Node, int]] = []
         left = need
         for f, _, node in cand:
@@ -207,6 +202,31 @@ class ProfilePlacement:
     def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
         inner = self._consolidate if self.wants_consolidation(job) else self._spread
         return inner.place(job, free, cluster)
+
+
+def _best_single_node(need: int, free: Mapping[str, int], topo: "_Topology") -> Placement | None:
+    """The node with the fewest free GPUs that still holds ``need``, ties by node order.
+
+    Written with list operations that run in C: placements are tried for
+    every waiting job of every round, and most fail on the first ``max``.
+    """
+    names = topo.names
+    vals = _free_in_node_order(free, names)
+    if not vals or max(vals) < need:
+        return None
+    if need in vals:
+        i = vals.index(need)  # an exact fit is the tightest
+    else:
+        i = vals.index(min(v for v in vals if v >= need))
+    return Placement((Allocation(names[i], need),))
+
+
+def _free_in_node_order(free: Mapping[str, int], names: list[str]) -> list[int]:
+    # The walk's maps are dicts copied from one built in node order: then the
+    # values are already in node order, and reading them is a C-speed copy.
+    if type(free) is dict and len(free) == len(names) and list(free) == names:
+        return list(free.values())
+    return [free.get(n, 0) for n in names]
 
 
 def _as_placement(chosen: list[tuple[Node, int]], order: Mapping[str, int]) -> Placement:
