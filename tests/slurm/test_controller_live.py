@@ -267,3 +267,23 @@ def test_new_job_overtakes_demoted_ones_and_preemption_requeues_exactly_enough(c
         assert r.closed_run_seconds == pytest.approx(attained_at_preemption[j])
         assert total_executed(r, now) > attained_at_preemption[j]
     assert ctl.alive()
+
+
+def test_a_job_released_behind_the_controllers_back_is_held_again(cluster, make_controller):
+    """The safety net of the hold mechanism: a managed job pending without a hold
+    (here its owner released it while every GPU is taken) is held on sight."""
+    fill = [submit_sleep(cluster, 4, 600, "other", "-w", n) for n in cluster.nodes]
+    for f in fill:
+        cluster.wait_for(f, "RUNNING", timeout=20)
+    job = submit_sleep(cluster, 1)
+    cluster.backend.release(job)
+    assert not cluster.job(job).held
+    ctl = make_controller()
+    proc = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    acts = json.loads(proc.stdout)["actions"]
+    assert [(a["job"], a["action"], a["ok"]) for a in acts] == [(job, "hold", True)]
+    assert "without a hold" in acts[0]["reason"]
+    sj = cluster.job(job)
+    assert sj.state == "PENDING" and sj.held
