@@ -140,6 +140,10 @@ class Controller:
         t3 = time.perf_counter()
         notes = self._bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
+        # Everything the round changed in one transaction; unchanged rows are skipped.
+        with self.store.transaction():
+            for r in rec.records.values():
+                self.store.save_job(r)
         t4 = time.perf_counter()
         records.update(rec.records)
         self._records = {j: r for j, r in records.items() if r.active}
@@ -192,8 +196,9 @@ class Controller:
         with self.store.transaction():
             for job_id, seg in rec.segments:
                 self.store.add_segment(job_id, seg.restart_count, seg.start, seg.end, seg.source)
-            for r in rec.records.values():
-                self.store.save_job(r)
+            # Finished and vanished jobs now: their end must not wait for the enactment.
+            for job_id in (*rec.finished, *rec.vanished):
+                self.store.save_job(rec.records[job_id])
         return notes
 
     def _enact(self, enactor: Enactor, rec: Reconciled, plan: Plan, now: float) -> None:
@@ -218,9 +223,9 @@ class Controller:
                 else:
                     # A plain sbatch job has no checkpoint hook: USR1 would just kill
                     # it (FAILED, not requeueable). Requeue it right away instead.
-                    r.signal_time, r.signal_restart = now, r.restart_count
-                    if not self.dry_run:
-                        r.phase, r.phase_since = Phase.PREEMPTING, now  # saved with the journal row
+                    if not self.dry_run:  # saved with the journal row
+                        r.signal_time, r.signal_restart = now, r.restart_count
+                        r.phase, r.phase_since = Phase.PREEMPTING, now
                     enactor.requeue(r, preemption.RequeueDue(None, why + "; not a tsbatch job: requeued"
                                                              " without a checkpoint"), now)
         # 3. Preemptions in progress: requeue on Ack or when the grace time is over.
@@ -249,9 +254,6 @@ class Controller:
             if short:
                 r.reason = "waiting for preempted jobs to release " + ", ".join(
                     f"{g} GPU(s) on {n}" for n, g in short.items())
-                if not self.dry_run:
-                    with self.store.transaction():
-                        self.store.save_job(r)
                 continue
             for a in placement.allocations:
                 free[a.node] -= a.gpus
