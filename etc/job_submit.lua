@@ -28,8 +28,19 @@ local function is_managed(partition)
    return false
 end
 
+-- Only GPU jobs are scheduled by teiresias; CPU-only jobs are left to Slurm.
+local function wants_gpus(job_desc)
+   for _, field in ipairs({ "tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket" }) do
+      local v = job_desc[field]
+      if v ~= nil and string.find(v, "gpu", 1, true) then
+         return true
+      end
+   end
+   return false
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
-   if is_managed(job_desc.partition) then
+   if is_managed(job_desc.partition) and wants_gpus(job_desc) then
       -- priority 0 = held; only an operator (the controller) can release it.
       job_desc.priority = 0
       slurm.log_info("teiresias: held job %s of uid %u for the controller",

@@ -129,7 +129,7 @@ class Controller:
         enactor = Enactor(self.config, self.backend, self.store, self.audit, self.dry_run)
         records = self._records if self._records is not None else self.store.jobs()
         self._records = None  # until this round has completed
-        managed = {sj.job_id: sj for sj in slurm_jobs if self.config.manages(sj.partition)}
+        managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
         enactor.recover(records, managed, now)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now)
         if any([self._known_skew(rec.records[j]) for j in rec.created]):

@@ -97,7 +97,8 @@ def reconcile(
     """Update the records from one poll of Slurm and build the round's Snapshot."""
     slurm_nodes = list(slurm_nodes)
     cluster = build_cluster(slurm_nodes, config)
-    managed = {sj.job_id: sj for sj in slurm_jobs if config.manages(sj.partition)}
+    # CPU-only jobs are Slurm's to schedule (job_submit.lua does not hold them either).
+    managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and config.manages(sj.partition)}
     out = Reconciled(snapshot=Snapshot(now, cluster, ()), records={}, slurm=managed)
 
     for job_id, sj in managed.items():

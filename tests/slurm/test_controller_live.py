@@ -182,6 +182,8 @@ def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_c
     assert sj.state == "PENDING" and sj.priority == 0, "job_submit.lua should hold managed jobs"
     other = submit_sleep(cluster, 1, 600, "other")  # another partition: untouched by lua and controller
     cluster.wait_for(other, "RUNNING", timeout=20)
+    cpu_only = cluster.submit("sleep 600", "-p", "gpu", "-c", "1", "-t", "10")  # no GPUs: Slurm's to run
+    cluster.wait_for(cpu_only, "RUNNING", timeout=20)
 
     ctl = make_controller()
     proc = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
@@ -190,7 +192,7 @@ def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_c
     out = json.loads(proc.stdout)
     assert out["plan"]["start"][str(job)][0]["gpus"] == 4 and len(out["plan"]["start"][str(job)]) == 1
     assert [(a["job"], a["action"], a["ok"]) for a in out["actions"]] == [(job, "start", True)]
-    assert str(other) not in out["plan"]["queues"]
+    assert str(other) not in out["plan"]["queues"] and str(cpu_only) not in out["plan"]["queues"]
     node = out["plan"]["start"][str(job)][0]["node"]
     running = cluster.wait_for(job, "RUNNING", timeout=20)
     assert running.nodes == (node,)

@@ -35,8 +35,9 @@ def test_cluster_is_the_managed_partitions_nodes_on_their_switches():
     assert c.node("node3").switch == "s1" and c.total_gpus == 12
 
 
-def test_new_jobs_are_pending_and_other_partitions_are_ignored():
-    out = reconcile(CFG, {}, [job(1, gpus=2), job(2, partition="cpu", held=False)], NODES, 100.0)
+def test_new_jobs_are_pending_and_other_partitions_and_cpu_jobs_are_ignored():
+    out = reconcile(CFG, {}, [job(1, gpus=2), job(2, partition="cpu", held=False), job(3, gpus=0, held=False)],
+                    NODES, 100.0)
     assert [j.job_id for j in out.snapshot.jobs] == [1]
     j = out.snapshot.jobs[0]
     assert j.state is JobState.PENDING and j.num_gpus == 2 and j.waiting_time == 100.0 - 11.0
