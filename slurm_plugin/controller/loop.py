@@ -102,6 +102,7 @@ class Controller:
         # the DB); dropped and reloaded after any failed round.
         self._records: dict[int, JobRecord] | None = None
         self._skews = SkewBook(config.profiles)
+        self._unpreemptible: set[int] = set()  # --no-requeue jobs already reported
         self._policy_samples = -1
 
     # -------------------------------------------------------------- policy
@@ -218,6 +219,13 @@ class Controller:
                 enactor.hold(r, "preempted before Slurm started it", now)
             elif r.phase is Phase.RUNNING:
                 why = plan.reasons.get(job_id) or "a higher-priority job needs its GPUs"  # type: ignore[call-overload]
+                if not rec.slurm[job_id].requeue:
+                    # Submitted with --no-requeue: Slurm refuses the requeue, so it runs to its end.
+                    if job_id not in self._unpreemptible:
+                        self._unpreemptible.add(job_id)
+                        log.warning("[job %d] not preempted: submitted with --no-requeue", job_id)
+                        self.audit.write(job_id, "preempt-skipped", "submitted with --no-requeue")
+                    continue
                 if preemption.speaks_protocol(r):
                     enactor.signal(r, why, now)
                 else:

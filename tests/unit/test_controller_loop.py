@@ -131,3 +131,17 @@ def test_gittins_runs_as_las_until_a_job_finishes_then_learns_from_it(tmp_path):
     ctl.round(now=160.0, slurm_jobs=[finished(5, 2, 100.0, 150.0)], slurm_nodes=IDLE)
     assert ctl.store.samples() == [100.0]  # 2 GPUs x 50 s
     assert ctl.policy().name == "gittins"
+
+
+def test_a_no_requeue_job_is_not_preempted_and_said_so_once(tmp_path):
+    from dataclasses import replace
+
+    ctl = make(tmp_path)
+    busy = [SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 4, ("gpu",))]
+    a = replace(job(1), state="RUNNING", held=False, gpus=4, requeue=False, start_time=100.0, nodes=("node1",))
+    b = replace(job(2), gpus=4, submit_time=150.0)
+    for now in (200.0, 203.0):
+        r = ctl.round(now=now, slurm_jobs=[a, b], slurm_nodes=busy)
+        assert list(r.plan.preempt) == [1] and r.actions == []  # the policy asks; the controller cannot
+    assert [e["action"] for e in read_audit(tmp_path / "a.jsonl") if e["job"] == 1].count("preempt-skipped") == 1
+    assert "waiting for preempted jobs" in ctl.store.jobs()[2].reason
