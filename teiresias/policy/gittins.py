@@ -130,7 +130,7 @@ class ServiceDistribution:
         got = self._cache.get(key)
         if got is None:
             got = self._index(attained, delta)
-            if len(self._cache) > 1_000_000:
+            if len(self._cache) > 200_000:
                 self._cache.clear()  # bound memory on very long replays
             self._cache[key] = got
         return got
@@ -193,7 +193,7 @@ class ServiceDistribution:
             denom = self._np_prefix[j] - self._np_prefix[i] - (j - i) * a + (n - j) * deltas
             ratios = (j - i) / denom
             got = float(ratios.max())
-        if len(self._sup_cache) > 1_000_000:
+        if len(self._sup_cache) > 200_000:
             self._sup_cache.clear()
         self._sup_cache[a] = got
         return got
