@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins")
 PLACEMENT_NAMES = ("consolidate", "spread", "profile")
+# Oracles: they read Job.duration, which only the simulator knows. A live
+# controller should refuse them at start-up rather than fail every round.
+ORACLE_NAMES = ("srtf", "srsf")
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,18 @@ def test_other_parameters_are_checked() -> None:
     with pytest.raises(ConfigError, match="packlimit"):
         PolicyParams(packlimit=-0.1)
     assert PolicyParams(queues=[10, 20]).queues == (10.0, 20.0)
+
+
+def test_oracle_names_are_the_policies_that_need_durations() -> None:
+    from teiresias.domain import Cluster, Job, JobId, Snapshot
+    from teiresias.policy.registry import ORACLE_NAMES
+
+    snap = Snapshot(0.0, Cluster.from_tiresias_spec(1, 1, 1), [Job(JobId(1), 1, 0.0)])  # no duration
+    dist = ServiceDistribution.from_values([1.0])
+    for name in POLICY_NAMES:
+        policy = build_policy(name, PolicyParams(distribution=dist))
+        if name in ORACLE_NAMES:
+            with pytest.raises(ConfigError):
+                policy.decide(snap)
+        else:
+            policy.decide(snap)
