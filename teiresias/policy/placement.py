@@ -144,9 +144,11 @@ class ConsolidatePlacement(_TopologyCache):
 class SpreadPlacement(_TopologyCache):
     """Fragmentation-minimizing best fit: fill partly used nodes first.
 
-    Not consolidated: the job takes GPUs from the nodes with the fewest free
+    One node if any can hold the job (the tightest such node). Otherwise the
+    job is not consolidated: it takes GPUs from the nodes with the fewest free
     GPUs (ties by node order) until it has ``num_gpus``, so fully free nodes
-    stay whole for jobs that need consolidation.
+    stay whole for jobs that need consolidation. Places whenever enough GPUs
+    are free anywhere.
     """
 
     name = "spread"
