@@ -172,10 +172,13 @@ def test_down_after_slurmctld_died_still_stops_jobs(contract_cluster):
     env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
     subprocess.run(["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
                    capture_output=True, text=True, env=env, check=True)
-    assert procs.wait_until(lambda: procs.pids_with_cwd_under("slurmstepd", DIR), 20), "job never started"
+    def job_procs() -> list[int]:
+        return [p for s in procs.pids_with_cwd_under("slurmstepd", DIR) for p in procs.descendants(s)]
+
+    # slurmstepd appears first, then forks the batch script
+    assert procs.wait_until(lambda: job_procs(), 20), "the batch script never started under slurmstepd"
     steps = procs.pids_with_cwd_under("slurmstepd", DIR)
-    job_procs = [p for s in steps for p in procs.descendants(s)]
-    assert job_procs, "the batch script runs under slurmstepd"
+    job_procs = job_procs()
     os.kill(daemon_pids()["slurmctld"], signal.SIGKILL)
     cli("down", "--dir", str(DIR), "-q")
     for pid in steps + job_procs + list(daemon_pids().values()):
