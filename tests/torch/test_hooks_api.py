@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 
 import pytest
 
-from tests.torch.jobs import HOOK_SITE, PYTHON, job_env, last_step, plain_env, poll, preempt, run, same_weights, start
+from tests.torch.jobs import HOOK_SITE, PYTHON, job_env, last_step, plain_env, preempt, run, same_weights, start
 
 pytestmark = pytest.mark.torch
 

@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 
 from tests.torch.jobs import (
-    job_env, last_step, plain_env, poll, preempt, read_ack, run, same_weights, start, steps_in,
+    job_env, last_step, plain_env, poll, preempt, read_ack, run, same_weights, start,
 )
 from wrappers import protocol
 

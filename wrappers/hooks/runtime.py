@@ -49,7 +49,7 @@ from wrappers.hooks.checkpoint import (
     CheckpointStore,
     Written,
 )
-from wrappers.hooks.positions import Consumed, IterRecord, Positions, loader_iter_at
+from wrappers.hooks.positions import Consumed, IterRecord, Positions, generators_of
 
 
 class Stop(IntEnum):
@@ -257,7 +257,7 @@ class Runtime:
                 self.restore()
             elif saved is not None:
                 # Same generator states as when the original run made this iterator.
-                for g, s in zip(_gens(owner), saved["gens"]):
+                for g, s in zip(generators_of(owner), saved["gens"]):
                     g.set_state(s)
                 torch.set_rng_state(saved["rng"])
                 skip = saved["pos"]
@@ -382,12 +382,6 @@ class Runtime:
             subprocess.run(["scontrol", "requeue", self.job_id], check=True, capture_output=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as exc:
             _say(f"warning: scontrol requeue {self.job_id} failed: {exc}")
-
-
-def _gens(owner: Any) -> list[torch.Generator]:
-    from wrappers.hooks.positions import generators_of
-
-    return generators_of(owner)
 
 
 def _exit(code: int) -> None:
