@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -51,6 +52,28 @@ def _write_controller_config(d: Path, conf: Path, policy: str, queues: list[floa
     return path
 
 
+TRAIN = Path(__file__).resolve().parents[1] / "controller" / "demo_train.py"
+
+
+def _submit_pytorch(conf: Path, job: DemoJob, jobs_dir: Path, base: Path) -> int:
+    """A real PyTorch job through tsbatch: its hooks checkpoint on the controller's USR1."""
+    script = jobs_dir / "demo_train.sh"
+    if not script.exists():
+        script.write_text(f"#!/bin/bash\nexec {sys.executable} {TRAIN}\n")
+    tsbatch = Path(sys.executable).with_name("tsbatch")
+    cmd = [str(tsbatch)] if tsbatch.exists() else [sys.executable, "-m", "teiresias", "sbatch"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(SLURM_CONF=str(conf), OMP_NUM_THREADS="1")
+    r = subprocess.run([*cmd, f"--checkpoint-dir={base}", "-p", "gpu", f"--gpus={job.gpus}", "-t", "30",
+                        f"--job-name=demo{job.index:02d}-{job.kind}", f"--chdir={jobs_dir}",
+                        f"--output={jobs_dir}/demo-%j.out", "--open-mode=append",
+                        f"--export=ALL,WORK={int(job.work)}", str(script)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    if r.returncode != 0:
+        raise DemoError(f"tsbatch failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+    return int(r.stdout.strip().split()[-1])
+
+
 def _submit(backend: Any, job: DemoJob, jobs_dir: Path, base: Path) -> int:
     return backend.submit(
         DEMO_JOB, "-p", "gpu", f"--gpus={job.gpus}", "-t", "30", f"--job-name=demo{job.index:02d}-{job.kind}",
@@ -77,11 +100,13 @@ def _status_line(rows: list, elapsed: float, submitted: int, total: int) -> str:
 @click.option("-p", "--policy", default="las", show_default=True, help="Policy the live controller runs.")
 @click.option("-s", "--scale", default=1.0, show_default=True, type=click.FloatRange(0.05, 10.0),
               help="Scale job lengths and arrival times (0.3 for a quick run).")
+@click.option("-w", "--workload", "kind", type=click.Choice(["sleep", "pytorch"]), default="sleep",
+              show_default=True, help="Jobs: checkpointing sleep jobs, or real PyTorch jobs through tsbatch.")
 @click.option("-k", "--keep", is_flag=True, help="Leave the cluster running at the end.")
 @click.option("--no-live", is_flag=True, help="No live table; a status line every 10 s.")
 @click.option("--timeout", default=600.0, show_default=True, type=float, help="Give up after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
-def demo(directory: str, port_base: int, policy: str, scale: float, keep: bool, no_live: bool,
+def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, keep: bool, no_live: bool,
          timeout: float, as_json: bool) -> None:
     """Start a local Slurm cluster (4 nodes x 4 fake GPUs) and the teiresias
     controller, run a mixed workload (short and long, 1-8 GPU jobs that
@@ -94,6 +119,7 @@ def demo(directory: str, port_base: int, policy: str, scale: float, keep: bool, 
     Examples:
       teiresias demo
       teiresias demo --scale 0.3 --no-live --json
+      teiresias demo --workload pytorch
     """
     from slurm_plugin.backends.cli import CliBackend
     from slurm_plugin.controller.runtime import make_controller
@@ -143,7 +169,8 @@ def demo(directory: str, port_base: int, policy: str, scale: float, keep: bool, 
             elapsed = time.time() - t0
             for j in jobs:
                 if j.index not in ids and elapsed >= j.offset:
-                    ids[j.index] = _submit(backend, j, d / "jobs", base)
+                    ids[j.index] = (_submit_pytorch(cluster.cfg.conf, j, d / "jobs", base) if kind == "pytorch"
+                                    else _submit(backend, j, d / "jobs", base))
             store = StateStore(cfg.state_db, readonly_copy=True)
             recs = store.jobs(active_only=False)
             store.close()
