@@ -152,7 +152,7 @@ class _State:
     ``idle[n]``: GPUs on node n that nobody holds now or was given this round.
     ``evictable``: running jobs in rank order; the first ``n_visited`` rank
     above the job being placed, the rest (unless evicted) are what preemption
-    can hand out. Their GPU counts are kept as suffix sums so the walk does
+    can hand out. Their GPU counts are kept as prefix sums so the walk does
     no per-node work for a running job that keeps its GPUs.
     Invariant: idle >= 0 everywhere; a job whose GPUs are handed out is evicted
     at once, so the rest of its GPUs become idle (and ``version`` moves on).
@@ -171,19 +171,23 @@ class _State:
         self._avail_visited = 0
         running: list[Job] = []
         idle = dict(_base_gpus(self.cluster))
-        sizes: list[int] = []
+        # prefix[i] = GPUs held by running[:i] (one loop: this runs every round).
+        prefix = [0]
+        held = 0
         for j in ranked:
-            if j.state is not _RUNNING or j.placement is None:
+            if j.state is not _RUNNING:
+                continue
+            p = j.placement
+            if p is None:
                 continue
             running.append(j)
-            size = 0
-            for a in j.placement.allocations:
-                size += a.gpus
+            for a in p.allocations:
+                held += a.gpus
                 if a.node in idle:
                     idle[a.node] -= a.gpus
                 else:
                     idle[a.node] = 0  # a running job on a node outside the cluster spec
-            sizes.append(size)
+            prefix.append(held)
         for name, u in snapshot.unavailable.items():
             if name in idle:
                 idle[name] -= u
@@ -196,26 +200,23 @@ class _State:
             over = {name for name, v in idle.items() if v < 0}
             for name in over:
                 idle[name] = 0
-            kept_running, kept_sizes = [], []
-            for j, size in zip(running, sizes):
+            kept_running, kept_prefix = [], [0]
+            for i, j in enumerate(running):
                 if any(a.node in over for a in j.placement.allocations):
                     self.pinned.add(j.job_id)
                 else:
                     kept_running.append(j)
-                    kept_sizes.append(size)
-            running, sizes = kept_running, kept_sizes
+                    kept_prefix.append(kept_prefix[-1] + prefix[i + 1] - prefix[i])
+            running, prefix = kept_running, kept_prefix
         self.idle = idle
         self.idle_total = sum(idle.values())
         self.evictable: list[Job] = running if preemptive else []
-        # suffix[i] = GPUs held by evictable[i:]
-        suffix = [0] * (len(self.evictable) + 1)
-        for i in range(len(self.evictable) - 1, -1, -1):
-            suffix[i] = suffix[i + 1] + sizes[i]
-        self._suffix = suffix
+        self._prefix = prefix if preemptive else [0]
 
     def held_total(self) -> int:
         """GPUs of running jobs ranked below the current one that still hold them."""
-        return self._suffix[self.n_visited] - self._evicted_unvisited_gpus
+        prefix = self._prefix
+        return prefix[-1] - prefix[self.n_visited] - self._evicted_unvisited_gpus
 
     def n_unvisited_holders(self) -> int:
         """Running jobs ranked below the current one that still hold their GPUs."""

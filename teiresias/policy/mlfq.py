@@ -61,10 +61,13 @@ def rank_mlfq(
     # Jobs of non-last queues waiting for their Gittins index: (job, q, attained).
     to_index: list[tuple[Job, int, float]] = []
     inf = math.inf
+    single = len(thresholds) == 1
+    t0 = thresholds[0] if single else 0.0
     for j in jobs:
         jid = j.job_id
         attained = j.num_gpus * j.executed_time
-        q = bisect_right(thresholds, attained)
+        # K = 2 (the paper's default) needs no binary search.
+        q = (1 if attained >= t0 else 0) if single else bisect_right(thresholds, attained)
         if (
             promote_knob is not None
             and q > 0

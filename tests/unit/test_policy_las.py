@@ -14,6 +14,7 @@ def test_demotion_happens_exactly_at_the_threshold() -> None:
     at = pending(2, 2, executed_time=50.0)
     plan = las().decide(snap(cluster(1, 8), below, at))
     assert plan.queues == {1: 0, 2: 1}
+    assert all(type(q) is int for q in plan.queues.values())  # plain ints, e.g. for JSON
 
 
 def test_more_thresholds_make_more_queues() -> None:
