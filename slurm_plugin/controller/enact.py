@@ -16,7 +16,6 @@ to requeue: same restart count, still RUNNING).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -245,7 +244,3 @@ class Enactor:
 def priority_for(rank: int, total: int) -> int:
     """Slurm priority of the job ranked ``rank`` (0 = first) in the policy's order."""
     return PRIORITY_BASE + max(total - rank, 1)
-
-
-def now_s() -> float:
-    return time.time()

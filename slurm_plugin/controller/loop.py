@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
@@ -325,7 +324,3 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
         log.info("no GPU-time samples yet (no seed file, no finished job): 2D-LAS until there are")
         name = "las"
     return build_policy(name, params)
-
-
-def active_records(store: StateStore) -> dict[int, JobRecord]:
-    return store.jobs()

@@ -22,7 +22,6 @@ import yaml
 
 from slurm_plugin.controller.audit import read_audit
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
-from slurm_plugin.localcluster import LocalCluster
 from wrappers.protocol import format_comment
 
 pytestmark = pytest.mark.slurm

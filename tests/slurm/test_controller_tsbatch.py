@@ -4,9 +4,6 @@ controller requeues it, and it later resumes from that checkpoint to the end."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from tests.slurm.test_controller_live import (  # noqa: F401  (fixtures)
