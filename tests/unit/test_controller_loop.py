@@ -145,3 +145,27 @@ def test_a_no_requeue_job_is_not_preempted_and_said_so_once(tmp_path):
         assert list(r.plan.preempt) == [1] and r.actions == []  # the policy asks; the controller cannot
     assert [e["action"] for e in read_audit(tmp_path / "a.jsonl") if e["job"] == 1].count("preempt-skipped") == 1
     assert "waiting for preempted jobs" in ctl.store.jobs()[2].reason
+
+
+def test_a_starving_job_is_promoted_and_its_tj_and_deltaj_restart(tmp_path):
+    from dataclasses import replace
+
+    from slurm_plugin.controller.accounting import executed_time, total_executed, waiting_time
+
+    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
+                        "policy": {"name": "las", "queues": [10], "promote_knob": 2}})
+    ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
+    busy = [SlurmNode("node1", frozenset({"ALLOCATED"}), 2, 2, ("gpu",))]
+    running = replace(job(1), state="RUNNING", held=False, start_time=100.0, nodes=("node1",))
+    ctl.round(now=110.0, slurm_jobs=[running], slurm_nodes=busy)  # 2 GPUs x 10 s: demoted to Q2
+    requeued = replace(job(1), restart_count=1)
+    ctl.round(now=111.0, slurm_jobs=[requeued], slurm_nodes=DRAINED)
+    r = ctl.store.jobs()[1]
+    assert r.queue == 1 and total_executed(r, 111.0) == 10.0
+    # Waiting (from submission at t=100) reaches 2 x t_J = 20 s of waiting at t=130.
+    res = ctl.round(now=140.0, slurm_jobs=[requeued], slurm_nodes=DRAINED)
+    assert list(res.plan.promote) == [1]
+    r = ctl.store.jobs()[1]
+    assert r.promo_time == 140.0 and executed_time(r, 140.0) == 0.0 and waiting_time(r, 140.0) == 0.0
+    assert total_executed(r, 140.0) == 10.0  # what it really ran is kept
+    assert [e["action"] for e in read_audit(tmp_path / "a.jsonl") if e["job"] == 1].count("promote") == 1
