@@ -120,7 +120,7 @@ def _sbatch_help() -> str:
     """sbatch's own --help text; a note instead where sbatch cannot give it
     (not installed, or no slurm.conf on this machine)."""
     try:
-        r = subprocess.run(["sbatch", "--help"], capture_output=True, text=True, timeout=30)
+        r = subprocess.run(["sbatch", "--help"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"\n(sbatch's own help is unavailable here: {exc})\n"
     if r.returncode != 0:

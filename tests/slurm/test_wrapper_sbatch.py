@@ -51,8 +51,9 @@ def test_script_without_torch_runs_exactly_as_with_sbatch(clean_slurm, tmp_path)
     assert plain == wrapped
     assert "args: 2 [one] [two words]" in wrapped
     assert (ja.state, ja.name) == (jb.state, jb.name) == ("FAILED", "same-as-sbatch")
-    exit_codes = [clean_slurm.cluster._run("scontrol", "show", "job", str(j.job_id)) for j in (ja, jb)]
-    assert ["ExitCode=3:0" in str(e) for e in exit_codes] == [True, True]
+    shown = [subprocess.run(["scontrol", "show", "job", "-o", str(j.job_id)], env=clean_slurm.env,
+                            capture_output=True, text=True).stdout for j in (ja, jb)]
+    assert ["ExitCode=3:0" in s for s in shown] == [True, True]
 
 
 def test_python_without_torch_same_output(clean_slurm, tmp_path):

@@ -105,9 +105,8 @@ def test_help_lists_own_options_above_sbatchs(cmd, tmp_path):
     assert "Example:" in r.stdout
 
 
-def test_help_without_slurm_conf_still_succeeds(tmp_path):
+def test_help_without_sbatch_still_succeeds(tmp_path):
     exe = str(Path(sys.executable).with_name("tsbatch"))
-    env = {**os.environ, "SLURM_CONF": str(tmp_path / "missing.conf"), "PATH": os.environ["PATH"]}
-    r = subprocess.run([exe, "--help"], capture_output=True, text=True, env=env)
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True, env={**os.environ, "PATH": str(tmp_path)})
     assert r.returncode == 0 and "--checkpoint-dir" in r.stdout
-    assert "sbatch's own help is unavailable here" in r.stdout or "Usage: sbatch" in r.stdout
+    assert "sbatch's own help is unavailable here" in r.stdout
