@@ -378,7 +378,10 @@ def _combine(traffic: Profile, model_kw: dict) -> Profile:
     data = traffic.to_json()
     data.update(model_kw)
     notes = list(traffic.notes)
-    if traffic.traffic_skew_valid and traffic.skew is not None:
+    if traffic.traffic_skew_valid and traffic.skew is not None and traffic.bucketed:
+        # Bucket layout is not a tensor ratio: nothing to compare.
+        notes.append(f"model's largest-tensor ratio {ms:.3f} (traffic sees buckets)")
+    elif traffic.traffic_skew_valid and traffic.skew is not None:
         data["agrees"] = abs(traffic.skew - ms) <= AGREE_TOL
         if not data["agrees"]:
             notes.append(f"traffic skew {traffic.skew:.3f} differs from model ratio {ms:.3f}")

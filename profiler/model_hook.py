@@ -5,7 +5,8 @@ the model can. ``install()`` wraps ``DistributedDataParallel.__init__`` so that,
 in a profiled run (TEIRESIAS_PROFILE_DIR set), rank 0 writes its parameter
 sizes to ``<profile dir>/model-rank0.json`` and every forward pass marks an
 iteration in the interposer (``tprof_mark_iteration``), which makes the
-TEIRESIAS_PROFILE_ITERS window work.
+TEIRESIAS_PROFILE_ITERS window work; at normal interpreter exit it marks the
+record file complete (``tprof_finish``).
 
 It is meant for the job wrapper's sitecustomize: it does not import torch
 (it waits for torch's DDP module to be imported by the script) and it never
@@ -14,6 +15,7 @@ lets a failure of its own reach the training script.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib.abc
 import importlib.machinery
@@ -37,6 +39,11 @@ def install() -> bool:
     """
     if not os.environ.get(ENV_DIR):
         return False
+    if not getattr(install, "_atexit", False):
+        # Mark the record file complete while Python exits normally, before
+        # C++ teardown can abort (torch 2.13 sometimes does, profiler or not).
+        atexit.register(_finish)
+        install._atexit = True  # type: ignore[attr-defined]
     mod = sys.modules.get(TARGET)
     if mod is not None:
         _patch(mod)
@@ -80,6 +87,15 @@ def _iteration_marker() -> Callable[[], None] | None:
     fn.restype = None
     fn.argtypes = []
     return fn
+
+
+def _finish() -> None:
+    try:
+        fn = ctypes.CDLL(None).tprof_finish
+    except (AttributeError, OSError):
+        return
+    fn.restype = None
+    fn()
 
 
 def _rank() -> int:

@@ -688,6 +688,19 @@ EXPORT void tprof_mark_iteration(void) {
     if (g_iter_limit > 0 && it >= g_iter_limit) close_window(TPROF_WINDOW_DONE);
 }
 
+/* The job is ending normally: keep what was recorded as complete (EXITED) and
+ * stop. Called from Python's atexit by the model hook, because some torch
+ * versions abort in C++ teardown ("terminate called without an active
+ * exception") before this library's destructor could mark the file. */
+EXPORT void tprof_finish(void) {
+    if (atomic_load(&g_file_state) == 2 && g_hdr != NULL) {
+        uint32_t expect = TPROF_RECORDING;
+        __atomic_compare_exchange_n(&g_hdr->state, &expect, TPROF_EXITED, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
+    }
+    atomic_store(&g_closed, 1);
+}
+
 /* 1 while recording (or waiting for the first relevant call), 0 otherwise. */
 EXPORT int tprof_active(void) { return active(); }
 

@@ -44,11 +44,24 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 120, cwd: Path | N
     return proc
 
 
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def torchrun(script: Path, args: list[str], env: dict[str, str], nproc: int = 2, timeout: float = 180) -> subprocess.CompletedProcess:
-    """Start a job the way a Slurm batch script does: torchrun, one node, nproc workers."""
+    """Start a job the way a Slurm batch script does: torchrun, one node, nproc workers.
+
+    torch 2.13 on this machine sometimes aborts in C++ teardown after every
+    rank has finished (TEARDOWN_ABORT; seen about once in 30 runs, with and
+    without the profiler). Such a run did its work and counts as done; the
+    model hook's atexit call has already marked its record files complete.
+    """
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            str(script), *args]
-    return run(cmd, env, timeout=timeout)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    finished = proc.stderr.count("train_ddp: rank ")
+    if proc.returncode != 0 and not (TEARDOWN_ABORT in proc.stderr and finished == nproc):
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
 
 
 @pytest.fixture(scope="session")

@@ -157,3 +157,15 @@ def test_ranks_unknown_are_numbered(fake_nccl: Path, tmp_path: Path) -> None:
         drive_env(fake_nccl, tmp_path, 8)
     p = aggregate_dir(profile_dir(tmp_path))
     assert p.valid and p.ranks == 2 and any("ranks unknown" in n for n in p.notes)
+
+
+@pytest.mark.parametrize("hook", [True, False])
+def test_abort_in_teardown_after_a_normal_exit(fake_nccl: Path, tmp_path: Path, hook: bool) -> None:
+    # With the model hook's atexit call the file is marked complete before the
+    # abort; without it the run is indistinguishable from a kill.
+    env = profiled_env(tmp_path, ProfileWindow(seconds=60), RANK="0", WORLD_SIZE="2")
+    args = [sys.executable, str(DRIVER), str(fake_nccl), "8", "--abort-at-exit"] + (["--hook"] if hook else [])
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGABRT
+    rf = read_record_file(record_files(profile_dir(tmp_path))[0])
+    assert rf.state is (FileState.EXITED if hook else FileState.RECORDING)
