@@ -290,3 +290,27 @@ def test_a_job_released_behind_the_controllers_back_is_held_again(cluster, make_
     assert "without a hold" in acts[0]["reason"]
     sj = cluster.job(job)
     assert sj.state == "PENDING" and sj.held
+
+
+def test_dry_run_changes_nothing_and_gittins_shows_its_index(cluster, make_controller, tmp_path):
+    seed = tmp_path / "seed.csv"
+    seed.write_text("duration\n" + "\n".join(str(v) for v in (5, 10, 20, 40, 80, 160, 320)) + "\n")
+    job = submit_sleep(cluster, 2)
+    ctl = make_controller(policy={"name": "gittins", "queues": [50], "gittins_samples": str(seed)})
+    dry = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json", "--dry-run"],
+                         capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    out = json.loads(dry.stdout)
+    assert out["dry_run"] and [(a["job"], a["action"], a["ok"]) for a in out["actions"]] == [(job, "start", None)]
+    assert str(job) in out["plan"]["index"]  # 2D-Gittins computed an index from the seed samples
+    sj = cluster.job(job)
+    assert sj.state == "PENDING" and sj.held and not (tmp_path / "state.db").exists()
+
+    real = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    assert real.returncode == 0, real.stderr
+    cluster.wait_for(job, "RUNNING", timeout=20)
+    rows = json.loads(subprocess.run([*TEIRESIAS, "queue", "--json", "-c", str(ctl.config), "-j", str(job)],
+                                     capture_output=True, text=True, env=cluster.env, cwd=REPO,
+                                     timeout=60).stdout)
+    assert rows[0]["gittins_index"] is not None and rows[0]["gittins_index"] > 0
