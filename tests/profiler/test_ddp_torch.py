@@ -97,3 +97,15 @@ def test_real_size_models_fall_on_both_sides_of_packlimit(tmp_path: Path) -> Non
     assert vgg16.skew_lower_bound <= t_vgg["true_ratio"]
     assert resnet50.skew_lower_bound <= t_res["true_ratio"]
     assert vgg16.model_bytes == pytest.approx(t_vgg["model_bytes"], rel=0.01)
+
+
+def test_three_ranks_ring_normalisation(tmp_path: Path) -> None:
+    # A ring all-reduce over n ranks sends 2(n-1)/n of the model per rank.
+    env = profiled_env(tmp_path, ProfileWindow(seconds=120), PYTHONPATH=str(FIXTURES / "site"))
+    out = tmp_path / "truth.json"
+    torchrun(TRAIN, ["--model", "resnet", "--iters", "12", "--out", str(out)], env, nproc=3)
+    p, truth = aggregate_dir(profile_dir(tmp_path)), json.loads(out.read_text())
+    assert p.valid and p.ranks == 3, p.reason
+    assert p.skew == pytest.approx(truth["true_ratio"], abs=0.05) and p.agrees
+    assert p.bytes_per_iteration == pytest.approx(truth["model_bytes"] * 4 / 3, rel=1e-6)
+    assert p.model_bytes == pytest.approx(truth["model_bytes"], rel=1e-6)
