@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 from profiler.records import (
-    FLAG_HEADER,
     NCCL_KINDS,
     FileState,
     Kind,

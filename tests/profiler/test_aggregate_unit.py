@@ -4,7 +4,6 @@ skew, the Profile JSON round trip, the model-hook fallback."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
