@@ -287,10 +287,16 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int) -> Profile:
             files.append(read_record_file(p))
         except RecordFileError as exc:
             return Profile.none(str(exc))
+    notes: list[str] = []
+    runs = sorted({f.run for f in files})
+    if len(runs) > 1:
+        # A requeued or torchrun-restarted job profiled again into the same
+        # directory: the latest run is the one to trust.
+        files = [f for f in files if f.run == runs[-1]]
+        notes.append(f"{len(runs)} runs in the directory; using the latest (restart {runs[-1]})")
     world = max(f.world_size for f in files)
     if world == 1:
         return Profile.none("single-rank job: no communication between ranks to profile", ranks=1)
-    notes: list[str] = []
     if any(f.rank < 0 for f in files):
         # Launched without RANK/SLURM_PROCID/MPI variables: number the processes
         # by host and pid; a missing rank can then only be noticed via world_size.

@@ -41,7 +41,9 @@ HEADER_DTYPE = np.dtype(
         ("iterations", "<u8"),
         ("window_ns", "<u8"),
         ("dropped", "<u8"),
-        ("host", "S32"),
+        ("slurm_restart", "<i4"),
+        ("elastic_restart", "<i4"),
+        ("host", "S24"),
     ]
 )
 RECORD_DTYPE = np.dtype(
@@ -105,7 +107,14 @@ class RecordFile:
     window_ns: int
     iterations: int
     dropped: int
+    slurm_restart: int  # which run of the job wrote it (-1: unknown)
+    elastic_restart: int
     records: np.ndarray  # RECORD_DTYPE, completed records only, in claim order
+
+    @property
+    def run(self) -> tuple[int, int]:
+        """(Slurm requeue count, torchrun restart count): later runs sort higher."""
+        return (self.slurm_restart, self.elastic_restart)
 
     @property
     def complete(self) -> bool:
@@ -159,6 +168,8 @@ def read_record_file(path: str | os.PathLike[str]) -> RecordFile:
         window_ns=int(hdr["window_ns"]),
         iterations=int(hdr["iterations"]),
         dropped=int(hdr["dropped"]),
+        slurm_restart=int(hdr["slurm_restart"]),
+        elastic_restart=int(hdr["elastic_restart"]),
         records=recs,
     )
 

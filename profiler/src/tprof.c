@@ -354,7 +354,9 @@ static void create_file(void) {
     h->world_size = env_first_int(WORLD_VARS, -1);
     h->local_rank = env_first_int(LOCAL_VARS, -1);
     h->window_ns = g_window_ns;
-    memcpy(h->host, host, sizeof(h->host));
+    h->slurm_restart = env_int("SLURM_RESTART_COUNT", -1);
+    h->elastic_restart = env_int("TORCHELASTIC_RESTART_COUNT", -1);
+    memcpy(h->host, host, sizeof(h->host) - 1);
     g_map_len = len;
     g_recs = (struct tprof_record *)((char *)map + TPROF_HEADER_SIZE);
     g_hdr = h;

@@ -61,7 +61,9 @@ struct tprof_header {
     uint64_t iterations;     /* iteration marks seen */
     uint64_t window_ns;      /* configured window length */
     uint64_t dropped;        /* records lost to the size cap */
-    char host[32];
+    int32_t slurm_restart;   /* $SLURM_RESTART_COUNT (requeues), -1 if unset */
+    int32_t elastic_restart; /* $TORCHELASTIC_RESTART_COUNT (torchrun restarts), -1 */
+    char host[24];
 };
 
 /* Socket records: bytes = payload bytes moved by this call (gloo header bytes

@@ -169,3 +169,24 @@ def test_abort_in_teardown_after_a_normal_exit(fake_nccl: Path, tmp_path: Path, 
     assert proc.returncode == -signal.SIGABRT
     rf = read_record_file(record_files(profile_dir(tmp_path))[0])
     assert rf.state is (FileState.EXITED if hook else FileState.RECORDING)
+
+
+def test_requeued_job_uses_its_latest_run(fake_nccl: Path, tmp_path: Path) -> None:
+    # Run 0 was killed mid-profile (rank 0 never closed its file); the job was
+    # requeued (SLURM_RESTART_COUNT=1) and profiled again into the same folder.
+    drive_env(fake_nccl, tmp_path, 8, RANK="1", WORLD_SIZE="2", SLURM_RESTART_COUNT="0")
+    env = profiled_env(tmp_path, ProfileWindow(seconds=60), RANK="0", WORLD_SIZE="2", SLURM_RESTART_COUNT="0")
+    proc = subprocess.Popen([sys.executable, str(DRIVER), str(fake_nccl), "5", "--forever"],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["ready"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert "killed mid-profile" in aggregate_dir(profile_dir(tmp_path)).reason
+    for rank in (0, 1):
+        drive_env(fake_nccl, tmp_path, 8, RANK=str(rank), WORLD_SIZE="2", SLURM_RESTART_COUNT="1")
+    assert len(record_files(profile_dir(tmp_path))) == 4
+    p = aggregate_dir(profile_dir(tmp_path))
+    assert p.valid, p.reason
+    assert any("using the latest" in n for n in p.notes)
