@@ -14,8 +14,7 @@ from profiler.aggregate import Profile, aggregate_dir
 from profiler.env import profile_dir
 from profiler.store import ProfileStore
 
-ENV_STATE_DIR = "TEIRESIAS_STATE_DIR"
-DEFAULT_STATE_DIR = "~/.teiresias/state"
+ENV_STORE = "TEIRESIAS_PROFILE_STORE"
 ENV_JOB_BASE = "TEIRESIAS_JOB_BASE"
 DEFAULT_JOB_BASE = "~/.teiresias/jobs"  # wrappers/protocol.py DEFAULT_BASE
 
@@ -30,22 +29,39 @@ def _from_dir(d: Path) -> Profile:
     return aggregate_dir(sub if sub.is_dir() else d)
 
 
-def find_profile(job_id: str, jobdir: str | None, state_dir: str, job_base: str) -> tuple[Profile, str]:
+def store_root(store: str | None, config_path: str | None) -> Path | None:
+    """--store, else $TEIRESIAS_PROFILE_STORE, else the controller config's
+    profile store (``--config``, $TEIRESIAS_CONFIG, etc/teiresias.yaml)."""
+    chosen = store or os.environ.get(ENV_STORE)
+    if chosen:
+        return Path(os.path.expanduser(chosen))
+    from slurm_plugin.config import load_config  # the controller's config owns the location
+
+    try:
+        return load_config(config_path).profiles
+    except TeiresiasError:
+        if config_path:
+            raise
+        return None  # no controller config here: look in job directories only
+
+
+def find_profile(job_id: str, jobdir: str | None, store: Path | None, job_base: str) -> tuple[Profile, str]:
     """(profile, where it came from): --dir, then the store, then <job base>/<id>."""
     if jobdir:
         d = Path(os.path.expanduser(jobdir))
         if not d.is_dir():
             raise NoProfile(f"--dir {d}: no such directory; give the job's directory (with profile/ inside)")
         return _from_dir(d), str(d)
-    stored = ProfileStore(state_dir).for_job(job_id)
-    if stored is not None:
-        return stored, f"store {os.path.expanduser(state_dir)}"
+    if store is not None:
+        stored = ProfileStore(store).for_job(job_id)
+        if stored is not None:
+            return stored, f"store {store}"
     d = Path(os.path.expanduser(job_base)) / job_id
     if profile_dir(d).is_dir():
         return _from_dir(d), str(d)
     raise NoProfile(
-        f"no profile for job {job_id}: not in the store ({state_dir}) and no {profile_dir(d)}; "
-        "use --dir JOBDIR"
+        f"no profile for job {job_id}: not in the profile store ({store or 'none configured'}) "
+        f"and no {profile_dir(d)}; use --dir JOBDIR or --store DIR"
     )
 
 
@@ -99,12 +115,15 @@ def profile() -> None:
 @click.argument("job_id")
 @click.option("-d", "--dir", "jobdir", default=None, metavar="JOBDIR",
               help="Aggregate the records in this job directory (or its profile/ folder).")
-@click.option("-s", "--state-dir", default=lambda: os.environ.get(ENV_STATE_DIR, DEFAULT_STATE_DIR),
-              show_default=f"${ENV_STATE_DIR} or {DEFAULT_STATE_DIR}", help="Controller state directory holding stored profiles.")
+@click.option("-s", "--store", default=None, metavar="DIR",
+              help=f"Profile store (default: ${ENV_STORE}, else the controller config's profile_store).")
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Controller config naming the profile store (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).")
 @click.option("-b", "--job-base", default=lambda: os.environ.get(ENV_JOB_BASE, DEFAULT_JOB_BASE),
               show_default=f"${ENV_JOB_BASE} or {DEFAULT_JOB_BASE}", help="Base of job directories (tsbatch --checkpoint-dir).")
 @click.option("-j", "--json", "as_json", is_flag=True, help="Print the profile as JSON.")
-def show(job_id: str, jobdir: str | None, state_dir: str, job_base: str, as_json: bool) -> None:
+def show(job_id: str, jobdir: str | None, store: str | None, config_path: str | None, job_base: str,
+         as_json: bool) -> None:
     """Print the profile of JOB_ID: skew, period, bytes per iteration.
 
     Exit 0 when a profile was found (even one that says "no profile" because
@@ -114,7 +133,8 @@ def show(job_id: str, jobdir: str | None, state_dir: str, job_base: str, as_json
     Example:
       teiresias profile show 1234 --json
     """
-    p, where = find_profile(job_id, jobdir, state_dir, job_base)
+    root = None if jobdir else store_root(store, config_path)
+    p, where = find_profile(job_id, jobdir, root, job_base)
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "source": where, **p.to_json()}, indent=1))
     else:

@@ -61,7 +61,7 @@ def test_profiling_env(tmp_path: Path) -> None:
 
 def test_cli_show_from_store_json(tmp_path: Path) -> None:
     ProfileStore(tmp_path / "state").put("model:vgg", GOOD, job_id=42)
-    res = CliRunner().invoke(cli, ["profile", "show", "42", "--state-dir", str(tmp_path / "state"), "--json"])
+    res = CliRunner().invoke(cli, ["profile", "show", "42", "--store", str(tmp_path / "state"), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["skew"] == pytest.approx(0.694) and data["job_id"] == "42"
@@ -74,6 +74,18 @@ def test_cli_show_from_job_dir_without_records(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["profile", "show", "7", "--dir", str(tmp_path / "7")])
     assert res.exit_code == 0
     assert "no profile: no record files" in res.output and "skew              unknown" in res.output
+
+
+def test_cli_store_from_controller_config(tmp_path: Path) -> None:
+    # Where the controller keeps profiles: its config's profile_store.
+    ProfileStore(tmp_path / "profiles").put("model:vgg", GOOD, job_id=43)
+    cfg = tmp_path / "teiresias.yaml"
+    cfg.write_text(f"profile_store: {tmp_path / 'profiles'}\n")
+    res = CliRunner().invoke(cli, ["profile", "show", "43", "--config", str(cfg), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["skew"] == pytest.approx(0.694)
+    res = CliRunner().invoke(cli, ["profile", "show", "43", "--config", str(tmp_path / "nope.yaml")])
+    assert res.exit_code == 2 and "cannot read config" in res.output
 
 
 def test_cli_show_unknown_job_exits_2(tmp_path: Path) -> None:
