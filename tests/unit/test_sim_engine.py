@@ -239,3 +239,12 @@ def test_simjob_counters_follow_the_engine_time():
     assert j.executed_time == 5.0 and j.total_executed_time == pytest.approx(6.5)
     j.settle()
     assert j.held_time == 20.0 - 5.0 and j.work_left == pytest.approx(93.5)
+
+
+def test_progress_bar_goes_to_stderr_only_when_asked(capsys):
+    jobs = [TraceJob(i, 1, float(i), 5.0) for i in range(5)]
+    run(jobs, cluster(1, 2), build_policy("fifo"), SimulationOptions(progress=True))
+    out = capsys.readouterr()
+    assert out.out == "" and "simulate fifo" in out.err and "5/5" in out.err
+    run(jobs, cluster(1, 2), build_policy("fifo"), SimulationOptions())  # stderr is not a TTY here
+    assert capsys.readouterr().err == ""
