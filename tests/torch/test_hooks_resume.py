@@ -76,11 +76,18 @@ def test_resume_from_any_step_is_bitwise_equal(tmp_path, reference, every_step, 
     assert same_weights(reference, out)
 
 
-def test_dataloader_workers_resume_bitwise_equal(tmp_path, reference):
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataloader_workers_resume_bitwise_equal(tmp_path, reference, persistent):
+    """Worker processes; persistent workers make their iterator once and reset it
+    each epoch (a different draw order from the loader's generator)."""
     base, out, log = tmp_path / "jobs", tmp_path / "out.pt", tmp_path / "run.log"
-    env = dict(TRAIN_WORKERS="2")
+    env = dict(TRAIN_WORKERS="2", TRAIN_PERSISTENT="1" if persistent else "0")
+    if persistent:
+        reference = tmp_path / "ref.pt"
+        r = run("train_plain.py", [str(reference)], plain_env(**env))
+        assert r.returncode == 0, r.stderr
     proc = start("train_plain.py", [str(out)], job_env(base, 6, TRAIN_STEP_SLEEP="0.03", **env), log)
-    preempt(proc, log, base / "6", 15)
+    preempt(proc, log, base / "6", 15)  # in the second epoch: the iterator was reset once
     r = run("train_plain.py", [str(out)], job_env(base, 6, 1, **env))
     assert r.returncode == 0, r.stderr
     assert same_weights(reference, out)

@@ -87,7 +87,7 @@ class StepRange:
         rt = _rt()
         if rt is None:
             return iter(range(self.start, self.stop))
-        it, rec = rt.on_iter(self, "steps", lambda skip: iter(range(self.start + skip, self.stop)))
+        it, rec = rt.on_iter(self, "steps", lambda skip, _: iter(range(self.start + skip, self.stop)))
         return it if rec is None else _StepIter(rt, rec, it)
 
 

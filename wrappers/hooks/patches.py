@@ -49,7 +49,8 @@ def install(rt: Runtime) -> None:
 
     @functools.wraps(orig_iter)
     def loader_iter(self: Any) -> Any:
-        it, rec = rt.on_iter(self, "loader", lambda skip: loader_iter_at(self, skip, orig_iter, orig_next))
+        it, rec = rt.on_iter(self, "loader",
+                             lambda skip, at_start: loader_iter_at(self, skip, orig_iter, orig_next, at_start))
         if rec is not None:
             it._teiresias_rec = rec
         return it

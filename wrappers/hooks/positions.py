@@ -32,12 +32,17 @@ class IterRecord:
     rng: torch.Tensor  # torch's global RNG state at that moment (samplers without a generator use it)
     pos: int = 0  # items handed out so far
     done: bool = False
+    # States at this loader's first iteration: a persistent-workers iterator is
+    # created then (drawing its base seed) and only reset in later epochs.
+    first_gens: list[torch.Tensor] = field(default_factory=list)
+    first_rng: torch.Tensor | None = None
 
     def key(self) -> tuple[int, int]:
         return (self.ord, self.n)
 
     def to_plain(self) -> dict[str, Any]:
-        return {"kind": self.kind, "ord": self.ord, "n": self.n, "pos": self.pos, "gens": self.gens, "rng": self.rng}
+        return {"kind": self.kind, "ord": self.ord, "n": self.n, "pos": self.pos, "gens": self.gens, "rng": self.rng,
+                "first_gens": self.first_gens, "first_rng": self.first_rng}
 
 
 def generators_of(owner: Any) -> list[torch.Generator]:
@@ -62,6 +67,7 @@ class Positions:
     iterations: dict[int, int] = field(default_factory=dict)  # ord -> iterations started
     owners: dict[int, Any] = field(default_factory=dict)  # ord -> loader (strong: loaders live for the run)
     live: list[IterRecord] = field(default_factory=list)
+    first: dict[int, tuple[list[torch.Tensor], torch.Tensor]] = field(default_factory=dict)  # ord -> states
 
     def ord_of(self, owner: Any) -> int:
         ord_ = getattr(owner, "_teiresias_ord", None)
@@ -83,6 +89,9 @@ class Positions:
         n = self.iterations.get(ord_, 0)
         self.iterations[ord_] = n + 1
         rec = IterRecord(kind, ord_, n, [g.get_state() for g in generators_of(owner)], torch.get_rng_state())
+        if n == 0:
+            self.first[ord_] = (rec.gens, rec.rng)
+        rec.first_gens, rec.first_rng = self.first.get(ord_, (rec.gens, rec.rng))
         # A new iteration of the same loader ends the previous one (persistent workers reuse it).
         self.live = [r for r in self.live if r.ord != ord_]
         self.live.append(rec)
@@ -114,6 +123,8 @@ class _SkipIter:
         """Start the inner sampler and drop the consumed batches' indices (cheap: no data)."""
         if self.it is None:
             self.owner.started = True
+            if self.owner.at_start is not None:
+                self.owner.at_start()
             self.it = iter(self.owner.inner)
             for _ in range(self.owner.skip):
                 if next(self.it, _END) is _END:
@@ -135,9 +146,10 @@ class SkippingSampler:
     """Stands in for a loader's (batch) sampler for one iteration: the first
     iterator that is actually started skips ``skip`` items; later ones pass through."""
 
-    def __init__(self, inner: Any, skip: int) -> None:
+    def __init__(self, inner: Any, skip: int, at_start: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.skip = skip
+        self.at_start = at_start  # runs just before the inner sampler starts
         self.started = False
 
     def __iter__(self) -> Iterator[Any]:
@@ -150,21 +162,25 @@ class SkippingSampler:
         return getattr(self.inner, name)
 
 
-def loader_iter_at(loader: Any, skip: int, make: Callable[[Any], Any], next_: Callable[[Any], Any]) -> Any:
+def loader_iter_at(loader: Any, skip: int, make: Callable[[Any], Any], next_: Callable[[Any], Any],
+                   at_start: Callable[[], None] | None = None) -> Any:
     """A new iterator of ``loader`` (made by the original ``DataLoader.__iter__``)
-    that continues after ``skip`` batches."""
-    if skip == 0:
+    that continues after ``skip`` batches; ``at_start`` runs right before its
+    sampler starts (after the iterator drew its base seed)."""
+    if skip == 0 and at_start is None:
         return make(loader)
     from torch.utils.data.dataloader import _DatasetKind
 
     if loader._dataset_kind == _DatasetKind.Iterable:
+        if at_start is not None:
+            at_start()
         it = make(loader)
         for _ in range(skip):  # no indices to skip: fetch and drop
             next_(it)
         return it
     attr = "batch_sampler" if loader._auto_collation else "sampler"
     inner = getattr(loader, attr)
-    object.__setattr__(loader, attr, SkippingSampler(inner, skip))
+    object.__setattr__(loader, attr, SkippingSampler(inner, skip, at_start))
     try:
         it = make(loader)
     finally:

@@ -241,31 +241,39 @@ class Runtime:
             _say(f"resumed from {path.name} at step {self.step}")
 
     # ------------------------------------------------------------------ hooks
-    def on_iter(self, owner: Any, kind: str, make: Callable[[int], Any]) -> tuple[Any, IterRecord | None]:
+    def on_iter(self, owner: Any, kind: str, make: Callable[[int, Any], Any]) -> tuple[Any, IterRecord | None]:
         """``iter(loader)``: name the iteration; in replay, rebuild it where it was.
-        ``make(skip)`` builds the real iterator past ``skip`` items."""
+        ``make(skip, at_start)`` builds the real iterator past ``skip`` items,
+        calling ``at_start()`` (if not None) just before its sampler starts."""
         self.ensure_loaded()
         if not self.enabled:
-            return make(0), None
+            return make(0, None), None
         ord_, n = self.positions.peek(owner)
         if self.pending:
             self._save_and_act({"kind": "iter", "ord": ord_, "n": n, "pos": 0})
-        skip = 0
+        skip, at_start = 0, None
         if self.replaying:
             saved = self._saved_live(ord_, n)
             if self._is_point("iter", ord_, n, 0):
                 self.restore()
             elif saved is not None:
-                # Same generator states as when the original run made this iterator.
-                for g, s in zip(generators_of(owner), saved["gens"]):
-                    g.set_state(s)
-                torch.set_rng_state(saved["rng"])
+                # Put back the generator states the original run had when it made this
+                # iterator, so it draws the same base seed and the same permutation.
                 skip = saved["pos"]
+                self.positions.first.setdefault(ord_, (saved["first_gens"], saved["first_rng"]))
+                if n > 0 and getattr(owner, "persistent_workers", False) and getattr(owner, "num_workers", 0) > 0:
+                    # The original made this iterator at epoch 0 and only reset it since.
+                    _set_states(owner, saved["first_gens"], saved["first_rng"])
+                    at_start = lambda: _set_states(owner, saved["gens"], saved["rng"])  # noqa: E731
+                else:
+                    _set_states(owner, saved["gens"], saved["rng"])
             else:
                 self.positions.finished(self.positions.start(owner, kind))
                 return Consumed(), None
         rec = self.positions.start(owner, kind)
-        it = make(skip)
+        if at_start is not None:
+            rec.gens, rec.rng = saved["gens"], saved["rng"]
+        it = make(skip, at_start)
         rec.pos = skip
         return it, rec
 
@@ -382,6 +390,12 @@ class Runtime:
             subprocess.run(["scontrol", "requeue", self.job_id], check=True, capture_output=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as exc:
             _say(f"warning: scontrol requeue {self.job_id} failed: {exc}")
+
+
+def _set_states(owner: Any, gens: list[torch.Tensor], rng: torch.Tensor) -> None:
+    for g, state in zip(generators_of(owner), gens):
+        g.set_state(state)
+    torch.set_rng_state(rng)
 
 
 def _exit(code: int) -> None:
