@@ -34,6 +34,26 @@ def _after_init(cls: type, record: Any) -> None:
     cls.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _quiet_schedulers_in_replay(rt: Runtime) -> None:
+    """While replaying up to the resume point, scheduler steps of the epochs that
+    come out empty are void (the restore overwrites every scheduler), so skip
+    them: no work, and no "lr_scheduler.step() before optimizer.step()" warning.
+    A scheduler still being constructed (no ``_last_lr`` yet) steps as usual."""
+    classes = [c for c in vars(lr_scheduler).values()
+               if isinstance(c, type) and "step" in vars(c)
+               and (issubclass(c, lr_scheduler.LRScheduler) or c is lr_scheduler.ReduceLROnPlateau)]
+    for cls in classes:
+        original = cls.step
+
+        def step(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if rt.replaying and hasattr(self, "_last_lr"):
+                return None
+            return _original(self, *args, **kwargs)
+
+        functools.update_wrapper(step, original)
+        cls.step = step  # type: ignore[method-assign]
+
+
 def install(rt: Runtime) -> None:
     t = rt.tracked
     _after_init(torch.nn.Module, t.modules.add)
@@ -43,6 +63,7 @@ def install(rt: Runtime) -> None:
     if not issubclass(lr_scheduler.ReduceLROnPlateau, lr_scheduler.LRScheduler):  # older torch
         _after_init(lr_scheduler.ReduceLROnPlateau, lambda s: t.schedulers.append(weakref.ref(s)))
     optim_mod.register_optimizer_step_post_hook(lambda opt, args, kwargs: rt.on_step(opt))
+    _quiet_schedulers_in_replay(rt)
 
     orig_iter = dl.DataLoader.__iter__
     orig_next = dl._BaseDataLoaderIter.__next__
