@@ -145,11 +145,12 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
         sys.stdout.write(_sbatch_help())
         return 0
     setup = _setup(p, env)
-    if p.unknown is not None:
-        # Not ours to judge: sbatch prints its own error (or, for an option this
-        # table lacks, submits the job, without the hooks).
+    if p.unknown is not None or (p.wrap is not None and p.script_args):
+        # Not ours to judge: sbatch prints its own error (an unknown option, script
+        # arguments with --wrap) or, for an option our table lacks, submits the
+        # job as it is, without the hooks.
         rc = _sbatch(p.passthrough)
-        if rc == 0:
+        if rc == 0 and p.unknown is not None:
             print(f"tsbatch: warning: option {p.unknown} unknown to tsbatch: submitted as plain sbatch, "
                   "without checkpoint hooks", file=sys.stderr)
         return rc
