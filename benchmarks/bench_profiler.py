@@ -158,7 +158,11 @@ def run_job(tmp: Path, mode: str, iters: int, model: str) -> tuple[float, int]:
     out = tmp / "truth.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(TRAIN),
            "--model", model, "--bucket", "tiny", "--iters", str(iters), "--out", str(out)]
-    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    # torch 2.13 sometimes aborts in C++ teardown after both ranks finished
+    # (with or without the profiler); such a run still measured its steps.
+    if proc.returncode != 0 and proc.stderr.count("train_ddp: rank ") < 2:
+        raise SystemExit(f"training job failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     calls = 0
     if mode == "recording":
         files = record_files(tmp / "profile")
