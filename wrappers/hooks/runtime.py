@@ -114,7 +114,10 @@ class Runtime:
 
     def rank(self) -> int:
         d = self._dist()
-        return d.get_rank() if d else int(self.env.get("RANK", "0") or 0)
+        if d:
+            return d.get_rank()
+        # Before init_process_group: torchrun sets RANK, srun SLURM_PROCID.
+        return int(self.env.get("RANK") or self.env.get("SLURM_PROCID") or 0)
 
     def world(self) -> int:
         d = self._dist()
