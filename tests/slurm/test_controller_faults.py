@@ -3,7 +3,8 @@
 - kill -9 between the signal and the requeue of a preemption;
 - a crash right after Slurm requeued a job but before the journal said so;
 - slurmctld restarted under a running controller;
-- a Slurm that does not answer at all.
+- a Slurm that does not answer at all;
+- a job Slurm forgets between two rounds.
 """
 
 from __future__ import annotations
@@ -158,3 +159,22 @@ def test_unreachable_slurm_is_one_line_and_no_crash_loop(cluster, tmp_path):
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_a_job_that_vanishes_between_two_rounds_is_one_line_and_the_rest_carries_on(cluster, make_controller):
+    """Slurm forgets a job for real: slurmctld restarted with a clean state (-c)."""
+    ctl = make_controller().start()
+    fill = [submit_sleep(cluster, 4, 600, "other", "-w", n) for n in cluster.nodes]  # keep it pending
+    gone = submit_sleep(cluster, 2)
+    poll("controller knows the job", lambda: ctl.rec(gone) is not None, 20)
+    lua = LocalCluster(cluster.lua_cfg)
+    assert procs.stop_pid(lua.ctld_pid(), "slurmctld")
+    subprocess.run(["slurmctld", "-c"], env=cluster.env, check=True, timeout=30)  # forgets every job
+    lua.up()
+    poll("the vanished job's record closed", lambda: ctl.rec(gone).final_state == "VANISHED", 90)
+    assert ctl.logtext().count("vanished from Slurm") == 1 and ctl.alive()
+    # State kept consistent: the controller goes on scheduling new jobs.
+    fresh = submit_sleep(cluster, 1)
+    cluster.wait_for(fresh, "RUNNING", timeout=40)
+    assert ctl.logtext().count("vanished from Slurm") == 1  # the 'other' jobs it forgot too were never ours
+    assert ctl.alive() and "Traceback" not in ctl.logtext()
