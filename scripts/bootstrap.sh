@@ -22,7 +22,7 @@ fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 stamp="$VENV/.teiresias-installed"
 # Reinstall when the project's dependencies or the profiler's C source change.
-want=$(cat pyproject.toml $(ls setup.py profiler/src/*.c 2>/dev/null) | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml $(ls setup.py profiler/src/*.c profiler/src/*.h 2>/dev/null) | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   # torch==2.13.0 resolves to the CPU wheel on local disk (see README).

@@ -69,6 +69,8 @@ class ControllerConfig:
     slurmrestd_socket: Path | None = None
     # switch name -> Slurm node names; nodes not listed share the default switch.
     topology: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # HiveD virtual clusters (teiresias/cells, docs/cells.md); None: no VCs.
+    cells: Path | None = None
 
     def switch_of(self, node: str) -> str:
         for switch, nodes in self.topology.items():
@@ -106,6 +108,7 @@ _SCHEMA: dict[str, Any] = {
     "slurm_conf": None,
     "slurmrestd_socket": None,
     "topology": {"switches": None},
+    "cells": None,
 }
 
 
@@ -235,6 +238,12 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
             seen[n] = str(sw)
         switches[str(sw)] = names
     kw["topology"] = switches
+
+    if data.get("cells") is not None:
+        cells_path = _resolve(base, r.string("cells", data["cells"]))
+        if not cells_path.is_file():
+            raise r.fail("cells", f"file {cells_path} does not exist; see etc/cells.example.yaml")
+        kw["cells"] = cells_path
     return ControllerConfig(**{**d.__dict__, **kw})
 
 

@@ -8,6 +8,7 @@ this module only builds its Snapshot from Slurm and enacts its Plan.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -22,6 +23,9 @@ from slurm_plugin.controller.enact import Action, Enactor, priority_for
 from slurm_plugin.controller.profiles import SkewBook
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from teiresias.cells.scheduler import CellsPolicy
+from teiresias.cells.state import META_KEY as CELLS_META_KEY
+from teiresias.cells.state import CellsState
 from teiresias.domain import Plan
 from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import SchedulingPolicy
@@ -136,7 +140,15 @@ class Controller:
             # A model profiled before: profile placement can use its skew in this very round.
             rec.snapshot = build_snapshot(rec.snapshot.cluster, rec, slurm_nodes, now)
         t2 = time.perf_counter()
-        plan = self.policy().decide(rec.snapshot)
+        policy = self.policy()
+        cells_state = None
+        if isinstance(policy, CellsPolicy):
+            # HiveD's virtual->physical binding outlives a round: it comes from the store.
+            raw = self.store.get_meta(CELLS_META_KEY)
+            plan = policy.decide_cells(rec.snapshot, CellsState.from_json(json.loads(raw)) if raw else None)
+            cells_state = json.dumps(plan.cells.to_json())
+        else:
+            plan = policy.decide(rec.snapshot)
         t3 = time.perf_counter()
         notes = self._bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
@@ -152,6 +164,8 @@ class Controller:
             with self.store.transaction():
                 self.store.set_meta("rounds", str(n))
                 self.store.set_meta("last_round", str(now))
+                if cells_state is not None:
+                    self.store.set_meta(CELLS_META_KEY, cells_state)
         return RoundResult(now, n, self.dry_run, plan, enactor.actions, notes, len(rec.snapshot.jobs),
                            {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
                             "enact_s": t4 - t3, "total_s": t4 - t0})
@@ -323,4 +337,8 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
         # Tiresias Pseudocode 1: without a distribution the priority is LAS's.
         log.info("no GPU-time samples yet (no seed file, no finished job): 2D-LAS until there are")
         name = "las"
-    return build_policy(name, params)
+    ranker = build_policy(name, params)
+    if config.cells is not None:
+        # HiveD VCs (docs/cells.md): the ranker orders jobs inside each VC.
+        return CellsPolicy.from_file(str(config.cells), ranker)
+    return ranker

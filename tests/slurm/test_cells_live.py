@@ -1,10 +1,9 @@
 """HiveD cells on the real local Slurm cluster (4 nodes x 4 fake GPUs, two VCs by account).
 
-The controller runs in this process with ``CellsPolicy`` injected through
-``Controller(policy_factory=...)`` (the controller config has no cells key
-yet) and without the stored binding (the policy rebuilds it from the running
-jobs each round, as documented in docs/cells.md). Jobs speak the preemption
-protocol: on USR1 they write their Ack, the controller requeues them.
+The controller runs in this process, its VCs given by the config's ``cells``
+key; the binding of virtual to physical cells is persisted in the state DB
+between rounds (meta ``cells_state``). Jobs speak the preemption protocol: on
+USR1 they write their Ack, the controller requeues them.
 
 Shows (issue 6): a guaranteed 4-GPU job of VC A gets a whole node although VC
 B's opportunistic jobs had spread over all nodes (exactly those on that node
@@ -13,6 +12,7 @@ are requeued through the checkpoint path); a node set DRAIN moves A's binding.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -27,10 +27,10 @@ from slurm_plugin.config import load_config
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import StateStore
-from teiresias.cells import config as cells_config
 from teiresias.cells.scheduler import CellsPolicy
+from teiresias.cells.state import META_KEY as CELLS_META_KEY
+from teiresias.cells.state import CellsState
 from teiresias.errors import SlurmUnreachable
-from teiresias.policy.registry import PolicyParams, build_policy
 from wrappers.protocol import format_comment
 
 pytestmark = pytest.mark.slurm
@@ -74,19 +74,17 @@ class CellsController:
     """An in-process controller whose policy is CellsPolicy; rounds run in a thread."""
 
     def __init__(self, cluster, tmp: Path) -> None:
+        # The VCs come in through the controller config's `cells` key, as on a site.
+        (tmp / "cells.yaml").write_text(yaml.safe_dump(CELLS))
         cfg = {"partitions": ["gpu"], "policy": {"name": "las", "queues": [100000]}, "poll_interval": 1,
                "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
                "state_db": str(tmp / "state.db"), "audit_log": str(tmp / "audit.jsonl"),
-               "backend": "cli", "slurm_conf": str(cluster.conf)}
+               "backend": "cli", "slurm_conf": str(cluster.conf), "cells": "cells.yaml"}
         (tmp / "teiresias.yaml").write_text(yaml.safe_dump(cfg))
         self.config = load_config(tmp / "teiresias.yaml")
-        cells = cells_config.parse(CELLS, "test-cells")
-
-        def factory(config, distribution) -> CellsPolicy:
-            return CellsPolicy(cells, build_policy("las", PolicyParams(queues=config.policy.queues)))
-
-        self.ctl = Controller(self.config, cluster.backend, StateStore(self.config.state_db),
-                              AuditLog(self.config.audit_log), policy_factory=factory)
+        self.store = StateStore(self.config.state_db)
+        self.ctl = Controller(self.config, cluster.backend, self.store, AuditLog(self.config.audit_log))
+        assert isinstance(self.ctl.policy(), CellsPolicy)
         self.plan: Any = None
         self.rounds = 0
         self.errors: list[BaseException] = []
@@ -171,6 +169,9 @@ def test_guaranteed_job_gets_a_whole_node_and_drain_moves_the_binding(cluster, t
         running = ctl.wait_running(cluster, a1, timeout=120)
         (node,) = running.nodes
         assert ctl.binding("vc-a") == {node}
+        # The binding the next round starts from is the one persisted in the state DB.
+        stored = CellsState.from_json(json.loads(ctl.store.get_meta(CELLS_META_KEY)))
+        assert {b.cell for b in stored.bindings if b.vc == "vc-a"} == {node}
         requeued = [j for j in b_jobs if cluster.job(j).restart_count >= 1]
         assert len(requeued) == 4, "exactly the four B jobs on A's node go through checkpoint + requeue"
         assert not ctl.errors, ctl.errors
