@@ -112,6 +112,7 @@ class Simulator:
         self._records: list[JobRecord] = []
         self.rounds = 0
         self._idle_since: float | None = None
+        self._last_progress = t0  # last time some job's useful work was known to advance
         self.preemptions = 0
         self.overhead_total = 0.0
 
@@ -173,6 +174,7 @@ class Simulator:
         if slowdown > 1.0:
             j.slowed = True
         j.nodes = placement.nodes
+        j.work_at_start = j.work_left
         end = now + j.restore_left + j.work_left / j.rate
         self._seq += 1
         heapq.heappush(self._events, (end, self._seq, j.version, j.job_id))
@@ -191,15 +193,24 @@ class Simulator:
 
     def _preempt(self, j: SimJob, now: float) -> None:
         self._stop(j, now)
+        if j.work_left < j.work_at_start:
+            self._last_progress = now
+        else:
+            self._check_livelock(now)
         j.state = JobState.PENDING
         j.preemptions += 1
         self.preemptions += 1
-        j.restore_left = 0.0  # an unfinished restore is paid again in full on resume
+        # An unfinished restore is paid again in full on resume; only the part
+        # actually spent counts as overhead.
+        j.overhead -= j.restore_left
+        self.overhead_total -= j.restore_left
+        j.restore_left = 0.0
         j.needs_restore = True
         self._pending[j.job_id] = j
 
     def _complete(self, j: SimJob, now: float) -> None:
         self._stop(j, now)
+        self._last_progress = now
         j.work_left = 0.0
         j.total_executed_time = j.trace.duration  # exact, whatever the float residue
         del self._active[j.job_id]
@@ -319,6 +330,27 @@ class Simulator:
             wall_seconds=wall,
             rounds=self.rounds,
             timeline=(self._timeline_t, self._timeline_busy) if self.opt.record_timeline else None,
+        )
+
+    def _check_livelock(self, now: float) -> None:
+        """Called when a job is preempted before doing any useful work.
+
+        With preemption overhead longer than the time a policy lets a resumed
+        job run (continuous priorities re-ranked every short interval), jobs
+        can take turns restoring forever and nobody progresses. Fail with the
+        reason instead of looping once no job progressed for an hour of
+        simulated time (or ten overheads / intervals, if longer).
+        """
+        limit = max(3600.0, 10 * self.opt.preempt_overhead, 10 * self.opt.interval)
+        if now - self._last_progress <= limit:
+            return
+        if any(r.doing_work() for r in self._running.values()):
+            self._last_progress = now
+            return
+        raise SimulationError(
+            f"policy {self.policy.name}: no job made progress for {limit:g} s of simulated time: each resumed job is "
+            f"preempted before its {self.opt.preempt_overhead:g} s restore ends; use queues instead of "
+            "continuous priorities, a longer --interval, or a smaller --preempt-overhead"
         )
 
     def _check_progress(self, now: float, started: bool, no_more_arrivals: bool) -> None:

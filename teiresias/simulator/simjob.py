@@ -49,7 +49,7 @@ class SimJob(Job):
 
     __slots__ = (
         "_t", "_since", "_exec", "_wait", "_total", "_q", "trace", "work_left", "restore_left", "rate",
-        "version", "needs_restore", "held_time", "overhead", "slowed", "nodes",
+        "version", "needs_restore", "held_time", "overhead", "slowed", "nodes", "work_at_start",
     )
 
     def __init__(self, trace: TraceJob, t: SimTime, skew: float | None) -> None:
@@ -70,6 +70,7 @@ class SimJob(Job):
         self.overhead = 0.0
         self.slowed = False
         self.nodes: tuple[str, ...] = ()
+        self.work_at_start = trace.duration  # work_left when the current run began
         Job.__init__(
             self,
             job_id=JobId(trace.job_id),
@@ -102,6 +103,10 @@ class SimJob(Job):
                 self._total = self.trace.duration - self.work_left
         else:
             self._wait += dt
+
+    def doing_work(self) -> bool:
+        """Running and past its restore, i.e. making useful progress right now."""
+        return self.state is _RUNNING and self._t.now - self._since > self.restore_left
 
     # -- the time-dependent Job fields --------------------------------------
     @property  # type: ignore[override]
