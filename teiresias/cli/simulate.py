@@ -54,6 +54,9 @@ def _policy_names(text: str) -> list[str]:
 @click.option("-P", "--placement", type=click.Choice(_PLACEMENTS), default="consolidate", show_default=True)
 @click.option("--packlimit", type=float, default=None, metavar="SKEW",
               help="PACKLIMIT for --placement profile: consolidate iff skew > SKEW. [default: 0.5]")
+@click.option("-C", "--cells", "cells_path", default=None, metavar="CELLS.yaml",
+              help="HiveD virtual clusters (etc/cells.example.yaml): each policy orders jobs inside "
+                   "each VC; jobs map to VCs by the trace's account column.")
 @click.option("--continuous", is_flag=True, help="las/gittins with continuous priorities (Tiresias Fig. 7).")
 @click.option("-o", "--preempt-overhead", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Seconds charged to a preempted job when it resumes.")
@@ -70,7 +73,8 @@ def _policy_names(text: str) -> list[str]:
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: if a TTY]")
 def simulate(
     trace_path: str, cluster_path: str, policies: str, queues: str | None, promote_knob: float | None,
-    gittins_samples: str | None, placement: str, packlimit: float | None, continuous: bool,
+    gittins_samples: str | None, placement: str, packlimit: float | None, cells_path: str | None,
+    continuous: bool,
     preempt_overhead: float, interval: float, slowdown_path: str | None, seed: int,
     json_out: str | None, jobs_csv: str | None, plot: str | None, progress: bool | None,
 ) -> None:
@@ -85,6 +89,7 @@ def simulate(
     Example:
       teiresias simulate -t trace.csv -c etc/cluster.yaml -p las,best-effort,fifo \\
           --queues 3600 --preempt-overhead 30 --json out.json --plot out.png
+      teiresias simulate -t tenants.csv -c etc/cluster.yaml -p las --cells etc/cells.example.yaml
     """
     from teiresias.clusterspec import load_cluster
     from teiresias.policy.registry import PolicyParams, build_policy
@@ -126,6 +131,11 @@ def simulate(
         kw["packlimit"] = packlimit
     params = PolicyParams(**kw)
     built = [build_policy(n, params) for n in names]
+    if cells_path is not None:
+        from teiresias.cells.scheduler import CellsPolicy
+
+        # Validated against the simulated cluster: unknown nodes or GPU counts fail here.
+        built = [CellsPolicy.from_file(cells_path, pol, cluster) for pol in built]
     options = SimulationOptions(interval=interval, preempt_overhead=preempt_overhead,
                                 slowdown=slowdown, progress=progress, record_timeline=plot is not None)
 
