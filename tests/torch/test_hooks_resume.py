@@ -195,3 +195,20 @@ def test_hooks_change_nothing_without_a_signal(tmp_path, reference):
     assert same_weights(reference, out)
     assert not (tmp_path / "jobs" / "13" / "checkpoints").exists() or not any(
         (tmp_path / "jobs" / "13" / "checkpoints").iterdir())
+
+
+@pytest.mark.parametrize("persistent", ["0", "1"])
+def test_resume_after_early_break_is_bitwise_equal(tmp_path, persistent):
+    """Checkpoint at step 10, where the script's next data request makes a new
+    epoch's iterator (the previous one was left with ``break``)."""
+    ref, out, base = tmp_path / "ref.pt", tmp_path / "out.pt", tmp_path / "jobs"
+    assert run("train_break.py", [str(ref)], plain_env(TRAIN_PERSISTENT=persistent)).returncode == 0
+    env = job_env(base, 30, TRAIN_PERSISTENT=persistent, TEIRESIAS_CHECKPOINT_EVERY="10", TEIRESIAS_CHECKPOINT_KEEP="1")
+    r = run("train_break.py", [str(tmp_path / "first.pt")], env)
+    assert r.returncode == 0, r.stderr
+    (ck,) = (base / "30" / "checkpoints").iterdir()
+    assert ck.name.endswith("-step10.pt")
+    r = run("train_break.py", [str(out)], {**env, "TEIRESIAS_CHECKPOINT_EVERY": "0", "SLURM_RESTART_COUNT": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "at step 10" in r.stderr
+    assert same_weights(ref, out)

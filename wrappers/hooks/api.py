@@ -99,7 +99,8 @@ class _StepIter:
         return self
 
     def __next__(self) -> int:
-        self.rt.on_next(self.rec)
+        if not self.rt.on_next(self.rec):
+            raise StopIteration
         try:
             value = next(self.inner)
         except StopIteration:

@@ -81,7 +81,8 @@ def install(rt: Runtime) -> None:
         rec = self.__dict__.get("_teiresias_rec")
         if rec is None:
             return orig_next(self)
-        rt.on_next(rec)
+        if not rt.on_next(rec):
+            raise StopIteration
         try:
             data = orig_next(self)
         except StopIteration:

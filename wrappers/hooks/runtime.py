@@ -259,12 +259,18 @@ class Runtime:
             saved = self._saved_live(ord_, n)
             if self._is_point("iter", ord_, n, 0):
                 self.restore()
+                first = self.positions.first.get(ord_)
+                if _persistent(owner, n) and first is not None:
+                    # As below: creation draws as at epoch 0, the sampler as at epoch n.
+                    saved = {"gens": [g.get_state() for g in generators_of(owner)], "rng": torch.get_rng_state()}
+                    _set_states(owner, *first)
+                    at_start = lambda: _set_states(owner, saved["gens"], saved["rng"])  # noqa: E731
             elif saved is not None:
                 # Put back the generator states the original run had when it made this
                 # iterator, so it draws the same base seed and the same permutation.
                 skip = saved["pos"]
                 self.positions.first.setdefault(ord_, (saved["first_gens"], saved["first_rng"]))
-                if n > 0 and getattr(owner, "persistent_workers", False) and getattr(owner, "num_workers", 0) > 0:
+                if _persistent(owner, n):
                     # The original made this iterator at epoch 0 and only reset it since.
                     _set_states(owner, saved["first_gens"], saved["first_rng"])
                     at_start = lambda: _set_states(owner, saved["gens"], saved["rng"])  # noqa: E731
@@ -280,12 +286,21 @@ class Runtime:
         rec.pos = skip
         return it, rec
 
-    def on_next(self, rec: IterRecord) -> None:
-        """Before ``next(iterator)`` hands out an item."""
+    def on_next(self, rec: IterRecord) -> bool:
+        """Before ``next(iterator)`` hands out an item; False: end this iteration now.
+
+        Before the resume point no data may flow (it would be trained on): an
+        iterator asked for an item then ends, e.g. one the original run left
+        early with ``break``. An iterator rebuilt at its position is consumed
+        only after the resume point, as in the original run."""
         if self.pending:
             self._save_and_act({"kind": "next", "ord": rec.ord, "n": rec.n, "pos": rec.pos})
-        if self.replaying and self._is_point("next", rec.ord, rec.n, rec.pos):
+        if self.replaying:
+            if not self._is_point("next", rec.ord, rec.n, rec.pos):
+                self.positions.finished(rec)
+                return False
             self.restore()
+        return True
 
     def on_step(self, optimizer: Any) -> None:
         """After every ``optimizer.step()``: count, and decide (with all ranks) whether to stop."""
@@ -393,6 +408,14 @@ class Runtime:
             subprocess.run(["scontrol", "requeue", self.job_id], check=True, capture_output=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as exc:
             _say(f"warning: scontrol requeue {self.job_id} failed: {exc}")
+
+
+def _persistent(owner: Any, n: int) -> bool:
+    """A later epoch of a persistent-workers loader whose iterator does not exist
+    yet in this run: the original only reset its iterator (no base-seed draw),
+    we must make one."""
+    return (n > 0 and bool(getattr(owner, "persistent_workers", False)) and getattr(owner, "num_workers", 0) > 0
+            and getattr(owner, "_iterator", None) is None)
 
 
 def _set_states(owner: Any, gens: list[torch.Tensor], rng: torch.Tensor) -> None:
