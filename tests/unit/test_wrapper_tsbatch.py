@@ -110,3 +110,53 @@ def test_help_without_sbatch_still_succeeds(tmp_path):
     r = subprocess.run([exe, "--help"], capture_output=True, text=True, env={**os.environ, "PATH": str(tmp_path)})
     assert r.returncode == 0 and "--checkpoint-dir" in r.stdout
     assert "sbatch's own help is unavailable here" in r.stdout
+
+
+CHILD = """#!{python}
+import pathlib, signal, sys, time
+d = pathlib.Path(sys.argv[1])
+signal.signal(signal.SIGUSR2, lambda s, f: open(d / "got", "a").write("usr2\\n"))
+signal.signal(signal.SIGUSR1, lambda s, f: open(d / "got", "a").write("usr1\\n"))
+(d / "ready").write_text("")
+while not (d / "stop").exists():
+    time.sleep(0.02)
+print("child done", flush=True)
+sys.exit(7)
+"""
+
+
+def _wait(what, check, timeout=20.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_batch_shell_survives_and_forwards_each_signal_once(tmp_path):
+    """The generated script run by bash, as slurmstepd runs it: USR1 and USR2 sent
+    to the batch shell alone reach the child exactly once each (the shell must
+    not signal itself: its trap would loop), the shell survives them, and its exit
+    code is the child's."""
+    import signal
+
+    script = render(CHILD.format(python=sys.executable), JobSetup(None, str(tmp_path), 0, False, 90))
+    (tmp_path / "batch.sh").write_text(script)
+    proc = subprocess.Popen(["bash", str(tmp_path / "batch.sh"), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait("the child", (tmp_path / "ready").exists)
+        for sig, word in ((signal.SIGUSR2, "usr2"), (signal.SIGUSR1, "usr1")):
+            proc.send_signal(sig)
+            _wait(f"{word} at the child",
+                  lambda: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text())
+        (tmp_path / "stop").write_text("")
+        assert proc.wait(timeout=20) == 7
+        assert proc.stdout.read() == "child done\n"
+        assert (tmp_path / "got").read_text() == "usr2\nusr1\n"
+    finally:
+        (tmp_path / "stop").write_text("")  # the child (own session) ends by itself
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -405,9 +405,18 @@ class Runtime:
         if not self.job_id:
             return
         try:
-            subprocess.run(["scontrol", "requeue", self.job_id], check=True, capture_output=True, timeout=30)
+            # USR1/USR2 ignored in scontrol (SIG_IGN survives exec): a repeated
+            # warning forwarded to our descendants must not kill it mid-request.
+            subprocess.run(["scontrol", "requeue", self.job_id], check=True, capture_output=True, timeout=30,
+                           preexec_fn=_ignore_job_signals)
         except (OSError, subprocess.SubprocessError) as exc:
             _say(f"warning: scontrol requeue {self.job_id} failed: {exc}")
+
+
+def _ignore_job_signals() -> None:
+    for signum in _SIGNAL_STOP:
+        if signum != signal.SIGTERM:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _persistent(owner: Any, n: int) -> bool:
