@@ -45,6 +45,9 @@ class TimedPolicy:
     def __init__(self, inner) -> None:
         self.inner = inner
         self.name = inner.name
+        # The simulator prunes rounds only for policies marked idle_first: pass the mark on.
+        self.idle_first = getattr(inner, "idle_first", False)
+        self.preemptive = getattr(inner, "preemptive", True)
         self.seconds = 0.0
         self.calls = 0
 

@@ -22,6 +22,17 @@ be started on GPUs it cannot get.
 GPUs are counted per node (GPU indices inside a node are Slurm's), so "which
 GPUs were taken" is a count: on each node the GPUs a higher-priority job takes
 beyond the idle ones are charged to the lowest-priority running jobs there.
+
+A policy that ranks every job by a key of that job alone and then calls
+``walk`` marks itself ``idle_first = True`` (and says whether it is
+``preemptive``). What that promises an owner: pending jobs meet the idle GPUs
+in the same relative order whoever else is in the snapshot, and a pending job
+that fits the idle GPUs takes them without touching a running job. So if a
+snapshot holding only the pending jobs (running jobs' GPUs as
+``unavailable``) starts all of them, the full snapshot makes the same starts
+and promotions and preempts nothing (always so without preemption); the
+simulator uses this to leave the running majority out of most rounds
+(``teiresias.simulator.engine.Simulator._pruned_plan``).
 """
 
 from __future__ import annotations

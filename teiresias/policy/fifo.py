@@ -22,6 +22,10 @@ class FifoPolicy:
     """YARN-CS: FIFO by submit time, head-of-line blocking, no preemption (Tiresias §5.1)."""
 
     name = "fifo"
+    # Ranks each job by a key of its own, then ``walk`` (idle GPUs first): the
+    # simulator may prune running jobs from a round (teiresias.policy.allocate).
+    idle_first = True
+    preemptive = False
     blocking = True
 
     def __init__(self, placement: PlacementPolicy) -> None:

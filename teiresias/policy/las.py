@@ -21,6 +21,10 @@ class LasPolicy:
     """
 
     name = "las"
+    # Ranks each job by a key of its own, then ``walk`` (idle GPUs first): the
+    # simulator may prune running jobs from a round (teiresias.policy.allocate).
+    idle_first = True
+    preemptive = True
 
     def __init__(
         self,

@@ -20,6 +20,10 @@ from teiresias.policy.base import PlacementPolicy
 
 class _RankedPolicy:
     name = "?"
+    # Ranks each job by a key of its own, then ``walk`` (idle GPUs first): the
+    # simulator may prune running jobs from a round (teiresias.policy.allocate).
+    idle_first = True
+    preemptive = True
 
     def __init__(self, placement: PlacementPolicy) -> None:
         self.placement = placement

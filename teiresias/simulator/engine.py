@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from teiresias.domain import Cluster, JobId, JobState, Placement, Snapshot
+from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.errors import TeiresiasError
 from teiresias.policy.base import SchedulingPolicy
 from teiresias.simulator.clock import Clock, SimulatedClock
@@ -72,6 +72,10 @@ class SimulationOptions:
     slowdown: SlowdownTable = field(default_factory=SlowdownTable)
     progress: bool | None = None  # None: a tqdm bar on stderr iff it is a TTY
     record_timeline: bool = True
+    # Leave running jobs out of a round when that provably changes nothing
+    # (policies marked ``idle_first``; see Simulator._round). False: every
+    # round sees every job (the reference the tests compare against).
+    prune_rounds: bool = True
 
 
 class Simulator:
@@ -98,6 +102,13 @@ class Simulator:
         self.t0 = t0
         self._min_nodes_gpn = cluster.max_gpus_per_node
         self._free = {n.name: n.gpus for n in cluster.nodes}
+        self._free_total = total
+        self._held: dict[str, int] = {}  # GPUs held per node by running jobs
+        self._pending_gpus = 0  # GPUs asked for by pending jobs
+        self._queues: dict[JobId, int] = {}
+        self._idle_first = self.opt.prune_rounds and getattr(policy, "idle_first", False) is True
+        self._preemptive = getattr(policy, "preemptive", True) is not False
+        self.pruned_rounds = 0
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
         self._active: dict[JobId, SimJob] = {}  # arrival order
         self._running: dict[JobId, SimJob] = {}
@@ -156,6 +167,11 @@ class Simulator:
                     f"which has {left if left is not None else 'no such node'} free"
                 )
             free[a.node] = left - a.gpus
+        held = self._held
+        for a in placement.allocations:
+            held[a.node] = held.get(a.node, 0) + a.gpus
+        self._free_total -= j.num_gpus
+        self._pending_gpus -= j.num_gpus
         j.settle()
         del self._pending[j.job_id]
         self._running[j.job_id] = j
@@ -186,6 +202,8 @@ class Simulator:
         j.settle()
         for a in j.placement.allocations:
             self._free[a.node] += a.gpus
+            self._held[a.node] -= a.gpus
+        self._free_total += j.num_gpus
         del self._running[j.job_id]
         j.version += 1
         j.placement = None
@@ -207,6 +225,7 @@ class Simulator:
         j.restore_left = 0.0
         j.needs_restore = True
         self._pending[j.job_id] = j
+        self._pending_gpus += j.num_gpus
 
     def _complete(self, j: SimJob, now: float) -> None:
         self._stop(j, now)
@@ -214,6 +233,7 @@ class Simulator:
         j.work_left = 0.0
         j.total_executed_time = j.trace.duration  # exact, whatever the float residue
         del self._active[j.job_id]
+        self._queues.pop(j.job_id, None)
         start = j.first_start_time if j.first_start_time is not None else now
         jct = now - j.submit_time
         self._records.append(
@@ -233,10 +253,44 @@ class Simulator:
             )
         )
 
+    def _pruned_plan(self, now: float) -> Plan | None:
+        """The round's plan from a snapshot of the pending jobs alone, where that is provably the plan.
+
+        For a policy marked ``idle_first`` (``teiresias.policy.allocate``: it
+        ranks each job by a key of that job alone, then walks the ranking and
+        tries a pending job on idle GPUs before it evicts anyone), running
+        jobs matter to a round only through the GPUs they hold, unless some
+        pending job does not fit the idle ones. So the policy is handed the
+        pending jobs, with the running jobs' GPUs as ``unavailable``: the
+        pending jobs rank in the same relative order and meet the same idle
+        GPUs, so the same ones start on the same GPUs and the same ones are
+        promoted. If every pending job started, no job could have been
+        evicted in the full round either; a non-preemptive policy never
+        evicts, so its pruned plan always holds. Otherwise None: run the full
+        round. Only Plan.order / keep / reasons / queues of the running jobs
+        differ, and the engine uses none of them (a running job's
+        ``queue_index`` reads the last full round).
+        """
+        if not self._idle_first or not self._running:
+            return None
+        if self._preemptive and self._pending_gpus > self._free_total:
+            return None  # not every pending job can start: the full round decides
+        pending = list(self._pending.values())
+        plan = self.policy.decide(Snapshot(now, self.cluster, pending, dict(self._held)))
+        if plan.preempt or (self._preemptive and len(plan.start) != len(pending)):
+            return None
+        return plan
+
     def _round(self, now: float) -> bool:
         """One scheduling round; returns whether anything started."""
         active = self._active
-        plan = self.policy.decide(Snapshot(now, self.cluster, list(active.values())))
+        plan = self._pruned_plan(now)
+        if plan is not None:
+            self.pruned_rounds += 1
+            self._queues.update(plan.queues)
+        else:
+            plan = self.policy.decide(Snapshot(now, self.cluster, list(active.values())))
+            self._queues = dict(plan.queues)
         self.rounds += 1
         for jid in plan.preempt:
             j = self._running.get(jid)
@@ -253,8 +307,8 @@ class Simulator:
             if j is not None:
                 j.executed_time = 0.0  # Tiresias §3.2.3: t_J and delta_J reset on promotion
                 j.waiting_time = 0.0
-        # Every job's queue_index now reads from this plan (SimJob.queue_index): O(1).
-        self._time.queues = plan.queues
+        # Every job's queue_index now reads from this mapping (SimJob.queue_index): O(1).
+        self._time.queues = self._queues
         return bool(plan.start)
 
     # -- main loop ----------------------------------------------------------
@@ -307,6 +361,7 @@ class Simulator:
                     job = SimJob(tj, self._time, self.opt.slowdown.profile(tj.model_name).skew)
                     self._active[job.job_id] = job
                     self._pending[job.job_id] = job
+                    self._pending_gpus += job.num_gpus
                     ai += 1
                     arrived += 1
                 if bar is not None and done:

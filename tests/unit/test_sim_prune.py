@@ -1,0 +1,81 @@
+"""Pruned rounds (running jobs left out where provably irrelevant) change no result.
+
+With ``SimulationOptions.prune_rounds`` the engine hands an ``idle_first``
+policy only the pending jobs, the running jobs' GPUs as ``unavailable``, and
+keeps that plan only when every pending job started (or the policy never
+preempts). Every job record, preemption count and overhead must equal those
+of the replay where every round sees every job.
+"""
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from teiresias.domain import Cluster
+from teiresias.policy.gittins import ServiceDistribution
+from teiresias.policy.registry import POLICY_NAMES, PolicyParams, build_policy
+from teiresias.simulator import SimulationOptions, Simulator, TraceJob
+
+jobs_st = st.lists(
+    st.tuples(st.sampled_from([1, 1, 2, 3, 4, 8]), st.integers(0, 600), st.integers(1, 900)),
+    min_size=1, max_size=30,
+)
+
+
+def replay(trace, cluster, params, name, opt):
+    sim = Simulator(trace, cluster, build_policy(name, params), opt)
+    return sim, sim.run()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=jobs_st,
+    name=st.sampled_from(POLICY_NAMES),
+    placement=st.sampled_from(["consolidate", "spread", "profile"]),
+    overhead=st.sampled_from([0.0, 7.0]),
+    interval=st.sampled_from([0.0, 10.0, 60.0]),
+    continuous=st.booleans(),
+    promote=st.sampled_from([None, 1.0]),
+)
+def test_pruned_replay_equals_full_replay(rows, name, placement, overhead, interval, continuous, promote):
+    cluster = Cluster.from_tiresias_spec(2, 2, 4)
+    trace = [TraceJob(i, g, float(s), float(d), "vgg16" if i % 2 else "resnet50") for i, (g, s, d) in enumerate(rows)]
+    params = PolicyParams(queues=(100.0,), placement=placement, continuous=continuous, promote_knob=promote,
+                          distribution=ServiceDistribution([50, 200, 800, 2000]))
+    opt = SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False)
+    _, full = replay(trace, cluster, params, name, replace(opt, prune_rounds=False))
+    _, pruned = replay(trace, cluster, params, name, opt)
+    assert pruned.records == full.records
+    assert pruned.summary.preemptions == full.summary.preemptions
+    assert pruned.summary.rounds == full.summary.rounds
+
+
+def test_pruning_happens_and_falls_back_under_contention():
+    """Arrivals that fit are pruned rounds; a Q1 arrival that must preempt takes the full round."""
+    cluster = Cluster.from_tiresias_spec(1, 1, 4)
+    # Job 0 fills the node and is demoted after 100 GPU-s; jobs 1-2 arrive while it runs.
+    trace = [TraceJob(0, 2, 0.0, 500.0), TraceJob(1, 2, 10.0, 50.0), TraceJob(2, 4, 200.0, 50.0)]
+    params = PolicyParams(queues=(100.0,))
+    opt = SimulationOptions(interval=60.0, progress=False)
+    sim, res = replay(trace, cluster, params, "las", opt)
+    _, full = replay(trace, cluster, params, "las", replace(opt, prune_rounds=False))
+    assert res.records == full.records and res.summary.preemptions == full.summary.preemptions > 0
+    assert 0 < sim.pruned_rounds < res.summary.rounds
+
+
+def test_policy_without_the_mark_sees_every_job():
+    class Wrapped:
+        def __init__(self, inner):
+            self.inner, self.name, self.sizes = inner, inner.name, []
+
+        def decide(self, snapshot):
+            self.sizes.append(len(snapshot.jobs))
+            return self.inner.decide(snapshot)
+
+    cluster = Cluster.from_tiresias_spec(1, 1, 4)
+    pol = Wrapped(build_policy("las"))
+    sim = Simulator([TraceJob(0, 1, 0.0, 100.0), TraceJob(1, 1, 10.0, 100.0)], cluster, pol,
+                    SimulationOptions(progress=False))
+    sim.run()
+    assert sim.pruned_rounds == 0 and pol.sizes == [1, 2]
