@@ -3,13 +3,12 @@ controller uses, and the errors it must tell apart."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import os
 import signal
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
