@@ -26,6 +26,10 @@ Preemption (two-phase, issue 3)
 
 Time limits: ``tsbatch`` asks Slurm for ``TIMELIMIT_SIGNAL`` shortly before the
 limit; the job saves and requeues itself (``scontrol requeue``).
+
+Preemption cost: every checkpoint a job writes is a ``CheckpointRecord`` line in
+``checkpoints.jsonl``; the controller reads them with ``read_records(jobdir)``.
+The in-job side is wrappers/hooks (docs/checkpointing.md).
 """
 
 from __future__ import annotations
