@@ -9,6 +9,8 @@ Both rank jobs by submit time (then job id) and never preempt.
 
 from __future__ import annotations
 
+import math
+
 from teiresias.domain import Job, Plan, Snapshot
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
@@ -30,6 +32,13 @@ class FifoPolicy:
 
     def __init__(self, placement: PlacementPolicy) -> None:
         self.placement = placement
+
+    def quiet_until(self, snapshot: Snapshot) -> float:
+        """Until when the plan for ``snapshot``'s jobs, left as they are, stays the same: for ever.
+
+        FIFO keys (submit time, id) and placement do not move with time.
+        """
+        return math.inf
 
     def decide(self, snapshot: Snapshot) -> Plan:
         ranked = sorted(snapshot.jobs, key=fifo_key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from teiresias.domain import Plan, Snapshot
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
-from teiresias.policy.mlfq import rank_mlfq
+from teiresias.policy.mlfq import mlfq_quiet_until, rank_mlfq
 
 
 class LasPolicy:
@@ -37,6 +37,17 @@ class LasPolicy:
         self.thresholds = tuple(thresholds)
         self.promote_knob = promote_knob
         self.continuous = continuous
+
+    def quiet_until(self, snapshot: Snapshot) -> float:
+        """Until when this policy's plan for ``snapshot``'s jobs, left as they are, stays the same.
+
+        Discretized: until the next demotion or promotion point (Tiresias
+        §3.2.3; ``mlfq_quiet_until``). Continuous: attained service orders the
+        jobs and moves all the time, so no quiet time (``snapshot.now``).
+        """
+        if self.continuous:
+            return snapshot.now
+        return mlfq_quiet_until(snapshot.jobs, self.thresholds, self.promote_knob, snapshot.now)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs

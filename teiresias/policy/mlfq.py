@@ -95,3 +95,40 @@ def rank_mlfq(
             add((q, -g, j.job_id, j))
     keyed.sort()
     return [t[-1] for t in keyed], queues, promoted, indices
+
+
+def mlfq_quiet_until(jobs: Sequence[Job], thresholds: Sequence[float], promote_knob: float | None,
+                     now: float) -> float:
+    """The earliest time after ``now`` at which ``rank_mlfq`` may rank ``jobs`` differently.
+
+    For the same jobs in the same states, with t_J growing at rate 1 while a
+    job runs and delta_J while it waits (their definitions, §3.2.3), the
+    ranking is keyed by (queue, first start, submit, id): only the queue moves
+    with time. A running job changes queue when W_J * t_J reaches the next
+    threshold (demotion, §3.2.3); a waiting job in a lower queue when
+    delta_J reaches PROMOTEKNOB * t_J (promotion). A running job without a
+    recorded start is keyed by ``now`` itself: no quiet time then.
+    """
+    soonest = math.inf
+    last = len(thresholds)
+    running = JobState.RUNNING
+    for j in jobs:
+        if j.state is running:
+            if j.first_start_time is None:
+                return now
+            g = j.num_gpus
+            if g <= 0:
+                continue
+            attained = g * j.executed_time
+            q = bisect.bisect_right(thresholds, attained)
+            if q < last:
+                t = now + (thresholds[q] - attained) / g
+                if t < soonest:
+                    soonest = t
+        elif promote_knob is not None:
+            e = j.executed_time
+            if bisect.bisect_right(thresholds, j.num_gpus * e) > 0:
+                t = now + (promote_knob * e - j.waiting_time)
+                if t < soonest:
+                    soonest = t
+    return max(soonest, now)

@@ -51,6 +51,7 @@ from teiresias.simulator.slowdown import SlowdownTable
 from teiresias.simulator.trace import TraceJob
 
 _EPS = 1e-6  # seconds; float residue when a job ends exactly at an event
+_QUIET_MARGIN = 1e-3  # seconds; a tick this close before a policy's quiet_until still runs (float residue)
 
 
 class SimulationError(TeiresiasError):
@@ -76,6 +77,10 @@ class SimulationOptions:
     # (policies marked ``idle_first``; see Simulator._round). False: every
     # round sees every job (the reference the tests compare against).
     prune_rounds: bool = True
+    # Skip scheduling ticks that provably plan nothing: after a round that
+    # changed nothing, until the policy's ``quiet_until`` (policies that have
+    # one), as long as nothing arrives or completes. Results are unchanged.
+    skip_quiet_ticks: bool = True
 
 
 class Simulator:
@@ -109,6 +114,10 @@ class Simulator:
         self._idle_first = self.opt.prune_rounds and getattr(policy, "idle_first", False) is True
         self._preemptive = getattr(policy, "preemptive", True) is not False
         self.pruned_rounds = 0
+        quiet = getattr(policy, "quiet_until", None) if self.opt.skip_quiet_ticks else None
+        self._quiet = quiet if callable(quiet) else None
+        self._quiet_until = -math.inf  # no tick before this can change the plan
+        self._quiet_at: float | None = None  # time of the last round, if it planned nothing
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
         self._active: dict[JobId, SimJob] = {}  # arrival order
         self._running: dict[JobId, SimJob] = {}
@@ -281,6 +290,22 @@ class Simulator:
             return None
         return plan
 
+    def _quiet_since(self, at: float) -> float:
+        """The policy's ``quiet_until`` for the jobs as they were at ``at``.
+
+        Only called when no event happened since the round at ``at`` (which
+        planned nothing), so reading the jobs' counters at ``at`` gives exactly
+        that round's snapshot; asked lazily, when a tick is the next event,
+        because most empty rounds are followed by an arrival anyway.
+        """
+        assert self._quiet is not None
+        now = self._time.now
+        self._time.now = at
+        try:
+            return self._quiet(Snapshot(at, self.cluster, list(self._active.values())))
+        finally:
+            self._time.now = now
+
     def _round(self, now: float) -> bool:
         """One scheduling round; returns whether anything started."""
         active = self._active
@@ -309,6 +334,11 @@ class Simulator:
                 j.waiting_time = 0.0
         # Every job's queue_index now reads from this mapping (SimJob.queue_index): O(1).
         self._time.queues = self._queues
+        self._quiet_until, self._quiet_at = -math.inf, None
+        if self._quiet is not None and not plan.start and not plan.preempt and not plan.promote:
+            # Nothing changed: until the policy's next possible change (a job crossing a
+            # queue threshold or a promotion point) a tick would plan nothing again.
+            self._quiet_at = now
         return bool(plan.start)
 
     # -- main loop ----------------------------------------------------------
@@ -339,6 +369,18 @@ class Simulator:
                 if interval > 0 and self._pending:
                     k = math.floor((now - self.t0) / interval + 1e-9) + 1
                     t_tick = self.t0 + k * interval
+                    if self._quiet_at is not None and t_tick <= min(t_arr, t_end):
+                        # The last round planned nothing and the next event is a tick: ask the policy
+                        # (on the jobs as they were then) until when ticks would plan nothing.
+                        self._quiet_until = self._quiet_since(self._quiet_at)
+                        self._quiet_at = None
+                    if self._quiet_until == math.inf:
+                        t_tick = math.inf
+                    elif t_tick < self._quiet_until:
+                        # Ticks before the policy's next possible change would plan nothing:
+                        # go to the first tick of the grid at or after it.
+                        k = math.ceil((self._quiet_until - _QUIET_MARGIN - self.t0) / interval - 1e-9)
+                        t_tick = max(t_tick, self.t0 + k * interval)
                 t = min(t_arr, t_end, t_tick)
                 if t == math.inf:
                     raise SimulationError(
@@ -366,6 +408,8 @@ class Simulator:
                     arrived += 1
                 if bar is not None and done:
                     bar.update(done)
+                if arrived or done:
+                    self._quiet_until, self._quiet_at = -math.inf, None
                 if arrived or t == t_tick or (done and self._pending):
                     started = self._round(now)
                     self._check_progress(now, started, ai >= n)

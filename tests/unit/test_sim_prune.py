@@ -1,10 +1,12 @@
-"""Pruned rounds (running jobs left out where provably irrelevant) change no result.
+"""Pruned rounds and skipped quiet ticks change no result.
 
 With ``SimulationOptions.prune_rounds`` the engine hands an ``idle_first``
 policy only the pending jobs, the running jobs' GPUs as ``unavailable``, and
 keeps that plan only when every pending job started (or the policy never
-preempts). Every job record, preemption count and overhead must equal those
-of the replay where every round sees every job.
+preempts). With ``skip_quiet_ticks`` it skips the ticks before a policy's
+``quiet_until`` after a round that changed nothing. Every job record,
+preemption count and overhead must equal those of the replay where every
+round sees every job and every tick runs.
 """
 
 from dataclasses import replace
@@ -44,11 +46,31 @@ def test_pruned_replay_equals_full_replay(rows, name, placement, overhead, inter
     params = PolicyParams(queues=(100.0,), placement=placement, continuous=continuous, promote_knob=promote,
                           distribution=ServiceDistribution([50, 200, 800, 2000]))
     opt = SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False)
-    _, full = replay(trace, cluster, params, name, replace(opt, prune_rounds=False))
-    _, pruned = replay(trace, cluster, params, name, opt)
-    assert pruned.records == full.records
-    assert pruned.summary.preemptions == full.summary.preemptions
-    assert pruned.summary.rounds == full.summary.rounds
+    _, full = replay(trace, cluster, params, name, replace(opt, prune_rounds=False, skip_quiet_ticks=False))
+    _, fast = replay(trace, cluster, params, name, opt)
+    assert fast.records == full.records
+    assert fast.summary.preemptions == full.summary.preemptions
+    assert fast.summary.rounds <= full.summary.rounds
+    _, pruned = replay(trace, cluster, params, name, replace(opt, skip_quiet_ticks=False))
+    assert pruned.records == full.records and pruned.summary.rounds == full.summary.rounds
+
+
+def test_quiet_ticks_are_skipped_up_to_the_demotion_tick():
+    """las, one GPU: J1 runs and is demoted at 100 GPU-s; J2 waits. Without skipping, a
+    tick every 10 s; with it, the ticks before the demotion plan nothing and are skipped,
+    the tick at the demotion preempts J1 for J2 as before."""
+    cluster = Cluster.from_tiresias_spec(1, 1, 1)
+    trace = [TraceJob(1, 1, 0.0, 300.0), TraceJob(2, 1, 5.0, 50.0)]
+    params = PolicyParams(queues=(100.0,))
+    opt = SimulationOptions(interval=10.0, progress=False)
+    _, full = replay(trace, cluster, params, "las", replace(opt, skip_quiet_ticks=False))
+    _, fast = replay(trace, cluster, params, "las", opt)
+    assert fast.records == full.records
+    assert {r.job_id: r.end for r in fast.records} == {2: 150.0, 1: 350.0}
+    # Full: arrivals 0, 5; ticks 10..100 (J2 waits), 110..140 (J1 waits); completion 150 = 17.
+    # Skipping: 0, 5 (J2 arrives, plans nothing: quiet until J1's demotion at 100), 100 (preempts
+    # J1), 110 (nothing: quiet until J2's demotion at 200), 150 (J2 completes, J1 resumes) = 5.
+    assert full.summary.rounds == 17 and fast.summary.rounds == 5
 
 
 def test_pruning_happens_and_falls_back_under_contention():
