@@ -17,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from teiresias.errors import ConfigError
 
 from profiler.aggregate import Profile
+from wrappers.protocol import write_json_atomic
 
 
 def model_key(model_name: str = "", script: str = "") -> str:
@@ -33,20 +33,6 @@ def model_key(model_name: str = "", script: str = "") -> str:
     if script.strip():
         return "script:" + os.path.realpath(os.path.expanduser(script.strip()))
     raise ConfigError("a profile key needs a model name or a training script path")
-
-
-def _write_json_atomic(path: Path, payload: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_json(path: Path) -> dict | None:
@@ -75,9 +61,9 @@ class ProfileStore:
     def put(self, key: str, profile: Profile, job_id: int | str | None = None) -> None:
         """Record a job's profile; it becomes the model's profile if it is valid."""
         if job_id is not None:
-            _write_json_atomic(self._job_path(job_id), {"key": key, "profile": profile.to_json()})
+            write_json_atomic(self._job_path(job_id), {"key": key, "profile": profile.to_json()})
         if profile.valid:
-            _write_json_atomic(
+            write_json_atomic(
                 self._model_path(key),
                 {"key": key, "job_id": None if job_id is None else str(job_id), "profile": profile.to_json()},
             )
