@@ -164,7 +164,8 @@ def test_unreachable_slurm_is_one_line_and_no_crash_loop(cluster, tmp_path):
 def test_a_job_that_vanishes_between_two_rounds_is_one_line_and_the_rest_carries_on(cluster, make_controller):
     """Slurm forgets a job for real: slurmctld restarted with a clean state (-c)."""
     ctl = make_controller().start()
-    fill = [submit_sleep(cluster, 4, 600, "other", "-w", n) for n in cluster.nodes]  # keep it pending
+    for n in cluster.nodes:  # GPUs taken by unmanaged jobs keep the managed one pending
+        submit_sleep(cluster, 4, 600, "other", "-w", n)
     gone = submit_sleep(cluster, 2)
     poll("controller knows the job", lambda: ctl.rec(gone) is not None, 20)
     lua = LocalCluster(cluster.lua_cfg)

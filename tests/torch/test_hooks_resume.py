@@ -42,7 +42,7 @@ def test_preempted_twice_resumes_bitwise_equal(tmp_path, reference):
     assert acks[0]["step"] >= 5 and acks[1]["step"] >= 20
     r = run("train_plain.py", [str(out)], job_env(base, 41, 2))
     assert r.returncode == 0, r.stderr
-    assert f"resumed from" in r.stderr and f"at step {acks[1]['step']}" in r.stderr
+    assert "resumed from" in r.stderr and f"at step {acks[1]['step']}" in r.stderr
     assert same_weights(reference, out)
     records = protocol.read_records(jobdir)
     assert [r.reason for r in records] == ["preempt", "preempt"]
