@@ -13,6 +13,8 @@ them with this command line.
 
     .venv/bin/python benchmarks/bench_simulator.py                    # everything
     .venv/bin/python benchmarks/bench_simulator.py --sizes 1000,10000 --skip-compare
+    .venv/bin/python benchmarks/bench_simulator.py --policies las,fifo,gittins --compare-full \\
+        --skip-round --skip-compare --skip-testbed          # old (full rounds) vs new, side by side
 """
 
 from __future__ import annotations
@@ -59,28 +61,42 @@ class TimedPolicy:
         return plan
 
 
-def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int, max_duration: float) -> None:
+def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int, max_duration: float,
+          compare_full: bool = False) -> None:
+    """Replay speed; with ``compare_full`` each replay also runs with every round seeing every job
+    and every tick run (``prune_rounds`` / ``skip_quiet_ticks`` off: the engine before they
+    existed, same policy code), side by side, and the two results must agree."""
     cluster = Cluster.from_tiresias_spec(8, 32, 8)  # n256g8
+    params = PolicyParams(distribution=ServiceDistribution(samples))
     print(f"== speed: Philly-like traces at offered load {load} (jobs <= {max_duration:g} s) "
           "on 256 nodes x 8 GPUs, interval 60 s ==")
     print("(CPU s = this process's CPU time: on a shared machine it is the figure to compare;\n"
-          " jobs/s and ms/round are per CPU second; 'in policy' = share of wall time inside decide())")
-    print(f"{'jobs':>7} {'policy':>12} {'wall s':>8} {'CPU s':>8} {'jobs/s':>8} {'rounds':>8} {'ms/round':>9} "
-          f"{'in policy':>9} {'avg JCT':>9} {'avg queue':>9}")
+          " jobs/s and ms/round are per CPU second; 'in policy' = share of wall time inside decide();\n"
+          " pruned = rounds the policy saw only the pending jobs; mode full = no pruning, no tick skipping)")
+    print(f"{'jobs':>7} {'policy':>12} {'mode':>6} {'wall s':>8} {'CPU s':>8} {'jobs/s':>8} {'rounds':>8} "
+          f"{'pruned':>8} {'ms/round':>9} {'in policy':>9} {'avg JCT':>9} {'avg queue':>9}")
+    modes = [("full", dict(prune_rounds=False, skip_quiet_ticks=False)), ("fast", {})] if compare_full \
+        else [("fast", {})]
     for n in sizes:
         trace = philly_like(samples, PhillyParams(num_jobs=n, cluster_gpus=cluster.total_gpus, load=load,
                                                   max_duration=max_duration), seed=seed)
         for name in policies:
-            pol = TimedPolicy(build_policy(name))
-            t, c = time.perf_counter(), time.process_time()
-            res = Simulator(trace, cluster, pol, SimulationOptions(interval=60.0, progress=False,
-                                                                   record_timeline=False)).run()
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-            s = res.summary
-            print(f"{n:>7} {name:>12} {wall:>8.2f} {cpu:>8.2f} {n / cpu:>8.0f} {s.rounds:>8} "
-                  f"{1000 * cpu / max(s.rounds, 1):>9.3f} {100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} "
-                  f"{s.avg_queue_delay:>9.0f}",
-                  flush=True)
+            records = []
+            for mode, kw in modes:
+                pol = TimedPolicy(build_policy(name, params))
+                sim = Simulator(trace, cluster, pol, SimulationOptions(interval=60.0, progress=False,
+                                                                       record_timeline=False, **kw))
+                t, c = time.perf_counter(), time.process_time()
+                res = sim.run()
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                s = res.summary
+                records.append(res.records)
+                print(f"{n:>7} {name:>12} {mode:>6} {wall:>8.2f} {cpu:>8.2f} {n / cpu:>8.0f} {s.rounds:>8} "
+                      f"{sim.pruned_rounds:>8} {1000 * cpu / max(s.rounds, 1):>9.3f} "
+                      f"{100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} {s.avg_queue_delay:>9.0f}",
+                      flush=True)
+            if len(records) == 2 and records[0] != records[1]:
+                print(f"!! {name} at {n} jobs: full and fast replays differ", flush=True)
 
 
 def las_round(pending: int = 10_000, running: int = 600) -> None:
@@ -166,6 +182,8 @@ def main() -> None:
     ap.add_argument("--compare-load", type=float, default=1.2)
     ap.add_argument("--compare-nodes", type=int, default=32)
     ap.add_argument("--compare-overhead", type=float, default=0.0)
+    ap.add_argument("--compare-full", action="store_true",
+                    help="also replay with pruning and tick skipping off, side by side (the old engine's work)")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-round", action="store_true")
     ap.add_argument("--skip-compare", action="store_true")
@@ -176,7 +194,8 @@ def main() -> None:
     samples = ServiceDistribution.from_samples_file(path).samples
     print(f"GPU-time samples: {path} ({len(samples)} values)")
     if not a.skip_speed:
-        speed(samples, [int(x) for x in a.sizes.split(",")], a.policies.split(","), a.load, a.seed, a.max_duration)
+        speed(samples, [int(x) for x in a.sizes.split(",")], a.policies.split(","), a.load, a.seed, a.max_duration,
+              a.compare_full)
     if not a.skip_round:
         las_round()
     if not a.skip_compare:

@@ -14,6 +14,12 @@ the live controller uses (``plan = policy.decide(snapshot)``). One loop:
    leave a job pending; enact the Plan: preempt, start with the given
    placement, reset t_J / delta_J of promoted jobs, record queue indices.
 
+Two shortcuts, each provably without effect on any result (and tested so):
+a tick after a round that planned nothing is skipped until the policy's
+``quiet_until`` (its ranking cannot move before; ``_quiet_since``), and a
+round may show an ``idle_first`` policy only the pending jobs
+(``_pruned_plan``).
+
 Modelled costs:
 
 - Preemption overhead (``preempt_overhead`` seconds) is charged when a
