@@ -11,6 +11,13 @@ shell itself only has to stay alive:
   their own handlers when torch is imported, so only they act on them.
 - The time-limit warning (``--signal=B:USR2@grace``) reaches only this shell:
   it forwards USR1/USR2 to all its descendants.
+- A profiled job (tsbatch ``--profile``, or its default for a new multi-GPU
+  model) gets the communication profiler on its *first run only*
+  (``SLURM_RESTART_COUNT`` unset or 0; Tiresias §3.3.1 profiles a job once):
+  the interposer appended to ``LD_PRELOAD``, ``TEIRESIAS_PROFILE_DIR`` =
+  ``<base>/<SLURM_JOB_ID>/profile`` (wrappers/protocol.py; the job id is only
+  known at run time) and the window settings. A library missing on the node
+  costs one warning line, never the job.
 - On SIGTERM (cancel, requeue, time limit) the shell keeps waiting, until the
   child and everything in its process group (a Python still saving after its
   parent shell ended) are gone; Slurm's SIGKILL after KillWait still bounds it.
@@ -21,6 +28,8 @@ from __future__ import annotations
 import hashlib
 import shlex
 from dataclasses import dataclass
+
+from profiler.env import ENV_DIR, ENV_ITERS, ENV_MAX_BYTES, ENV_SECONDS, PROFILE_SUBDIR, ProfileWindow
 
 
 class NotABatchScript(ValueError):
@@ -34,6 +43,8 @@ class JobSetup:
     every: int
     profile: bool
     grace: int
+    profile_lib: str | None = None  # the interposer (profiler.library_path()); needed when profile
+    window: ProfileWindow = ProfileWindow()
 
 
 def header_lines(script: str) -> list[str]:
@@ -56,6 +67,32 @@ def wrap_script(command: str) -> str:
     return f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{command}\n"
 
 
+def profiling_lines(setup: JobSetup) -> list[str]:
+    """Shell lines turning the profiler on for the job's first run (module docstring)."""
+    if not setup.profile_lib:
+        raise ValueError("a profiled JobSetup needs profile_lib (profiler.library_path())")
+    lib = shlex.quote(setup.profile_lib)
+    pdir = shlex.quote(setup.base) + '"/${SLURM_JOB_ID:-0}/' + PROFILE_SUBDIR + '"'
+    w = setup.window
+    return [
+        "# the first run only: the communication profiler (docs/profiler.md)",
+        'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then',
+        f"  if [ -r {lib} ]; then",
+        f'    export LD_PRELOAD="${{LD_PRELOAD:+$LD_PRELOAD:}}"{lib}',
+        f"    export {ENV_DIR}={pdir}",
+        f"    export {ENV_SECONDS}={float(w.seconds)!r} {ENV_ITERS}={int(w.iterations)}"
+        f" {ENV_MAX_BYTES}={int(w.max_bytes)}",
+        "  else",
+        f'    echo "teiresias: warning: profiler library "{lib}" missing on $(hostname);'
+        ' this run is not profiled" >&2',
+        "    export TEIRESIAS_PROFILE=0",
+        "  fi",
+        "else",
+        f"  export TEIRESIAS_PROFILE=0; unset {ENV_DIR}  # a requeued run: profiled already",
+        "fi",
+    ]
+
+
 def render(script: str, setup: JobSetup) -> str:
     """The generated batch script for ``script`` (the user's text)."""
     if not script.startswith("#!"):
@@ -76,6 +113,8 @@ def render(script: str, setup: JobSetup) -> str:
     ]
     if setup.hook_site is not None:
         lines.append(f'export PYTHONPATH={shlex.quote(setup.hook_site)}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    if setup.profile:
+        lines += profiling_lines(setup)
     lines += [
         '__ts_script=$(mktemp "${TMPDIR:-/tmp}/tsbatch-${SLURM_JOB_ID:-0}.XXXXXX") || exit 1',
         "trap 'rm -f \"$__ts_script\"' EXIT",

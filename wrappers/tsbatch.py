@@ -16,12 +16,14 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
 from teiresias.errors import ConfigError, TeiresiasError
-from wrappers import protocol
+from wrappers import profiling, protocol
 from wrappers.batchscript import JobSetup, NotABatchScript, header_lines, render, wrap_script
+from wrappers.gpu_count import requested_gpus
 from wrappers.sbatch_args import Parsed, parse
 
 HOOK_SITE = Path(__file__).resolve().parent / "hooks" / "site"
@@ -42,12 +44,17 @@ tsbatch options (before the script; they have no short forms):
       --checkpoint-every=N    also checkpoint every N optimizer steps (default 0: only
                               on preemption, time limit and SIGTERM)
       --no-checkpoint         submit through teiresias without the in-job hooks
-      --profile, --no-profile profile the job's communication (TEIRESIAS_PROFILE);
-                              sbatch's own --profile needs the form --profile=VALUE
+      --profile, --no-profile profile the first run's communication for teiresias'
+                              placement (default: on for a job of more than one GPU
+                              whose model, its job name, the controller has not profiled
+                              yet); sbatch's own --profile needs the form --profile=VALUE
 
 tsbatch adds to sbatch: --requeue, --signal=B:{protocol.TIMELIMIT_SIGNAL}@<grace> (unless you
 give --signal; grace from ${protocol.ENV_GRACE}, default {DEFAULT_GRACE} s) and
 --comment=teiresias:dir=<DIR>;... (your --comment is kept in it as note=...).
+The profiling default asks the controller's profile store: $TEIRESIAS_PROFILE_STORE,
+else the profile_store of $TEIRESIAS_CONFIG (else /etc/teiresias.yaml); the
+choice is in the job comment as profile=1|0. Details: docs/profiler.md
 Environment in the job: TEIRESIAS_START_FRESH=1 starts over when a checkpoint
 is refused (corrupt or not yours). Details: docs/checkpointing.md
 
@@ -58,7 +65,34 @@ sbatch's own help follows.
 """
 
 
+def _profile_flag(p: Parsed) -> bool | None:
+    if "profile" in p.own and "no-profile" in p.own:
+        raise ConfigError("give only one of --profile and --no-profile")
+    if "profile" in p.own:
+        return True
+    return False if "no-profile" in p.own else None
+
+
+def _profiling(p: Parsed, env: dict[str, str], header: list[str], job_name: str) -> tuple[bool, str | None]:
+    """(profile the first run?, the interposer's path) per wrappers/profiling.py."""
+    explicit = _profile_flag(p)
+    gpus = requested_gpus(header, p.sbatch_opts, env)
+    decision = profiling.decide(explicit, gpus, job_name, env)
+    if not decision.profile:
+        return False, None
+    try:
+        from profiler import ProfilerUnavailable, library_path
+
+        return True, str(library_path())
+    except ProfilerUnavailable as exc:
+        if explicit:
+            raise ConfigError(f"--profile: {exc}") from None
+        print(f"tsbatch: warning: not profiling ({exc})", file=sys.stderr)
+        return False, None
+
+
 def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
+    """Everything but the profiling decision (that needs the script's header)."""
     base = p.own.get("checkpoint-dir", protocol.DEFAULT_BASE)
     if not base:
         raise ConfigError("--checkpoint-dir needs a directory, e.g. --checkpoint-dir=/shared/ckpt")
@@ -71,12 +105,14 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     grace_text = env.get(protocol.ENV_GRACE, str(DEFAULT_GRACE))
     if not grace_text.isdigit() or int(grace_text) < 1:
         raise ConfigError(f"{protocol.ENV_GRACE} must be a whole number of seconds >= 1, not {grace_text!r}")
+    _profile_flag(p)
     return JobSetup(
         hook_site=None if "no-checkpoint" in p.own else str(HOOK_SITE),
         base=base,
         every=int(every_text),
-        profile="profile" in p.own and "no-profile" not in p.own,
+        profile=False,
         grace=int(grace_text),
+        window=profiling.window_from_env(env),
     )
 
 
@@ -114,6 +150,20 @@ def _option_value(words: list[str], long: str, short: str | None) -> str | None:
 
 def _has_option(words: list[str], long: str, short: str | None) -> bool:
     return _option_value(words, long, short) is not None
+
+
+def _job_name(p: Parsed, header: list[str], env: dict[str, str]) -> str:
+    """The Slurm job name: -J (command line, then #SBATCH; sbatch's precedence puts
+    $SBATCH_JOB_NAME between them), else what sbatch would name it: the script's file name.
+    It is also the model key the controller files profiles under."""
+    given = _option_value(p.sbatch_opts, "--job-name", "-J")
+    if given is None and env.get("SBATCH_JOB_NAME"):
+        given = env["SBATCH_JOB_NAME"]
+    if given is None:
+        given = _option_value(header, "--job-name", "-J")
+    if given is not None:
+        return given
+    return Path(p.script).name if p.script else ("wrap" if p.wrap is not None else "sbatch")
 
 
 def _sbatch_help() -> str:
@@ -163,11 +213,14 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
             text = Path(p.script).read_bytes().decode("utf-8", "surrogateescape")
         except OSError:
             return _sbatch(p.passthrough)  # sbatch's own "Unable to open file" message
+    header = _header_words(text)
+    job_name = _job_name(p, header, env)
+    profile, lib = _profiling(p, env, header, job_name)
+    setup = replace(setup, profile=profile, profile_lib=lib)
     try:
         generated = render(text, setup)
     except NotABatchScript:
         return _sbatch(p.passthrough, stdin=text.encode("utf-8", "surrogateescape") if p.script is None else None)
-    header = _header_words(text)
     comment = p.comment if p.comment is not None else _option_value(header, "--comment", None)
     ours = ["--requeue", f"--comment={build_comment(setup, comment)}"]
     if not p.has_signal and not _has_option(header, "--signal", None):
@@ -175,8 +228,7 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
     # sbatch names a job after its script file; ours is a temporary file.
     named = (_has_option(p.sbatch_opts, "--job-name", "-J") or _has_option(header, "--job-name", "-J")
              or "SBATCH_JOB_NAME" in env)
-    default_name = Path(p.script).name if p.script else ("wrap" if p.wrap is not None else "sbatch")
-    name = [] if named else [f"--job-name={default_name}"]
+    name = [] if named else [f"--job-name={job_name}"]
     with tempfile.NamedTemporaryFile("w", prefix="tsbatch-", suffix=".sh", delete=False,
                                      encoding="utf-8", errors="surrogateescape") as f:
         f.write(generated)

@@ -1,10 +1,14 @@
 """teiresias job hooks, put on PYTHONPATH by tsbatch's batch script.
 
-Two things, both cheap until the script imports torch:
+Three things, all cheap until the script imports torch:
 1. run the ``sitecustomize`` this file shadows (the next one on sys.path), so
    site-wide customisation keeps working;
 2. when ``TEIRESIAS_CHECKPOINT=1``, arm the checkpoint/resume hooks
-   (wrappers.hooks.activate), which patch torch only if and when it is imported.
+   (wrappers.hooks.activate), which patch torch only if and when it is imported;
+3. on a profiled run (``TEIRESIAS_PROFILE=1`` and ``TEIRESIAS_PROFILE_DIR``
+   set by the batch script), install the profiler's model hook
+   (profiler.model_hook.install: exact tensor sizes from DDP, iteration marks).
+Neither hook may stop the user's program: a failure is one warning line.
 
 This folder holds nothing but this file, so it shadows no other module.
 """
@@ -54,3 +58,29 @@ if os.environ.get("TEIRESIAS_CHECKPOINT") == "1":
         activate()
     except Exception as exc:  # never stop the user's program over our hooks
         print(f"teiresias: warning: checkpoint hooks not armed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def _install_model_hook() -> None:
+    """profiler.model_hook.install(); its file is loaded directly where the
+    ``profiler`` package is not importable (it needs nothing but the stdlib)."""
+    try:
+        from profiler.model_hook import install
+    except ImportError:
+        import importlib.util
+
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        spec = importlib.util.spec_from_file_location(
+            "_teiresias_model_hook", os.path.join(repo, "profiler", "model_hook.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_teiresias_model_hook"] = module
+        spec.loader.exec_module(module)
+        install = module.install
+    install()
+
+
+if os.environ.get("TEIRESIAS_PROFILE") == "1" and os.environ.get("TEIRESIAS_PROFILE_DIR"):
+    try:
+        _install_model_hook()
+    except Exception as exc:  # profiling must never break the job
+        print(f"teiresias: warning: profiler model hook not installed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)

@@ -1,0 +1,97 @@
+"""Whether tsbatch profiles a job's communication, and with what (Tiresias §3.3.1).
+
+Tiresias profiles a job only when its model has not been profiled before
+(Pseudocode 2, line 21), and only multi-GPU jobs communicate. So the default
+is: on for a job asking for more than one GPU whose model key (the Slurm job
+name, as the controller's SkewBook keys it) has no profile in the
+controller's ProfileStore; off otherwise. ``--profile``/``--no-profile`` win.
+
+The store is found at submit time: ``$TEIRESIAS_PROFILE_STORE``, else the
+``profile_store`` of the controller config (``$TEIRESIAS_CONFIG``, else
+``/etc/teiresias.yaml``) when that file is readable. A store or config that
+cannot be read means "not profiled before": profiling once more costs a few
+seconds of recording, a wrong "known" would cost the job its placement.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from teiresias.errors import ConfigError, TeiresiasError
+
+ENV_STORE = "TEIRESIAS_PROFILE_STORE"
+ENV_CONFIG = "TEIRESIAS_CONFIG"  # slurm_plugin.config.ENV_CONFIG
+SITE_CONFIG = "/etc/teiresias.yaml"
+# Window settings a user may give at submit time (profiler.env's variables).
+ENV_SECONDS = "TEIRESIAS_PROFILE_SECONDS"
+ENV_ITERS = "TEIRESIAS_PROFILE_ITERS"
+ENV_MAX_BYTES = "TEIRESIAS_PROFILE_MAX_BYTES"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Profile this job's first run or not, and why (for the user's one line)."""
+
+    profile: bool
+    why: str
+
+
+def store_root(env: Mapping[str, str]) -> Path | None:
+    """The controller's ProfileStore folder, or None when it cannot be found or read."""
+    if env.get(ENV_STORE):
+        return Path(os.path.expanduser(env[ENV_STORE]))
+    config = env.get(ENV_CONFIG) or SITE_CONFIG
+    if not os.access(config, os.R_OK):
+        return None
+    from slurm_plugin.config import load_config
+
+    try:
+        return load_config(config).profiles
+    except TeiresiasError as exc:
+        print(f"tsbatch: warning: controller config unusable ({exc}); profiling as for a new model",
+              file=sys.stderr)
+        return None
+
+
+def profiled_before(job_name: str, env: Mapping[str, str]) -> bool:
+    """True when the controller already holds a valid profile for this model (job name)."""
+    root = store_root(env)
+    if root is None or not job_name.strip():
+        return False
+    try:
+        from profiler.store import ProfileStore, model_key
+
+        return ProfileStore(root).has(model_key(model_name=job_name))
+    except Exception:  # noqa: BLE001 - an unreadable store is "not profiled", never a failed submission
+        return False
+
+
+def decide(explicit: bool | None, gpus: int, job_name: str, env: Mapping[str, str]) -> Decision:
+    """``explicit``: True for --profile, False for --no-profile, None for the default."""
+    if explicit is not None:
+        return Decision(explicit, "--profile" if explicit else "--no-profile")
+    if gpus <= 1:
+        return Decision(False, f"{gpus} GPU: nothing to profile")
+    if profiled_before(job_name, env):
+        return Decision(False, f"model {job_name!r} profiled before")
+    return Decision(True, f"{gpus} GPUs, model {job_name!r} not profiled yet")
+
+
+def window_from_env(env: Mapping[str, str]):
+    """The profiling window, from the submitting environment (profiler.env defaults otherwise)."""
+    from profiler.env import ProfileWindow
+
+    default = ProfileWindow()
+    try:
+        return ProfileWindow(
+            seconds=float(env.get(ENV_SECONDS) or default.seconds),
+            iterations=int(env.get(ENV_ITERS) or default.iterations),
+            max_bytes=int(env.get(ENV_MAX_BYTES) or default.max_bytes),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"profiling window: {exc}; set {ENV_SECONDS} (seconds), {ENV_ITERS} and "
+                          f"{ENV_MAX_BYTES} (whole numbers) or unset them") from None
