@@ -81,15 +81,35 @@ class SimJct:
     avg: float
 
 
+def run_overhead(runs: Sequence[tuple[float, float, int]]) -> float:
+    """Seconds a run of a job costs on top of its work: start-up, restore, checkpoint.
+
+    ``runs`` holds (executed seconds over all runs, work seconds, number of runs)
+    per finished job, read from the live controller's accounting; the median
+    per-run excess is what the simulator must charge to compare like with like
+    (it otherwise assumes jobs start and resume for free).
+    """
+    per_run = sorted(max(executed - work, 0.0) / max(n, 1) for executed, work, n in runs)
+    if not per_run:
+        return 0.0
+    mid = len(per_run) // 2
+    return per_run[mid] if len(per_run) % 2 else (per_run[mid - 1] + per_run[mid]) / 2
+
+
 def simulate(jobs: Sequence[DemoJob], cluster: Cluster, policy: str, queues: tuple[float, ...],
-             interval: float) -> SimJct:
-    """The same workload under ``policy`` in the simulator (same policy objects as the controller)."""
+             interval: float, overhead: float = 0.0) -> SimJct:
+    """The same workload under ``policy`` in the simulator (same policy objects as the controller).
+
+    ``overhead`` (see :func:`run_overhead`) is added to every job's first run
+    and charged again on each resume after a preemption.
+    """
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, TraceJob, run
 
-    trace = [TraceJob(job_id=j.index + 1, num_gpus=j.gpus, submit_time=j.offset, duration=j.work)
+    trace = [TraceJob(job_id=j.index + 1, num_gpus=j.gpus, submit_time=j.offset, duration=j.work + overhead)
              for j in jobs]
     result = run(trace, cluster, build_policy(policy, PolicyParams(queues=queues)),
-                 SimulationOptions(interval=interval, progress=False, record_timeline=False))
+                 SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False,
+                                   record_timeline=False))
     jct = {r.job_id - 1: r.jct for r in result.records}
     return SimJct(policy, jct, result.summary.avg_jct)

@@ -23,7 +23,7 @@ def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path)
                               int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 200))
     d = tmp_path / "demo"
     p = subprocess.run([sys.executable, "-m", "teiresias", "demo", "--dir", str(d), "--port-base", str(port),
-                        "--scale", "0.2", "--no-live", "--json", "--timeout", "300"],
+                        "--scale", "0.2", "--workload", "sleep", "--no-live", "--json", "--timeout", "300"],
                        capture_output=True, text=True, cwd=REPO, timeout=420)
     assert p.returncode == 0, p.stderr[-3000:]
     rep = json.loads(p.stdout)
@@ -34,6 +34,7 @@ def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path)
         # A job cannot finish before it has had its service.
         assert j["jct_s"] >= j["work_s"] - 1.0
         assert j["sim_fifo_jct_s"] >= j["work_s"] - 1e-6 and j["sim_las_jct_s"] >= j["work_s"] - 1e-6
+    assert 0 <= rep["run_overhead_s"] < 10  # sleep jobs start fast
     assert rep["avg_jct_s"] > 0 and rep["sim_fifo_avg_jct_s"] > 0 and rep["sim_las_avg_jct_s"] > 0
     assert "SLURM_CONF=" in p.stderr
     # It stopped what it started: no slurmctld of that directory is left.
