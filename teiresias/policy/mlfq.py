@@ -122,13 +122,9 @@ def mlfq_quiet_until(jobs: Sequence[Job], thresholds: Sequence[float], promote_k
             attained = g * j.executed_time
             q = bisect.bisect_right(thresholds, attained)
             if q < last:
-                t = now + (thresholds[q] - attained) / g
-                if t < soonest:
-                    soonest = t
+                soonest = min(soonest, now + (thresholds[q] - attained) / g)
         elif promote_knob is not None:
             e = j.executed_time
             if bisect.bisect_right(thresholds, j.num_gpus * e) > 0:
-                t = now + (promote_knob * e - j.waiting_time)
-                if t < soonest:
-                    soonest = t
+                soonest = min(soonest, now + (promote_knob * e - j.waiting_time))
     return max(soonest, now)

@@ -114,6 +114,10 @@ class ConsolidatePlacement(_TopologyCache):
     """
 
     name = "consolidate"
+    # Feasibility is monotone in the free GPUs: a job placeable on some free map is
+    # placeable on any map with at least as many free GPUs on every node (the
+    # simulator relies on it to skip provably unchanged rounds).
+    monotone = True
 
     def job_key(self, job: Job) -> int:
         """What of a job decides where it fits (lets callers memoize failures)."""
@@ -152,6 +156,10 @@ class SpreadPlacement(_TopologyCache):
     """
 
     name = "spread"
+    # Feasibility is monotone in the free GPUs: a job placeable on some free map is
+    # placeable on any map with at least as many free GPUs on every node (the
+    # simulator relies on it to skip provably unchanged rounds).
+    monotone = True
 
     def job_key(self, job: Job) -> int:
         return job.num_gpus
@@ -189,6 +197,10 @@ class ProfilePlacement:
     """
 
     name = "profile"
+    # Feasibility is monotone in the free GPUs: a job placeable on some free map is
+    # placeable on any map with at least as many free GPUs on every node (the
+    # simulator relies on it to skip provably unchanged rounds).
+    monotone = True
 
     def __init__(self, packlimit: float = 0.5) -> None:
         self.packlimit = packlimit

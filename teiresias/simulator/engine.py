@@ -122,8 +122,17 @@ class Simulator:
         self.pruned_rounds = 0
         quiet = getattr(policy, "quiet_until", None) if self.opt.skip_quiet_ticks else None
         self._quiet = quiet if callable(quiet) else None
-        self._quiet_until = -math.inf  # no tick before this can change the plan
-        self._quiet_at: float | None = None  # time of the last round, if it planned nothing
+        # The "base": the last round that planned nothing, while since then only arrivals
+        # happened and every arrival round started its newcomers on idle GPUs (_extended_plan).
+        self._base_at: float | None = None
+        self._base_new: set[JobId] = set()  # jobs that arrived since the base
+        self._base_quiet: float | None = None  # the policy's quiet_until at the base (lazy)
+        # Extending the base needs a preemptive policy with quiet_until whose placement's
+        # feasibility is monotone in the free GPUs (more free GPUs never make a job unplaceable).
+        placement = getattr(policy, "placement", None)
+        self._extend = (self._idle_first and self._preemptive and self._quiet is not None
+                        and getattr(placement, "monotone", False) is True)
+        self.extended_rounds = 0
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
         self._active: dict[JobId, SimJob] = {}  # arrival order
         self._running: dict[JobId, SimJob] = {}
@@ -296,29 +305,67 @@ class Simulator:
             return None
         return plan
 
-    def _quiet_since(self, at: float) -> float:
-        """The policy's ``quiet_until`` for the jobs as they were at ``at``.
+    def _quiet_until(self) -> float:
+        """The policy's ``quiet_until`` for the jobs of the base round, as they were then.
 
-        Only called when no event happened since the round at ``at`` (which
-        planned nothing), so reading the jobs' counters at ``at`` gives exactly
-        that round's snapshot; asked lazily, when a tick is the next event,
-        because most empty rounds are followed by an arrival anyway.
+        Since the base only newcomers arrived (and maybe started on idle GPUs);
+        no other job changed state, so reading their counters at the base's
+        time gives exactly the base round's snapshot. Asked lazily, once per
+        base, when a tick or an arrival needs it.
         """
-        assert self._quiet is not None
-        now = self._time.now
-        self._time.now = at
-        try:
-            return self._quiet(Snapshot(at, self.cluster, list(self._active.values())))
-        finally:
-            self._time.now = now
+        if self._base_quiet is None:
+            assert self._quiet is not None and self._base_at is not None
+            at, new = self._base_at, self._base_new
+            jobs = [j for j in self._active.values() if j.job_id not in new] if new else list(self._active.values())
+            now = self._time.now
+            self._time.now = at
+            try:
+                self._base_quiet = self._quiet(Snapshot(at, self.cluster, jobs))
+            finally:
+                self._time.now = now
+        return self._base_quiet
+
+    def _extended_plan(self, now: float) -> Plan | None:
+        """The round's plan from a snapshot of the newcomers alone, where that is provably the plan.
+
+        The base round planned nothing: every job then pending failed to start
+        even with every lower-ranked running job's GPUs on offer. Until the
+        policy's quiet_until, the base jobs keep their ranking; since then only
+        newcomers arrived, each started on idle GPUs without evicting anyone.
+        So for a base job still pending, idle GPUs and idle + lower-ranked held
+        GPUs are, node by node, at most what they were at the base (newcomers'
+        GPUs moved from idle to held, nothing was freed), and with a monotone
+        placement it fails again; it evicts no one. A newcomer ranks among
+        pending jobs by its own key and meets the current idle GPUs whatever
+        its place among the failing base jobs, as in the pruned snapshot. So
+        if that snapshot starts every pending newcomer, it is the full plan.
+        """
+        if self._quiet_until() - _QUIET_MARGIN <= now:
+            return None
+        pending = self._pending
+        newcomers = [pending[jid] for jid in self._base_new if jid in pending]
+        if not newcomers:
+            return None
+        plan = self.policy.decide(Snapshot(now, self.cluster, newcomers, dict(self._held)))
+        if plan.preempt or plan.promote or len(plan.start) != len(newcomers):
+            return None
+        return plan
 
     def _round(self, now: float) -> bool:
         """One scheduling round; returns whether anything started."""
         active = self._active
-        plan = self._pruned_plan(now)
+        extended = self._extend and self._base_at is not None
+        plan = self._extended_plan(now) if extended else None
         if plan is not None:
-            self.pruned_rounds += 1
+            self.extended_rounds += 1
             self._queues.update(plan.queues)
+        else:
+            extended = False
+            plan = self._pruned_plan(now)
+        if plan is not None:
+            if not extended:
+                self.pruned_rounds += 1
+                self._queues.update(plan.queues)
         else:
             plan = self.policy.decide(Snapshot(now, self.cluster, list(active.values())))
             self._queues = dict(plan.queues)
@@ -340,11 +387,12 @@ class Simulator:
                 j.waiting_time = 0.0
         # Every job's queue_index now reads from this mapping (SimJob.queue_index): O(1).
         self._time.queues = self._queues
-        self._quiet_until, self._quiet_at = -math.inf, None
         if self._quiet is not None and not plan.start and not plan.preempt and not plan.promote:
-            # Nothing changed: until the policy's next possible change (a job crossing a
-            # queue threshold or a promotion point) a tick would plan nothing again.
-            self._quiet_at = now
+            # Nothing changed: a new base. Until the policy's next possible change (a job
+            # crossing a queue threshold or a promotion point) a tick would plan nothing again.
+            self._base_at, self._base_new, self._base_quiet = now, set(), None
+        elif not extended:
+            self._base_at = None
         return bool(plan.start)
 
     # -- main loop ----------------------------------------------------------
@@ -375,18 +423,17 @@ class Simulator:
                 if interval > 0 and self._pending:
                     k = math.floor((now - self.t0) / interval + 1e-9) + 1
                     t_tick = self.t0 + k * interval
-                    if self._quiet_at is not None and t_tick <= min(t_arr, t_end):
-                        # The last round planned nothing and the next event is a tick: ask the policy
-                        # (on the jobs as they were then) until when ticks would plan nothing.
-                        self._quiet_until = self._quiet_since(self._quiet_at)
-                        self._quiet_at = None
-                    if self._quiet_until == math.inf:
-                        t_tick = math.inf
-                    elif t_tick < self._quiet_until:
-                        # Ticks before the policy's next possible change would plan nothing:
-                        # go to the first tick of the grid at or after it.
-                        k = math.ceil((self._quiet_until - _QUIET_MARGIN - self.t0) / interval - 1e-9)
-                        t_tick = max(t_tick, self.t0 + k * interval)
+                    if self._base_at is not None and t_tick <= min(t_arr, t_end):
+                        # Nothing but newcomers that started on idle GPUs since a round that planned
+                        # nothing, and the next event is a tick: it would plan nothing either until
+                        # the policy's ranking of the base jobs can move. Go to the first tick of
+                        # the grid at or after that.
+                        quiet = self._quiet_until()
+                        if quiet == math.inf:
+                            t_tick = math.inf
+                        elif t_tick < quiet:
+                            k = math.ceil((quiet - _QUIET_MARGIN - self.t0) / interval - 1e-9)
+                            t_tick = max(t_tick, self.t0 + k * interval)
                 t = min(t_arr, t_end, t_tick)
                 if t == math.inf:
                     raise SimulationError(
@@ -410,12 +457,14 @@ class Simulator:
                     self._active[job.job_id] = job
                     self._pending[job.job_id] = job
                     self._pending_gpus += job.num_gpus
+                    if self._base_at is not None:
+                        self._base_new.add(job.job_id)
                     ai += 1
                     arrived += 1
                 if bar is not None and done:
                     bar.update(done)
-                if arrived or done:
-                    self._quiet_until, self._quiet_at = -math.inf, None
+                if done:
+                    self._base_at = None
                 if arrived or t == t_tick or (done and self._pending):
                     started = self._round(now)
                     self._check_progress(now, started, ai >= n)

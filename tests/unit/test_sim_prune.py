@@ -101,3 +101,32 @@ def test_policy_without_the_mark_sees_every_job():
                     SimulationOptions(progress=False))
     sim.run()
     assert sim.pruned_rounds == 0 and pol.sizes == [1, 2]
+
+
+def test_an_arrival_after_a_demotion_takes_the_full_round():
+    """No ticks (interval 0). J2 (2 GPUs) waits behind J1, which runs on 1 of 2 GPUs: an empty
+    round at t=1. J1 is demoted at t=100, so J2 now outranks it; J3 arrives at 150 and fits
+    the idle GPU, but the round must see J2 evict J1 first (the newcomers-only shortcut is
+    valid only before the base jobs' ranking can move)."""
+    cluster = Cluster.from_tiresias_spec(1, 1, 2)
+    trace = [TraceJob(1, 1, 0.0, 1000.0), TraceJob(2, 2, 1.0, 50.0), TraceJob(3, 1, 150.0, 10.0)]
+    params = PolicyParams(queues=(100.0,))
+    opt = SimulationOptions(interval=0.0, progress=False)
+    _, full = replay(trace, cluster, params, "las", replace(opt, prune_rounds=False, skip_quiet_ticks=False))
+    _, fast = replay(trace, cluster, params, "las", opt)
+    assert fast.records == full.records
+    by_id = {r.job_id: r for r in fast.records}
+    assert by_id[2].start == 150.0 and by_id[2].end == 200.0 and by_id[1].preemptions == 1
+
+
+def test_newcomers_that_fit_extend_a_quiet_round():
+    """A backlog that cannot start (J2 needs the whole node) and arrivals that fit idle GPUs:
+    those arrival rounds see only the newcomers, and the replay is unchanged."""
+    cluster = Cluster.from_tiresias_spec(1, 2, 4)
+    trace = [TraceJob(1, 3, 0.0, 5000.0), TraceJob(2, 3, 1.0, 5000.0), TraceJob(3, 8, 2.0, 100.0)]
+    trace += [TraceJob(10 + i, 1, 10.0 + 20 * i, 15.0) for i in range(10)]
+    params = PolicyParams(queues=(100000.0,))
+    opt = SimulationOptions(interval=60.0, progress=False)
+    sim, fast = replay(trace, cluster, params, "las", opt)
+    _, full = replay(trace, cluster, params, "las", replace(opt, prune_rounds=False, skip_quiet_ticks=False))
+    assert fast.records == full.records and sim.extended_rounds > 0
