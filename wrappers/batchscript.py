@@ -27,9 +27,16 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from profiler.env import ENV_DIR, ENV_ITERS, ENV_MAX_BYTES, ENV_SECONDS, PROFILE_SUBDIR, ProfileWindow
+from profiler.env import (
+    ENV_DIR,
+    ENV_ITERS,
+    ENV_MAX_BYTES,
+    ENV_SECONDS,
+    PROFILE_SUBDIR,
+    ProfileWindow,
+)
 
 
 class NotABatchScript(ValueError):
@@ -44,7 +51,7 @@ class JobSetup:
     profile: bool
     grace: int
     profile_lib: str | None = None  # the interposer (profiler.library_path()); needed when profile
-    window: ProfileWindow = ProfileWindow()
+    window: ProfileWindow = field(default_factory=ProfileWindow)
 
 
 def header_lines(script: str) -> list[str]:
@@ -80,11 +87,11 @@ def profiling_lines(setup: JobSetup) -> list[str]:
         f"  if [ -r {lib} ]; then",
         f'    export LD_PRELOAD="${{LD_PRELOAD:+$LD_PRELOAD:}}"{lib}',
         f"    export {ENV_DIR}={pdir}",
-        f"    export {ENV_SECONDS}={float(w.seconds)!r} {ENV_ITERS}={int(w.iterations)}"
-        f" {ENV_MAX_BYTES}={int(w.max_bytes)}",
+        (f"    export {ENV_SECONDS}={float(w.seconds)!r} {ENV_ITERS}={int(w.iterations)}"
+         f" {ENV_MAX_BYTES}={int(w.max_bytes)}"),
         "  else",
-        f'    echo "teiresias: warning: profiler library "{lib}" missing on $(hostname);'
-        ' this run is not profiled" >&2',
+        (f'    echo "teiresias: warning: profiler library "{lib}" missing on $(hostname);'
+         ' this run is not profiled" >&2'),
         "    export TEIRESIAS_PROFILE=0",
         "  fi",
         "else",

@@ -16,8 +16,8 @@ GPUs: sbatch will say what is wrong with it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from wrappers.sbatch_args import LONG_VALUE, SHORT_VALUE, _resolve_long
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from teiresias.errors import ConfigError, TeiresiasError
 

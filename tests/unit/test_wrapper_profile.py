@@ -180,7 +180,7 @@ def test_profiled_script_matches_golden_file():
     assert got == GOLDEN.read_text(), (
         "the generated batch script changed; if intended, rerun with TEIRESIAS_UPDATE_GOLDEN=1 "
         f"and review the diff of {GOLDEN.name}")
-    assert subprocess.run(["bash", "-n"], input=got, text=True).returncode == 0
+    assert subprocess.run(["bash", "-n"], input=got, text=True, check=False).returncode == 0
 
 
 def test_unprofiled_script_has_no_profiler_lines():
@@ -208,7 +208,7 @@ def run_batch(tmp_path: Path, env_extra: dict[str, str], lib: str | None = None)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TEIRESIAS_", "LD_PRELOAD"))}
     env.update({"SLURM_JOB_ID": "4242", "LD_PRELOAD": "libm.so.6", "TMPDIR": str(tmp_path)},
                **env_extra)
-    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     got = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
     return got, r.stderr

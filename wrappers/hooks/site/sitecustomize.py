@@ -81,6 +81,6 @@ def _install_model_hook() -> None:
 if os.environ.get("TEIRESIAS_PROFILE") == "1" and os.environ.get("TEIRESIAS_PROFILE_DIR"):
     try:
         _install_model_hook()
-    except Exception as exc:  # profiling must never break the job
+    except Exception as exc:  # noqa: BLE001 - profiling must never break the job
         print(f"teiresias: warning: profiler model hook not installed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
