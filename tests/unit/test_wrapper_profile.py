@@ -234,3 +234,21 @@ def test_missing_library_on_the_node_is_one_warning(tmp_path):
     ours = [ln for ln in err.splitlines() if "teiresias" in ln]
     assert len(ours) == 1 and "not profiled" in ours[0]
     assert got["dir"] == "unset" and got["hook"] == "False"
+
+
+def test_model_hook_installed_where_teiresias_is_not(tmp_path):
+    """A job's own interpreter without teiresias installed: the sitecustomize
+    loads profiler/model_hook.py by path (it needs only the standard library)."""
+    python = Path("/usr/bin/python3")
+    probe = "import importlib.util as u; print(u.find_spec('profiler') is None)"
+    if not python.exists() or subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
+                                             check=False, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path).stdout.strip() != "True":
+        pytest.skip("needs a system python3 without teiresias")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(HOOK_SITE), "TEIRESIAS_PROFILE": "1",
+           "TEIRESIAS_PROFILE_DIR": str(tmp_path / "profile")}
+    show = ("import sys; print(type(sys.meta_path[0]).__name__, '_teiresias_model_hook' in sys.modules,"
+            " 'profiler' in sys.modules)")
+    r = subprocess.run([str(python), "-c", show], env=env, capture_output=True, text=True, check=False,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.split() == ["_Finder", "True", "False"]
