@@ -60,6 +60,7 @@ is refused (corrupt or not yours). Details: docs/checkpointing.md
 
 Example:
   tsbatch --checkpoint-dir=/shared/ckpt -p gpu --gres=gpu:1 -t 60 train.sh --lr 0.1
+  tsbatch -J resnet50 -p gpu --gpus=4 -t 60 ddp.sh     # first run profiled (new model)
 
 sbatch's own help follows.
 """
