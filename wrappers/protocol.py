@@ -12,6 +12,7 @@ Where a job's files live
     ``<jobdir>/checkpoints/``   checkpoints (last K kept), written by rank 0
     ``<jobdir>/ack.json``       preemption acknowledgement (below)
     ``<jobdir>/checkpoints.jsonl``  one line per checkpoint written: step, bytes, seconds
+    ``<jobdir>/runs.jsonl``     each run's measured iteration time (``RunRecord``), rank 0
     ``<jobdir>/profile/``       communication profiler records (profiler/)
 
 Preemption (two-phase, issue 3)
@@ -30,6 +31,11 @@ limit; the job saves and requeues itself (``scontrol requeue``).
 Preemption cost: every checkpoint a job writes is a ``CheckpointRecord`` line in
 ``checkpoints.jsonl``; the controller reads them with ``read_records(jobdir)``.
 The in-job side is wrappers/hooks (docs/checkpointing.md).
+
+Iteration time (PACKLIMIT from history, Tiresias §3.3.2): rank 0 appends a
+``RunRecord`` to ``runs.jsonl`` (periodically, at every checkpoint and at
+exit); the last line of a run is its figure. The controller reads them with
+``read_runs(jobdir)`` when the run has ended.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ ENV_GRACE = "TEIRESIAS_TIMELIMIT_GRACE"  # seconds before the time limit for TIM
 ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the Nth write
 
 CHECKPOINT_RECORDS = "checkpoints.jsonl"
+RUN_RECORDS = "runs.jsonl"
 
 
 @dataclass(frozen=True)
@@ -167,4 +174,50 @@ def read_records(jobdir: Path) -> list[CheckpointRecord]:
             out.append(CheckpointRecord(**json.loads(line)))
         except (ValueError, TypeError):
             continue  # a line torn by a kill during append
+    return out
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run's measured iteration time (a line of ``runs.jsonl``).
+
+    ``median_step_s`` is the median wall time between consecutive optimizer
+    steps after the first few (warm-up) steps of the run; ``steps`` counts the
+    intervals it is the median of; ``nodes`` is the run's node count as Slurm
+    told the job (SLURM_JOB_NUM_NODES, 0 when unknown).
+    """
+
+    job_id: int
+    restart_count: int
+    steps: int
+    median_step_s: float
+    nodes: int
+    time: float
+
+
+def runs_path(jobdir: Path) -> Path:
+    return jobdir / RUN_RECORDS
+
+
+def append_run(jobdir: Path, record: RunRecord) -> None:
+    """Append one line (no fsync: a lost last line only delays what it reports)."""
+    fd = os.open(runs_path(jobdir), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_runs(jobdir: Path) -> dict[int, RunRecord]:
+    """The latest record of each run, by restart count; {} when none. Torn lines are skipped."""
+    try:
+        lines = runs_path(jobdir).read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[int, RunRecord] = {}
+    for line in lines:
+        try:
+            r = RunRecord(**json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        if r.steps > 0 and r.median_step_s > 0:
+            out[r.restart_count] = r  # later lines of a run cover more steps
     return out

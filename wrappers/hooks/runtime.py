@@ -28,12 +28,14 @@ computation as the uninterrupted one.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, Callable
@@ -70,6 +72,14 @@ _SIGNAL_STOP = {
 }
 
 
+# Iteration time (protocol.RunRecord): the first steps of a run (allocator and
+# cache warm-up, DDP bucket rebuild) are left out; the last intervals are kept;
+# rank 0 appends the run's figure at most this often, plus at checkpoints and exit.
+WARMUP_STEPS = 3
+STEP_WINDOW = 2048
+RUN_WRITE_EVERY_S = 60.0
+
+
 class ResumeError(Exception):
     """The checkpoint could not be matched to this run of the script."""
 
@@ -104,6 +114,11 @@ class Runtime:
         self.resumed_from: int | None = None
         self._group: Any = None  # gloo group for the stop agreement
         self._dir_checked = False
+        self._step_s: deque[float] = deque(maxlen=STEP_WINDOW)
+        self._step_t: float | None = None  # perf_counter at the last optimizer step
+        self._warmup = WARMUP_STEPS
+        self._steps_timed = 0
+        self._run_written = time.perf_counter()
 
     # ------------------------------------------------------------------ ranks
     @staticmethod
@@ -131,6 +146,7 @@ class Runtime:
 
     # ------------------------------------------------------------------ signals
     def install_signals(self) -> None:
+        atexit.register(self.write_run)  # a run that ends normally reports its iteration time
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in _SIGNAL_STOP:
@@ -306,6 +322,7 @@ class Runtime:
         """After every ``optimizer.step()``: count, and decide (with all ranks) whether to stop."""
         n = getattr(optimizer, "_teiresias_steps", 0) + 1
         optimizer._teiresias_steps = n
+        new_step = n > self.step
         self.step = max(self.step, n)
         self.ensure_loaded()
         if self.replaying:
@@ -314,6 +331,8 @@ class Runtime:
                 "replay deterministically up to its checkpoint (see docs/checkpointing.md)")
         if not self.enabled:
             return
+        if new_step:  # several optimizers stepping together make one iteration
+            self._time_step()
         stop = self.signal_stop
         if self.every and self.step % self.every == 0:
             stop = max(stop, Stop.PERIODIC)
@@ -329,6 +348,36 @@ class Runtime:
             if not self.positions.live:
                 # No data position to wait for: save here (resume will start over).
                 self._save_and_act({"kind": "none", "ord": -1, "n": -1, "pos": -1})
+
+    # ------------------------------------------------------------------ iteration time
+    def _time_step(self) -> None:
+        """A few float ops per step; the file is written at most every RUN_WRITE_EVERY_S."""
+        t = time.perf_counter()
+        if self._step_t is not None:
+            if self._warmup > 0:
+                self._warmup -= 1
+            else:
+                self._step_s.append(t - self._step_t)
+                self._steps_timed += 1
+        self._step_t = t
+        if self._steps_timed and t - self._run_written >= RUN_WRITE_EVERY_S:
+            self.write_run()
+
+    def write_run(self) -> None:
+        """Rank 0 appends this run's median iteration time to runs.jsonl (protocol.RunRecord)."""
+        self._run_written = time.perf_counter()
+        if not self._step_s or not self.enabled or not self.job_id or self.rank() != 0:
+            return
+        ordered = sorted(self._step_s)
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+        nodes = int(self.env.get("SLURM_JOB_NUM_NODES") or self.env.get("SLURM_NNODES") or 0)
+        try:
+            protocol.append_run(self.jobdir, protocol.RunRecord(
+                job_id=int(self.job_id), restart_count=self.restart_count, steps=self._steps_timed,
+                median_step_s=round(median, 6), nodes=nodes, time=time.time()))
+        except (OSError, ValueError) as exc:
+            _say(f"warning: iteration time not recorded: {exc}")
 
     # ------------------------------------------------------------------ saving
     def _local_state(self, point: dict[str, Any]) -> dict[str, Any]:
@@ -390,6 +439,7 @@ class Runtime:
                 job_id=int(self.job_id), restart_count=self.restart_count, step=written.step,
                 path=str(written.path), bytes=written.bytes, seconds=round(written.seconds, 6),
                 time=time.time(), reason=stop.name.lower()))
+            self.write_run()
         if world > 1:
             torch.distributed.barrier(group=self.group())
         return written
