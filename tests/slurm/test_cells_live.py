@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import yaml
@@ -31,24 +31,13 @@ from teiresias.cells.scheduler import CellsPolicy
 from teiresias.cells.state import META_KEY as CELLS_META_KEY
 from teiresias.cells.state import CellsState
 from teiresias.errors import SlurmUnreachable
+from tests.helpers import PROTOCOL_JOB, poll
 from wrappers.protocol import format_comment
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
 LUA = REPO / "etc" / "job_submit.lua"
-
-PROTOCOL_JOB = r"""#!/bin/bash
-jobdir="$JOBBASE/$SLURM_JOB_ID"; mkdir -p "$jobdir"
-on_usr1() {
-  printf '{"job_id": %s, "restart_count": %s, "step": 1, "path": "%s/ckpt", "bytes": 1, "seconds": 0.1, "time": %s}' \
-    "$SLURM_JOB_ID" "${SLURM_RESTART_COUNT:-0}" "$jobdir" "$(date +%s.%N)" > "$jobdir/ack.json.tmp"
-  mv "$jobdir/ack.json.tmp" "$jobdir/ack.json"
-}
-trap on_usr1 USR1
-end=$((SECONDS + ${RUN_FOR:-600}))
-while [ $SECONDS -lt $end ]; do sleep 1 & wait $!; done
-"""
 
 CELLS = {
     "cell_types": {"gpu": {}, "gpu-pair": {"child": "gpu", "count": 2},
@@ -57,17 +46,6 @@ CELLS = {
     "virtual_clusters": {"vc-a": {"accounts": ["team-a"], "quota": {"node": 1}},
                          "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 1}}},
 }
-
-
-def poll(what: str, cond: Callable[[], Any], timeout: float = 60.0, every: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 class CellsController:

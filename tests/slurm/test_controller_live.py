@@ -22,6 +22,7 @@ import yaml
 
 from slurm_plugin.controller.audit import read_audit
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from tests.helpers import PROTOCOL_JOB, poll
 from wrappers.protocol import format_comment
 
 pytestmark = pytest.mark.slurm
@@ -29,33 +30,6 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 LUA = REPO / "etc" / "job_submit.lua"
 TEIRESIAS = [sys.executable, "-m", "teiresias"]
-
-# A job that speaks the preemption protocol: on USR1 it writes its Ack (unless
-# ACK=0) and then waits to be requeued, as a tsbatch job does.
-PROTOCOL_JOB = r"""#!/bin/bash
-jobdir="$JOBBASE/$SLURM_JOB_ID"; mkdir -p "$jobdir"
-on_usr1() {
-  if [ "${ACK:-1}" = 1 ]; then
-    printf '{"job_id": %s, "restart_count": %s, "step": 7, "path": "%s/ckpt", "bytes": 4096, "seconds": 0.25, "time": %s}' \
-      "$SLURM_JOB_ID" "${SLURM_RESTART_COUNT:-0}" "$jobdir" "$(date +%s.%N)" > "$jobdir/ack.json.tmp"
-    mv "$jobdir/ack.json.tmp" "$jobdir/ack.json"
-  fi
-}
-trap on_usr1 USR1
-end=$((SECONDS + ${RUN_FOR:-600}))
-while [ $SECONDS -lt $end ]; do sleep 1 & wait $!; done
-"""
-
-
-def poll(what: str, cond: Callable[[], Any], timeout: float = 30.0, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 class ControllerProc:

@@ -9,9 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable
+
+from tests import helpers
 
 REPO = Path(__file__).resolve().parents[2]
 HOOK_SITE = REPO / "wrappers" / "hooks" / "site"
@@ -47,15 +48,8 @@ def start(script: str, args: list[str], env: dict[str, str], log: Path) -> subpr
 
 
 def poll(what: str, check: Callable[[], object], timeout: float = 60, every: float = 0.05) -> object:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
+    """tests.helpers.poll, polling fast: preemption tests signal right after a given step."""
+    return helpers.poll(what, check, timeout, every)
 
 
 def steps_in(log: Path) -> list[int]:
