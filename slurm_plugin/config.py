@@ -55,6 +55,10 @@ class ControllerConfig:
     placement: str = "consolidate"
     # PACKLIMIT of profile placement (Tiresias §3.3.2); None: the policy default.
     packlimit: float | None = None
+    # Refit PACKLIMIT on measured runs (controller/packlimit.py); the above is the
+    # default until there are packlimit_min_samples spread runs of both kinds.
+    packlimit_learning: bool = True
+    packlimit_min_samples: int = 8
     poll_interval: float = 3.0
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     state_db: Path = Path("/var/lib/teiresias/state.db")
@@ -98,6 +102,8 @@ _SCHEMA: dict[str, Any] = {
     "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None},
     "placement": None,
     "packlimit": None,
+    "packlimit_learning": None,
+    "packlimit_min_samples": None,
     "poll_interval": None,
     "preemption": {"grace_seconds": None, "start_timeout_seconds": None},
     "state_db": None,
@@ -145,6 +151,16 @@ class _Reader:
         if not positive and value < 0:
             raise self.fail(key, f"must be >= 0, got {value!r}")
         return float(value)
+
+    def boolean(self, key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def integer(self, key: str, value: Any, *, minimum: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"must be a whole number >= {minimum}, got {value!r}")
+        return value
 
     def string(self, key: str, value: Any, choices: tuple[str, ...] | None = None) -> str:
         if not isinstance(value, str) or not value:
@@ -203,6 +219,10 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         kw["placement"] = r.string("placement", data["placement"])
     if data.get("packlimit") is not None:
         kw["packlimit"] = r.number("packlimit", data["packlimit"], positive=False)
+    if "packlimit_learning" in data:
+        kw["packlimit_learning"] = r.boolean("packlimit_learning", data["packlimit_learning"])
+    if "packlimit_min_samples" in data:
+        kw["packlimit_min_samples"] = r.integer("packlimit_min_samples", data["packlimit_min_samples"])
     if "poll_interval" in data:
         kw["poll_interval"] = r.number("poll_interval", data["poll_interval"])
     pre = data.get("preemption") or {}

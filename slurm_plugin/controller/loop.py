@@ -12,14 +12,16 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from profiler.packlimit import PackLimitFit
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, preemption
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action, Enactor, priority_for
+from slurm_plugin.controller.packlimit import current_packlimit, packlimit_json, run_outcomes
 from slurm_plugin.controller.profiles import SkewBook
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
@@ -29,6 +31,7 @@ from teiresias.cells.state import CellsState
 from teiresias.domain import Plan
 from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import SchedulingPolicy
+from wrappers.protocol import job_dir, parse_comment, read_runs
 
 log = logging.getLogger("teiresias.controller")
 
@@ -72,6 +75,7 @@ class RoundResult:
     notes: list[str] = field(default_factory=list)
     jobs: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    packlimit: dict[str, Any] | None = None  # the PACKLIMIT in force and its source
 
     @property
     def requeued(self) -> bool:
@@ -80,7 +84,8 @@ class RoundResult:
     def to_json(self) -> dict[str, Any]:
         return {"time": self.time, "round": self.round, "dry_run": self.dry_run, "jobs": self.jobs,
                 "plan": plan_to_json(self.plan), "actions": [a.to_json() for a in self.actions],
-                "notes": self.notes, "timings": {k: round(v, 6) for k, v in self.timings.items()}}
+                "notes": self.notes, "timings": {k: round(v, 6) for k, v in self.timings.items()},
+                **({"packlimit": self.packlimit} if self.packlimit is not None else {})}
 
 
 class Controller:
@@ -106,18 +111,44 @@ class Controller:
         self._records: dict[int, JobRecord] | None = None
         self._skews = SkewBook(config.profiles)
         self._unpreemptible: set[int] = set()  # --no-requeue jobs already reported
-        self._policy_samples = -1
+        # What the policy was built with: (Gittins sample count, PACKLIMIT).
+        self._policy_key: tuple[int, float] | None = None
+        self._packlimit: PackLimitFit | None = None
+        self._runs_changed = True  # new run outcomes since the last PACKLIMIT fit
+        self._gpus_per_node = 0
 
     # -------------------------------------------------------------- policy
     def policy(self) -> SchedulingPolicy:
-        """Rebuilt when new finished jobs change the Gittins distribution (only that policy reads it)."""
+        """Rebuilt when its inputs learned from history change: new finished jobs change
+        the Gittins distribution (only that policy reads it), new run outcomes the
+        PACKLIMIT (Tiresias §3.3.2)."""
         uses_samples = self.config.policy.name == "gittins"
         count = self.store.sample_count() if uses_samples else 0
-        if self._policy is None or count != self._policy_samples:
+        packlimit = self.packlimit()
+        key = (count, packlimit.packlimit)
+        if self._policy is None or key != self._policy_key:
             dist = build_distribution(self._seed, self.store.samples()) if uses_samples else None
-            self._policy = self._policy_factory(self.config, dist)
-            self._policy_samples = count
+            config = replace(self.config, packlimit=packlimit.packlimit) if packlimit.source == "history" \
+                else self.config
+            self._policy = self._policy_factory(config, dist)
+            self._policy_key = key
         return self._policy
+
+    def packlimit(self) -> PackLimitFit:
+        """The PACKLIMIT in force; refitted when run outcomes arrived since the last fit."""
+        if self._packlimit is not None and not self._runs_changed:
+            return self._packlimit
+        old, self._runs_changed = self._packlimit, False
+        fit = self._packlimit = current_packlimit(self.config, self.store.runs())
+        if old is None:
+            log.info("PACKLIMIT %g (%s, %d spread run(s)%s)", fit.packlimit, fit.source, fit.samples,
+                     f": {fit.reason}" if fit.reason else "")
+        elif fit.packlimit != old.packlimit:
+            log.info("PACKLIMIT %g -> %g (%s, %d spread run(s), %d misclassified)", old.packlimit,
+                     fit.packlimit, fit.source, fit.samples, fit.misclassified)
+            self.audit.write(None, "packlimit", f"{old.packlimit:g} -> {fit.packlimit:g}", source=fit.source,
+                             samples=fit.samples, misclassified=fit.misclassified)
+        return fit
 
     # --------------------------------------------------------------- round
     def round(self, now: float | None = None, slurm_jobs: list[SlurmJob] | None = None,
@@ -136,6 +167,7 @@ class Controller:
         managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
         enactor.recover(records, managed, now)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now)
+        self._gpus_per_node = max((n.gpus for n in rec.snapshot.cluster.nodes), default=0)
         if any([self._known_skew(rec.records[j]) for j in rec.created]):
             # A model profiled before: profile placement can use its skew in this very round.
             rec.snapshot = build_snapshot(rec.snapshot.cluster, rec, slurm_nodes, now)
@@ -168,7 +200,8 @@ class Controller:
                     self.store.set_meta(CELLS_META_KEY, cells_state)
         return RoundResult(now, n, self.dry_run, plan, enactor.actions, notes, len(rec.snapshot.jobs),
                            {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
-                            "enact_s": t4 - t3, "total_s": t4 - t0})
+                            "enact_s": t4 - t3, "total_s": t4 - t0},
+                           packlimit_json(self._packlimit) if self._packlimit is not None else None)
 
     def _bookkeep(self, rec: Reconciled, plan: Plan, now: float) -> list[str]:
         """Persist what reconcile observed and what the plan decided about queues."""
@@ -207,6 +240,9 @@ class Controller:
                              attained_gpu_seconds=round(gpu_s, 1))
             if not self.dry_run and gpu_s > 0:
                 self.store.add_sample(job_id, gpu_s)  # the site's own prior for 2D-Gittins
+        # Runs that ended since the last round (finished, requeued by themselves or by Slurm).
+        for job_id in dict.fromkeys([*(j for j, _ in rec.segments), *rec.finished]):
+            self._record_runs(rec.records[job_id])
         with self.store.transaction():
             for job_id, seg in rec.segments:
                 self.store.add_segment(job_id, seg.restart_count, seg.start, seg.end, seg.source)
@@ -260,6 +296,7 @@ class Controller:
                     act = enactor.requeue(r, due, now)
                     if act.ok:
                         self._learn_skew(r)
+                        self._record_runs(r)
         # 4. Starts whose GPUs are free now; the others wait for preempted jobs to leave.
         rank = {j: i for i, j in enumerate(plan.order)}
         for job_id, placement in sorted(plan.start.items(), key=lambda kv: rank.get(kv[0], 0)):
@@ -293,6 +330,24 @@ class Controller:
             r.skew = skew
             with self.store.transaction():
                 self.store.save_job(r)
+
+    def _record_runs(self, r: JobRecord) -> None:
+        """A run ended: keep its measured iteration time, placement and skew (PACKLIMIT history)."""
+        items = parse_comment(r.comment)
+        if self.dry_run or not items.get("dir"):
+            return  # not a tsbatch job: no hooks, no iteration time
+        planned = len(r.planned.nodes) if r.planned is not None else 0
+        try:
+            outcomes = run_outcomes(r, read_runs(job_dir(items["dir"], r.job_id)), self._gpus_per_node, planned)
+        except OSError as exc:
+            log.warning("[job %d] iteration times unreadable (%s); not learned from", r.job_id, exc)
+            return
+        for o in outcomes:
+            if self.store.add_run(o):
+                self._runs_changed = True
+                log.info("[job %d] run %d: %.4f s/iteration on %d node(s), fewest %d, skew %s", r.job_id,
+                         o.restart_count, o.median_step_s, o.nodes, o.min_nodes,
+                         "unknown" if o.skew is None else f"{o.skew:.3f}")
 
     # ---------------------------------------------------------------- loop
     def run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None = None,

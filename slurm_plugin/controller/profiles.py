@@ -21,7 +21,8 @@ from wrappers.protocol import job_dir, parse_comment
 log = logging.getLogger("teiresias.controller")
 
 
-def _model(rec: JobRecord) -> str:
+def model_name(rec: JobRecord) -> str:
+    """A job's model key: its Slurm job name (tsbatch passes no other model name)."""
     return rec.name or f"job-{rec.job_id}"
 
 
@@ -36,7 +37,7 @@ class SkewBook:
         from profiler.store import model_key
 
         try:
-            p = self.store.for_job(rec.job_id) or self.store.get(model_key(_model(rec)))
+            p = self.store.for_job(rec.job_id) or self.store.get(model_key(model_name(rec)))
         except (TeiresiasError, OSError, ValueError) as exc:
             log.warning("[job %d] profile store unreadable (%s); skew unknown", rec.job_id, exc)
             return None
@@ -56,7 +57,7 @@ class SkewBook:
             return None
         try:
             p = aggregate_dir(pdir)
-            self.store.put(model_key(_model(rec)), p, rec.job_id)
+            self.store.put(model_key(model_name(rec)), p, rec.job_id)
         except (TeiresiasError, OSError, ValueError) as exc:
             log.warning("[job %d] profile in %s unusable (%s); skew unknown", rec.job_id, pdir, exc)
             return None

@@ -8,6 +8,8 @@ Tables
               after it; rows still ``pending`` at start-up are actions a crash
               interrupted, which the controller finishes (idempotently) first.
     samples   finished jobs' GPU-seconds: the site's own prior for 2D-Gittins.
+    runs      ended runs' measured iteration time with their placement and skew:
+              the history PACKLIMIT is fitted on (controller/packlimit.py).
     meta      small key/values (round counter, last round time).
 
 Which states persist across a crash is documented in docs/job-states.md.
@@ -98,6 +100,31 @@ class JournalEntry:
     status: JournalStatus = JournalStatus.PENDING
 
 
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """One ended run of a job (a row of ``runs``): where it ran and how fast it went.
+
+    ``min_nodes`` is the fewest nodes its GPUs fit on (ceil(gpus / GPUs per
+    node)); the run was consolidated when ``nodes <= min_nodes``. ``skew`` is
+    the job's S_J when the run ended (None: never profiled)."""
+
+    job_id: int
+    restart_count: int
+    model: str
+    gpus: int
+    nodes: int
+    min_nodes: int
+    skew: float | None
+    median_step_s: float
+    steps: int
+    time: float
+
+    @property
+    def consolidated(self) -> bool:
+        return self.nodes <= self.min_nodes
+
+
+_RUN_FIELDS = [f.name for f in fields(RunOutcome)]
 _JOB_FIELDS = [f.name for f in fields(JobRecord)]
 _GET_FIELDS = operator.attrgetter(*_JOB_FIELDS)
 _LRS = _JOB_FIELDS.index("last_running_seen")
@@ -125,6 +152,10 @@ _SCHEMA = [
     "CREATE INDEX IF NOT EXISTS journal_status ON journal(status)",
     "CREATE TABLE IF NOT EXISTS samples (job_id INTEGER PRIMARY KEY, gpu_seconds REAL, time REAL)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
+    # Added later: IF NOT EXISTS gives older state files the table on open.
+    ("CREATE TABLE IF NOT EXISTS runs (job_id INTEGER, restart_count INTEGER, model TEXT, gpus INTEGER,"
+     " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL,"
+     " PRIMARY KEY (job_id, restart_count))"),
 ]
 
 
@@ -278,6 +309,22 @@ class StateStore:
 
     def sample_count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+
+    # ------------------------------------------------------------------ runs
+    def add_run(self, run: RunOutcome) -> bool:
+        """Keep a run's outcome once; False when that run is already stored."""
+        cur = self.db.execute(f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_FIELDS)}) VALUES "
+                              f"({', '.join('?' * len(_RUN_FIELDS))})",
+                              [getattr(run, f) for f in _RUN_FIELDS])
+        return cur.rowcount > 0
+
+    def runs(self) -> list[RunOutcome]:
+        return [RunOutcome(*row) for row in self.db.execute(
+            f"SELECT {', '.join(_RUN_FIELDS)} FROM runs ORDER BY time, job_id, restart_count")]
+
+    def has_run(self, job_id: int, restart_count: int) -> bool:
+        return self.db.execute("SELECT 1 FROM runs WHERE job_id=? AND restart_count=?",
+                               (job_id, restart_count)).fetchone() is not None
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: str | None = None) -> str | None:
