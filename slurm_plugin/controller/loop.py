@@ -21,7 +21,7 @@ from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, preemption
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action, Enactor, priority_for
-from slurm_plugin.controller.packlimit import current_packlimit, packlimit_json, run_outcomes
+from slurm_plugin.controller.packlimit import HISTORY_WINDOW, current_packlimit, packlimit_json, run_outcomes
 from slurm_plugin.controller.profiles import SkewBook
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
@@ -139,7 +139,7 @@ class Controller:
         if self._packlimit is not None and not self._runs_changed:
             return self._packlimit
         old, self._runs_changed = self._packlimit, False
-        fit = self._packlimit = current_packlimit(self.config, self.store.runs())
+        fit = self._packlimit = current_packlimit(self.config, self.store.runs(latest=HISTORY_WINDOW))
         if old is None:
             log.info("PACKLIMIT %g (%s, %d spread run(s)%s)", fit.packlimit, fit.source, fit.samples,
                      f": {fit.reason}" if fit.reason else "")

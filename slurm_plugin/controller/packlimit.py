@@ -31,6 +31,11 @@ from slurm_plugin.controller.profiles import model_name
 from slurm_plugin.controller.state import JobRecord, RunOutcome
 from wrappers.protocol import RunRecord
 
+# The fit uses the most recent runs only: recent behaviour of the site's models,
+# and a refit that stays tens of milliseconds (fit_packlimit is O(runs x distinct
+# skews): ~2 s at 100,000 runs, see benchmarks/bench_packlimit.py).
+HISTORY_WINDOW = 5000
+
 
 def min_nodes(gpus: int, gpus_per_node: int) -> int:
     """The fewest nodes ``gpus`` GPUs fit on: ceil(gpus / GPUs per node), at least 1."""

@@ -156,6 +156,7 @@ _SCHEMA = [
     ("CREATE TABLE IF NOT EXISTS runs (job_id INTEGER, restart_count INTEGER, model TEXT, gpus INTEGER,"
      " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL,"
      " PRIMARY KEY (job_id, restart_count))"),
+    "CREATE INDEX IF NOT EXISTS runs_time ON runs(time)",
 ]
 
 
@@ -318,9 +319,12 @@ class StateStore:
                               [getattr(run, f) for f in _RUN_FIELDS])
         return cur.rowcount > 0
 
-    def runs(self) -> list[RunOutcome]:
-        return [RunOutcome(*row) for row in self.db.execute(
-            f"SELECT {', '.join(_RUN_FIELDS)} FROM runs ORDER BY time, job_id, restart_count")]
+    def runs(self, latest: int | None = None) -> list[RunOutcome]:
+        """Stored run outcomes, oldest first; only the ``latest`` ones when given."""
+        sql = f"SELECT {', '.join(_RUN_FIELDS)} FROM runs ORDER BY time DESC, job_id DESC, restart_count DESC"
+        rows = self.db.execute(sql + (" LIMIT ?" if latest is not None else ""),
+                               (latest,) if latest is not None else ())
+        return [RunOutcome(*row) for row in rows][::-1]
 
     def has_run(self, job_id: int, restart_count: int) -> bool:
         return self.db.execute("SELECT 1 FROM runs WHERE job_id=? AND restart_count=?",

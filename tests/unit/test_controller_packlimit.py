@@ -164,3 +164,11 @@ def test_an_old_state_file_gains_the_runs_table(tmp_path):
     store = StateStore(tmp_path / "old.db")
     assert store.get_meta("rounds") == "41" and store.runs() == []
     assert store.add_run(HISTORY[0]) and store.runs() == [HISTORY[0]]
+
+
+def test_the_fit_window_is_the_latest_runs_oldest_first(tmp_path):
+    store = StateStore(tmp_path / "s.db")
+    for row in reversed(HISTORY):
+        store.add_run(row)
+    assert store.runs() == HISTORY  # by time
+    assert store.runs(latest=2) == HISTORY[2:]
