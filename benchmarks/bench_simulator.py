@@ -47,9 +47,13 @@ class TimedPolicy:
     def __init__(self, inner) -> None:
         self.inner = inner
         self.name = inner.name
-        # The simulator prunes rounds only for policies marked idle_first: pass the mark on.
+        # The simulator's shortcuts look for these marks (idle_first, preemptive, the
+        # placement's monotone, quiet_until): pass them on.
         self.idle_first = getattr(inner, "idle_first", False)
         self.preemptive = getattr(inner, "preemptive", True)
+        self.placement = getattr(inner, "placement", None)
+        if callable(getattr(inner, "quiet_until", None)):
+            self.quiet_until = inner.quiet_until
         self.seconds = 0.0
         self.calls = 0
 
