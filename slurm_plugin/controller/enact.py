@@ -83,8 +83,10 @@ class Enactor:
             act.detail["error"] = str(exc)
             with self.store.transaction():
                 self.store.journal_finish(entry.id, JournalStatus.FAILED)
-            log.warning("[job %d] %s: job vanished from Slurm (%s); its record is closed next round",
-                        rec.job_id, action, exc)
+            # The next round's reconcile closes the record and says so in one
+            # warning line; a second line here would report one event twice.
+            log.debug("[job %d] %s: Slurm no longer knows the job (%s); record closed next round",
+                      rec.job_id, action, exc)
             return act
         except SlurmError as exc:
             act.ok = False

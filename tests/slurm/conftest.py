@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,3 +200,40 @@ def clean_slurm(slurm_cluster: SlurmTestCluster) -> Iterator[SlurmTestCluster]:
     slurm_cluster.clean()
     yield slurm_cluster
     slurm_cluster.clean()
+
+
+# ------------------------------------------------ the live controller tests' fixtures
+
+
+@pytest.fixture(scope="module")
+def lua_cluster(slurm_cluster):
+    """The test cluster with etc/job_submit.lua installed (jobs held at submission)."""
+    from tests.slurm.controller_support import LUA
+
+    with slurm_cluster.reconfigured(job_submit_lua=LUA) as c:
+        c.lua_cfg = replace(c.cfg, job_submit_lua=LUA)
+        yield c
+
+
+@pytest.fixture
+def cluster(lua_cluster) -> Iterator[Any]:
+    lua_cluster.clean()
+    yield lua_cluster
+    lua_cluster.clean()
+
+
+@pytest.fixture
+def make_controller(cluster, tmp_path) -> Iterator[Callable[..., Any]]:
+    """Start `teiresias controller run` subprocesses (ControllerProc); all stopped at teardown."""
+    from tests.slurm.controller_support import ControllerProc
+
+    made: list[ControllerProc] = []
+
+    def make(**overrides: Any) -> ControllerProc:
+        c = ControllerProc(tmp_path, cluster, **overrides)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()

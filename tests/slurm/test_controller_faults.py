@@ -17,15 +17,11 @@ import yaml
 
 from slurm_plugin.controller.accounting import total_executed
 from slurm_plugin.controller.state import JournalStatus, Phase, StateStore
-from slurm_plugin.localcluster import LocalCluster
-from slurm_plugin.localcluster import procs
-from tests.slurm.test_controller_live import (  # noqa: F401  (fixtures)
+from slurm_plugin.localcluster import LocalCluster, procs
+from tests.helpers import poll
+from tests.slurm.controller_support import (
     REPO,
     TEIRESIAS,
-    cluster,
-    lua_cluster,
-    make_controller,
-    poll,
     submit_protocol_job,
     submit_sleep,
 )

@@ -8,142 +8,21 @@ GPU-seconds so demotion happens within seconds; every wait polls for a state.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
-from dataclasses import replace
-from pathlib import Path
-from typing import Any, Callable, Iterator
 
 import pytest
-import yaml
 
-from slurm_plugin.controller.audit import read_audit
-from slurm_plugin.controller.state import JobRecord, Phase, StateStore
-from tests.helpers import PROTOCOL_JOB, poll
-from wrappers.protocol import format_comment
+from slurm_plugin.controller.state import Phase
+from tests.helpers import poll
+from tests.slurm.controller_support import (
+    REPO,
+    TEIRESIAS,
+    submit_protocol_job,
+    submit_sleep,
+)
 
 pytestmark = pytest.mark.slurm
-
-REPO = Path(__file__).resolve().parents[2]
-LUA = REPO / "etc" / "job_submit.lua"
-TEIRESIAS = [sys.executable, "-m", "teiresias"]
-
-
-class ControllerProc:
-    """`teiresias controller run` as a subprocess of the test (so it can be kill -9'ed)."""
-
-    def __init__(self, tmp: Path, cluster, **overrides: Any) -> None:
-        self.tmp = tmp
-        self.cluster = cluster
-        cfg: dict[str, Any] = {
-            "partitions": ["gpu"],
-            "policy": {"name": "las", "queues": [8]},
-            "placement": "consolidate",
-            "poll_interval": 1,
-            "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
-            "state_db": str(tmp / "state.db"),
-            "audit_log": str(tmp / "audit.jsonl"),
-            "backend": "cli",
-            "slurm_conf": str(cluster.conf),
-        }
-        for k, v in overrides.items():
-            if isinstance(v, dict):
-                cfg[k] = {**cfg.get(k, {}), **v}
-            else:
-                cfg[k] = v
-        self.config = tmp / "teiresias.yaml"
-        self.config.write_text(yaml.safe_dump(cfg))
-        self.log = tmp / "controller.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "ControllerProc":
-        self.proc = subprocess.Popen([*TEIRESIAS, "controller", "run", "-c", str(self.config)],
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
-                                     env={**self.cluster.env, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
-        return self
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def records(self) -> dict[int, JobRecord]:
-        db = self.tmp / "state.db"
-        if not db.exists():
-            return {}
-        store = StateStore(db, readonly_copy=True)
-        try:
-            return store.jobs(active_only=False)
-        finally:
-            store.close()
-
-    def rec(self, job_id: int) -> JobRecord | None:
-        return self.records().get(job_id)
-
-    def audit(self, job: int | None = None, action: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in read_audit(self.tmp / "audit.jsonl")
-                if (job is None or e["job"] == job) and (action is None or e["action"] == action)]
-
-    def logtext(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
-@pytest.fixture(scope="module")
-def lua_cluster(slurm_cluster):
-    """The test cluster with etc/job_submit.lua installed (jobs held at submission)."""
-    with slurm_cluster.reconfigured(job_submit_lua=LUA) as c:
-        c.lua_cfg = replace(c.cfg, job_submit_lua=LUA)
-        yield c
-
-
-@pytest.fixture
-def cluster(lua_cluster) -> Iterator[Any]:
-    lua_cluster.clean()
-    yield lua_cluster
-    lua_cluster.clean()
-
-
-@pytest.fixture
-def make_controller(cluster, tmp_path) -> Iterator[Callable[..., ControllerProc]]:
-    made: list[ControllerProc] = []
-
-    def make(**overrides: Any) -> ControllerProc:
-        c = ControllerProc(tmp_path, cluster, **overrides)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.stop()
-
-
-def submit_protocol_job(cluster, tmp: Path, gpus: int, *, ack: bool = True, run_for: int = 600,
-                        name: str = "pj", extra: tuple[str, ...] = ()) -> int:
-    base = tmp / "jobs"
-    base.mkdir(exist_ok=True)
-    return cluster.submit(PROTOCOL_JOB, "-p", "gpu", f"--gpus={gpus}", "-t", "10", f"--job-name={name}",
-                          f"--comment={format_comment({'dir': str(base)})}", *extra,
-                          env={"JOBBASE": str(base), "ACK": "1" if ack else "0", "RUN_FOR": str(run_for)})
-
-
-def submit_sleep(cluster, gpus: int, seconds: int = 600, partition: str = "gpu", *extra: str) -> int:
-    return cluster.submit(f"sleep {seconds}", "-p", partition, f"--gpus={gpus}", "-t", "10", *extra)
-
 
 # --------------------------------------------------------------------------- tests
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.slurm.test_controller_live import (  # noqa: F401  (fixtures)
-    cluster,
-    lua_cluster,
-    make_controller,
-    poll,
+from tests.helpers import poll
+from tests.slurm.controller_support import (
     submit_sleep,
 )
 from tests.slurm.test_wrapper_resume import submitted, train_job, tsbatch

@@ -11,11 +11,8 @@ import pytest
 
 from slurm_plugin.controller.packlimit import placement_history
 from slurm_plugin.controller.state import StateStore
-from tests.slurm.test_controller_live import (  # noqa: F401  (fixtures)
-    cluster,
-    lua_cluster,
-    make_controller,
-    poll,
+from tests.helpers import poll
+from tests.slurm.controller_support import (
     submit_sleep,
 )
 from tests.slurm.test_wrapper_resume import submitted, train_job, tsbatch

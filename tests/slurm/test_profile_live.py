@@ -25,14 +25,11 @@ import pytest
 
 from profiler.env import profile_dir
 from slurm_plugin.backends.parse import FINISHED_STATES
+from tests.helpers import poll
 from tests.profiler.conftest import TEARDOWN_ABORT
-from tests.slurm.test_controller_live import (  # noqa: F401  (fixtures)
+from tests.slurm.controller_support import (
     REPO,
     TEIRESIAS,
-    cluster,
-    lua_cluster,
-    make_controller,
-    poll,
     submit_sleep,
 )
 from tests.slurm.test_wrapper_resume import submitted, tsbatch
