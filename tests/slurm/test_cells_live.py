@@ -16,9 +16,8 @@ import json
 import subprocess
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -37,7 +36,6 @@ from wrappers.protocol import format_comment
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
-LUA = REPO / "etc" / "job_submit.lua"
 
 CELLS = {
     "cell_types": {"gpu": {}, "gpu-pair": {"child": "gpu", "count": 2},
@@ -108,20 +106,6 @@ class CellsController:
         with self._lock:
             plan = self.plan
         return {b.cell for b in plan.cells.bindings if b.vc == vc} if plan is not None else set()
-
-
-@pytest.fixture(scope="module")
-def lua_cluster(slurm_cluster):
-    with slurm_cluster.reconfigured(job_submit_lua=LUA) as c:
-        c.lua_cfg = replace(c.cfg, job_submit_lua=LUA)
-        yield c
-
-
-@pytest.fixture
-def cluster(lua_cluster) -> Iterator[Any]:
-    lua_cluster.clean()
-    yield lua_cluster
-    lua_cluster.clean()
 
 
 def submit(cluster, tmp: Path, gpus: int, account: str, run_for: int = 600) -> int:
