@@ -25,22 +25,26 @@ what to fix.
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from teiresias import yamlconf
 from teiresias.domain import Cluster, Node
 from teiresias.errors import ConfigError
 
 SPEC_COLUMNS = ("num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node")
 _REQUIRED = SPEC_COLUMNS[:3]
+# Keys of the YAML forms; anything else is a typo (e.g. 'switchs') and an error.
+_EXPLICIT_KEYS = ("switches", "gpus_per_node", "cpus_per_node", "mem_gb_per_node")
+_SWITCH_KEYS = ("name", "nodes")
+_NODE_KEYS = ("name", "gpus", "cpus", "mem_gb")
 
 
 def load_cluster(path: str | Path) -> Cluster:
     """Load a Tiresias spec CSV or a YAML cluster file (chosen by extension)."""
     p = Path(path)
-    if not p.exists() or p.is_dir():
+    if not p.exists() and not p.is_symlink():
         raise ConfigError(f"{p}: cluster spec not found; pass a .csv (Tiresias cluster_spec) or .yaml file")
     if p.suffix.lower() in (".yaml", ".yml"):
         return _load_yaml(p)
@@ -73,7 +77,7 @@ def _from_counts(p: Path, where: str, row: dict[str, Any]) -> Cluster:
 
 
 def _load_csv(p: Path) -> Cluster:
-    with p.open(newline="") as fh:
+    with io.StringIO(yamlconf.read_text(p, "cluster spec"), newline="") as fh:
         reader = csv.DictReader(fh)
         if not reader.fieldnames:
             raise ConfigError(f"{p}:1: empty cluster spec; expected header {','.join(SPEC_COLUMNS)}")
@@ -90,18 +94,18 @@ def _load_csv(p: Path) -> Cluster:
 
 
 def _load_yaml(p: Path) -> Cluster:
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"{mark.line + 1}" if mark is not None else "?"
-        raise ConfigError(f"{p}:{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    doc = yamlconf.load_yaml(p, "cluster spec")
     if not isinstance(doc, dict):
         raise ConfigError(f"{p}: expected a mapping with 'switches:' or num_switch/num_node_p_switch/num_gpu_p_node")
     if "cluster" in doc and isinstance(doc["cluster"], dict):
         doc = doc["cluster"]  # allow nesting inside a larger config file
+    yamlconf.check_keys(p, doc, (*_EXPLICIT_KEYS, *SPEC_COLUMNS))
     if "switches" not in doc:
         return _from_counts(p, "cluster", doc)
+    mixed = [k for k in SPEC_COLUMNS if k in doc]
+    if mixed:
+        raise ConfigError(f"{p}: {', '.join(mixed)} belong to the counts form; with 'switches:' "
+                          f"use {', '.join(_EXPLICIT_KEYS[1:])}")
     default_gpus = doc.get("gpus_per_node")
     nodes: list[Node] = []
     switches = doc["switches"]
@@ -110,10 +114,16 @@ def _load_yaml(p: Path) -> Cluster:
     for si, sw in enumerate(switches):
         if not isinstance(sw, dict) or "nodes" not in sw:
             raise ConfigError(f"{p}: switches[{si}] needs 'nodes' (a list of node names or {{name, gpus}})")
+        yamlconf.check_keys(p, sw, _SWITCH_KEYS, f"switches[{si}]")
         sname = str(sw.get("name", f"s{si}"))
+        if not isinstance(sw["nodes"] or [], list):
+            # A bare string would otherwise be read one character per node.
+            raise ConfigError(f"{p}: switches[{si}].nodes must be a list of node names or {{name, gpus}}, "
+                              f"got {sw['nodes']!r}")
         for ni, nd in enumerate(sw["nodes"] or []):
             where = f"switches[{si}].nodes[{ni}]"
             if isinstance(nd, dict):
+                yamlconf.check_keys(p, nd, _NODE_KEYS, where)
                 name, gpus = nd.get("name"), nd.get("gpus", default_gpus)
                 cpus, mem = nd.get("cpus", doc.get("cpus_per_node", 0)), nd.get("mem_gb", doc.get("mem_gb_per_node", 0))
             else:

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from teiresias import yamlconf
 from teiresias.errors import TraceError
 
 
@@ -72,10 +74,7 @@ class ServiceDistribution:
         Raises TraceError naming the file and line of the first bad value.
         """
         p = Path(path)
-        try:
-            fh = p.open(newline="")
-        except OSError as exc:
-            raise TraceError(f"{p}: cannot read GPU-time samples ({exc.strerror}); give a CSV with a 'duration' column") from exc
+        fh = io.StringIO(yamlconf.read_text(p, "GPU-time samples", TraceError), newline="")
         with fh:
             reader = csv.reader(fh)
             header = next(reader, None)

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-import yaml
-
+from teiresias import yamlconf
 from teiresias.errors import ConfigError
 
 
@@ -59,34 +58,28 @@ class SlowdownTable:
         return cls(models={}, default=ModelProfile(None, 1.0))
 
 
+_PROFILE_KEYS = ("skew", "slowdown")
+_TOP_KEYS = ("default", "models")
+
+
 def _profile(path: Path, where: str, raw: object) -> ModelProfile:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: {where} must be a mapping {{skew: X, slowdown: Y}}")
-    skew = raw.get("skew")
-    slow = raw.get("slowdown", 1.0)
-    try:
-        skew_f = None if skew is None else float(skew)
-        slow_f = float(slow)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{path}: {where}: skew and slowdown must be numbers") from None
-    if slow_f < 1.0:
-        raise ConfigError(f"{path}: {where}: slowdown must be >= 1.0 (a factor on run time), got {slow_f}")
-    if skew_f is not None and not 0.0 <= skew_f <= 1.0:
-        raise ConfigError(f"{path}: {where}: skew is a ratio in [0, 1], got {skew_f}")
+    prof = yamlconf.mapping(path, where, raw, _PROFILE_KEYS)
+    skew = prof.get("skew")
+    skew_f = None if skew is None else yamlconf.number(path, f"{where}.skew", skew, minimum=0.0, maximum=1.0)
+    # slowdown is a factor on run time: below 1 a spread job would run faster.
+    slow_f = yamlconf.number(path, f"{where}.slowdown", prof.get("slowdown", 1.0), minimum=1.0)
     return ModelProfile(skew_f, slow_f)
 
 
 def load_slowdown(path: str | Path) -> SlowdownTable:
-    """Read a slowdown table in the ``etc/slowdown.yaml`` format."""
+    """Read a slowdown table in the ``etc/slowdown.yaml`` format (unknown keys are errors)."""
     p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: slowdown table not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("models", {}), dict):
-        raise ConfigError(f"{p}: expected 'models:' mapping model name -> {{skew, slowdown}}")
-    models = {str(k).lower(): _profile(p, f"models.{k}", v) for k, v in (doc.get("models") or {}).items()}
+    doc = yamlconf.load_yaml(p, "slowdown table")
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{p}: expected a mapping with 'models:' (model name -> {{skew, slowdown}}) "
+                          "and optionally 'default:'; see etc/slowdown.yaml")
+    yamlconf.check_keys(p, doc, _TOP_KEYS)
+    models_raw = yamlconf.mapping(p, "models", doc.get("models") or {})
+    models = {str(k).lower(): _profile(p, f"models.{k}", v) for k, v in models_raw.items()}
     default = _profile(p, "default", doc["default"]) if "default" in doc else BUILTIN_DEFAULT
     return SlowdownTable(models=models, default=default)

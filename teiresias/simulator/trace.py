@@ -17,11 +17,13 @@ so a user can open the file at that line.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable
 
+from teiresias import yamlconf
 from teiresias.domain import Cluster
 from teiresias.errors import TraceError
 from teiresias.simulator.atomic import atomic_writer
@@ -69,12 +71,8 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
     error (it could never run, and the replay would never end).
     """
     p = Path(path)
-    if not p.exists() or p.is_dir():
-        raise TraceError(f"{p}: trace file not found")
-    try:
-        fh = p.open(newline="")
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read trace ({exc.strerror})") from None
+    # Not-UTF-8, a directory, a byte-order mark: see teiresias/yamlconf.py.
+    fh = io.StringIO(yamlconf.read_text(p, "trace", TraceError), newline="")
     jobs: list[TraceJob] = []
     with fh:
         reader = csv.reader(fh)

@@ -69,5 +69,5 @@ def test_slowdown_lookup_and_validation(tmp_path):
         assert (prof.slowdown > 1.0) == (prof.skew > 0.5), name
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump({"models": {"vgg16": {"skew": 0.7, "slowdown": 0.5}}}))
-    with pytest.raises(ConfigError, match="slowdown must be >= 1.0"):
+    with pytest.raises(ConfigError, match="models.vgg16.slowdown: must be >= 1.0"):
         load_slowdown(p)
