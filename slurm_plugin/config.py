@@ -11,6 +11,7 @@ config can travel with its state directory.
 
 from __future__ import annotations
 
+import grp
 import math
 import os
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any, Mapping
 import yaml
 
 from teiresias.errors import ConfigError
+from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
 POLLS = ("json", "scontrol")
@@ -75,6 +77,9 @@ class ControllerConfig:
     topology: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # HiveD virtual clusters (teiresias/cells, docs/cells.md); None: no VCs.
     cells: Path | None = None
+    # Group that may read the state DB and audit log (files 0640, folders 0750);
+    # None: only the controller's user (0600 / 0700). docs/controller.md "Files".
+    file_group: str | None = None
 
     def switch_of(self, node: str) -> str:
         for switch, nodes in self.topology.items():
@@ -115,6 +120,7 @@ _SCHEMA: dict[str, Any] = {
     "slurmrestd_socket": None,
     "topology": {"switches": None},
     "cells": None,
+    "file_group": None,
 }
 
 
@@ -199,7 +205,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
 
     pol = data.get("policy") or {}
     pd = PolicyConfig()
-    name = r.string("policy.name", pol.get("name", pd.name))
+    # Checked here, not at the first round: a typo must stop the start, even with Slurm down.
+    name = r.string("policy.name", pol.get("name", pd.name), POLICY_NAMES)
     queues = pol.get("queues", list(pd.queues))
     if not isinstance(queues, list) or not queues:
         raise r.fail("policy.queues", f"must be a non-empty list of GPU-second thresholds, got {queues!r}")
@@ -216,7 +223,7 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     kw["policy"] = PolicyConfig(name, qs, knob, samples_path)  # type: ignore[arg-type]
 
     if "placement" in data:
-        kw["placement"] = r.string("placement", data["placement"])
+        kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)
     if data.get("packlimit") is not None:
         kw["packlimit"] = r.number("packlimit", data["packlimit"], positive=False)
     if "packlimit_learning" in data:
@@ -241,6 +248,9 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         kw["slurm_poll"] = r.string("slurm_poll", data["slurm_poll"], POLLS)
     if data.get("slurm_conf") is not None:
         kw["slurm_conf"] = _resolve(base, r.string("slurm_conf", data["slurm_conf"]))
+        if not kw["slurm_conf"].is_file():
+            # Slurm's commands would only say "unable to contact slurmctld", and only after their timeout.
+            raise r.fail("slurm_conf", f"file {kw['slurm_conf']} does not exist; give the cluster's slurm.conf")
 
     if data.get("slurmrestd_socket") is not None:
         kw["slurmrestd_socket"] = _resolve(base, r.string("slurmrestd_socket", data["slurmrestd_socket"]))
@@ -264,6 +274,13 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         if not cells_path.is_file():
             raise r.fail("cells", f"file {cells_path} does not exist; see etc/cells.example.yaml")
         kw["cells"] = cells_path
+    if data.get("file_group") is not None:
+        group = r.string("file_group", data["file_group"])
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            raise r.fail("file_group", f"no group named {group!r} on this host; create it or remove the key") from None
+        kw["file_group"] = group
     return ControllerConfig(**{**d.__dict__, **kw})
 
 

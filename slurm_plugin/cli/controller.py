@@ -9,10 +9,12 @@ import threading
 
 import click
 
-from slurm_plugin.config import load_config
+from slurm_plugin.config import ControllerConfig, load_config
+from slurm_plugin.controller.files import FileModes
+from slurm_plugin.controller.lock import ControllerLock
 from slurm_plugin.controller.loop import RoundResult
 from slurm_plugin.controller.runtime import make_controller, setup_logging
-from teiresias.errors import SlurmUnreachable
+from teiresias.errors import ConfigError, SlurmUnreachable
 
 log = logging.getLogger("teiresias.controller")
 
@@ -35,23 +37,58 @@ def controller() -> None:
 @click.option("-n", "--dry-run", is_flag=True, help="Decide and print, but change nothing in Slurm or the state.")
 @click.option("-1", "--once", is_flag=True, help="Run one round and exit.")
 @click.option("-j", "--json", "as_json", is_flag=True, help="Print each round's plan and actions as JSON (one object a line).")
+@click.option("-s", "--standby", is_flag=True,
+              help="Wait while another controller runs on this state DB; take over when it stops or dies.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, verbose: bool) -> None:
+def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, standby: bool, verbose: bool) -> None:
     """Run the controller: poll Slurm, decide with the policy, enact.
 
     Each round: snapshot Slurm -> reconcile with the state DB -> policy ->
     plan -> enact (hold/release with a node list, two-phase preemption).
-    Slurm unreachable: one log line, then retries with back-off. Exit codes:
-    0 ok, 2 bad input (config), 3 Slurm unreachable with --once.
+    Slurm unreachable: one log line, then retries with back-off. One
+    controller per state DB: a second one exits 2 naming the first one's pid,
+    unless --standby, which waits and takes over within a second of the
+    active one's end (even kill -9), finishing its journal first. Exit codes:
+    0 ok, 2 bad input (config, partitions or cells unknown to Slurm, lock
+    held), 3 Slurm unreachable with --once.
 
     \b
     Examples:
       teiresias controller run --config etc/teiresias.yaml
+      teiresias controller run --config etc/teiresias.yaml --standby
       teiresias controller run --config etc/teiresias.yaml --once --json
       teiresias controller run -c etc/teiresias.yaml --dry-run --once
     """
     setup_logging(verbose)
     config = load_config(config_path)
+    if standby and dry_run:
+        raise ConfigError("--standby and --dry-run exclude each other: a dry run changes nothing and needs no lock")
+    stop = threading.Event()
+    if not once or standby:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    # A dry run writes nothing (its store is an in-memory copy): it may run beside the controller.
+    lock = None if dry_run else ControllerLock(config.state_db, FileModes(config.file_group))
+    try:
+        if lock is not None:
+            if standby:
+                if not lock.try_acquire():
+                    log.info("standby: controller pid %s holds %s; taking over when it ends",
+                             lock.holder(), lock.path)
+                    # Checked often: a flock costs nothing, and takeover within one poll interval is promised.
+                    if not lock.wait(stop, min(0.5, config.poll_interval)):
+                        return
+                    log.info("standby: the lock is ours; taking over (interrupted actions first)")
+            else:
+                lock.acquire()
+        # Built only now: a standby must read the state as the previous controller left it.
+        _run(config, dry_run, once, as_json, stop)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, stop: threading.Event) -> None:
     ctl = make_controller(config, dry_run=dry_run)
 
     def emit(result: RoundResult) -> None:
@@ -68,17 +105,14 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, verbo
         try:
             emit(ctl.round())
         except SlurmUnreachable as exc:
-            click.echo(f"teiresias: error: slurmctld unreachable ({exc}); is Slurm up and SLURM_CONF right?",
-                       err=True)
+            # The backend's message already names slurmctld and what to check.
+            click.echo(f"teiresias: error: {exc}", err=True)
             raise SystemExit(EXIT_UNREACHABLE)
         finally:
             ctl.store.close()
             ctl.audit.close()
         return
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     log.info("controller started: partitions %s, policy %s, poll every %gs, state %s%s",
              ",".join(config.partitions), config.policy.name, config.poll_interval, config.state_db,
              " (dry run)" if dry_run else "")

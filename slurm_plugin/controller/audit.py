@@ -11,13 +11,16 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from slurm_plugin.controller.files import FileModes, secure_file
+
 
 class AuditLog:
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, modes: FileModes = FileModes()) -> None:
         self.path = path
         self._f: TextIO | None = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # Job names and reasons: readable only by the controller's user or group (files.py).
+            secure_file(path, modes, "audit_log")
             self._f = open(path, "a", buffering=1)
 
     def write(self, job: int | None, action: str, reason: str = "", **extra: Any) -> dict[str, Any]:

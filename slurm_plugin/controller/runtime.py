@@ -9,6 +9,7 @@ import sys
 from slurm_plugin.backends.base import SlurmBackend
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import StateStore
 
@@ -26,8 +27,9 @@ def make_backend(config: ControllerConfig) -> SlurmBackend:
 
 def make_controller(config: ControllerConfig, *, dry_run: bool = False,
                     backend: SlurmBackend | None = None) -> Controller:
-    store = StateStore(config.state_db, readonly_copy=dry_run)
-    audit = AuditLog(None if dry_run else config.audit_log)
+    modes = FileModes(config.file_group)
+    store = StateStore(config.state_db, readonly_copy=dry_run, modes=modes)
+    audit = AuditLog(None if dry_run else config.audit_log, modes)
     return Controller(config, backend or make_backend(config), store, audit, dry_run=dry_run)
 
 

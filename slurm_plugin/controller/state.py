@@ -27,7 +27,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
 
+from slurm_plugin.controller.files import FileModes, chmod_if_exists, secure_file
 from teiresias.domain import Placement
+from teiresias.errors import ConfigError
 
 
 class Phase(str, Enum):
@@ -175,7 +177,7 @@ class StateStore:
     journal row that explains it land together or not at all.
     """
 
-    def __init__(self, path: str | Path, *, readonly_copy: bool = False) -> None:
+    def __init__(self, path: str | Path, *, readonly_copy: bool = False, modes: FileModes = FileModes()) -> None:
         self.path = Path(path)
         if readonly_copy:
             # --dry-run and `teiresias queue`: work on an in-memory copy so nothing persists.
@@ -187,13 +189,19 @@ class StateStore:
                 finally:
                     src.close()
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # One thread at a time uses a store; the demo builds it in one thread and runs it in another.
-            self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0,
-                                      check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            # FULL: a journal row is on disk before the action it announces is enacted.
-            self.db.execute("PRAGMA synchronous=FULL")
+            # Every job's name and comment is in here: never readable by all (files.py).
+            secure_file(self.path, modes, "state_db")
+            try:
+                # One thread at a time uses a store; the demo builds it in one thread and runs it in another.
+                self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0,
+                                          check_same_thread=False)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                # FULL: a journal row is on disk before the action it announces is enacted.
+                self.db.execute("PRAGMA synchronous=FULL")
+            except sqlite3.DatabaseError as exc:
+                raise ConfigError(f"{self.path}: not a usable state DB ({exc}); fix state_db in the config") from None
+            for side in ("-wal", "-shm"):
+                chmod_if_exists(self.path.with_name(self.path.name + side), modes)
         for stmt in _SCHEMA:
             self.db.execute(stmt)
         self._depth = 0
