@@ -6,12 +6,12 @@ GPU-time samples) is read through :func:`read_text`, so the same mistake gets
 the same one-line error whichever command reads the file:
 
 - missing file, a directory, unreadable file: ``FILE: cannot read <what>:
-  file not found`` / ``FILE: is a directory, not a <what> file`` /
+  no such file`` / ``FILE: is a directory, not a <what> file`` /
   ``FILE: cannot read <what> (why)``;
 - not UTF-8: ``FILE:LINE: not UTF-8 text (byte 0x.. ); save the <what> as UTF-8``.
   A UTF-8 byte-order mark (what Windows editors and Excel write) is accepted
   and dropped, so it never shows up glued to the first column name;
-- bad YAML: ``FILE:LINE: not valid YAML (problem)``;
+- bad YAML: ``FILE:LINE: is not valid YAML (problem)``;
 - a key the schema does not know: ``FILE: unknown key 'a.b' (did you mean
   'x'?); valid keys under a are: ...``. Unknown keys are always errors: a
   typo'd key silently falling back to a default is the worst kind of mistake
@@ -47,7 +47,7 @@ def read_text(path: str | Path, what: str, error: type[TeiresiasError] = ConfigE
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise error(f"{p}: cannot read {what}: file not found{hint}") from None
+        raise error(f"{p}: cannot read {what}: no such file{hint}") from None
     except OSError as exc:
         raise error(f"{p}: cannot read {what} ({exc.strerror}){hint}") from None
     if data.startswith(codecs.BOM_UTF8):
@@ -69,7 +69,7 @@ def load_yaml(path: str | Path, what: str, hint: str = "") -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"{mark.line + 1}:" if mark is not None else ""
-        raise ConfigError(f"{path}:{line} not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        raise ConfigError(f"{path}:{line} is not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
 
 
 def unknown_key(source: str | Path, dotted: str, valid: Iterable[str], under: str = "") -> ConfigError:

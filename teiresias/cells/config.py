@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
+from teiresias import yamlconf
 from teiresias.cells.model import CellChain, CellLevel, CellType, TopCellSpec, Topology
 from teiresias.domain import Cluster
 from teiresias.errors import ConfigError
@@ -104,14 +103,7 @@ def expand_hostlist(expr: str) -> list[str]:
 def load(path: str | Path, cluster: Cluster | None = None) -> CellsConfig:
     """Read and validate a cells YAML file; with ``cluster``, also check node names and GPUs."""
     p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file; pass --config FILE (see etc/cells.example.yaml)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    raw = yamlconf.load_yaml(p, "cells config", hint="; pass --config FILE (see etc/cells.example.yaml)")
     return parse(raw, str(p), cluster)
 
 
@@ -123,9 +115,7 @@ def parse(raw: Any, source: str = "<cells>", cluster: Cluster | None = None) -> 
 
     if not isinstance(raw, dict):
         raise err("(top)", "expected a mapping with cell_types, physical_cells, virtual_clusters")
-    for k in raw:
-        if k not in _ROOT_KEYS:
-            raise err(str(k), f"unknown key; valid keys: {', '.join(sorted(_ROOT_KEYS))}")
+    _check_keys(raw, source)
     types_raw = raw.get("cell_types")
     if not isinstance(types_raw, dict) or not types_raw:
         raise err("cell_types", "must map each cell type name to {child, count, node}")
@@ -137,6 +127,21 @@ def parse(raw: Any, source: str = "<cells>", cluster: Cluster | None = None) -> 
     return CellsConfig(source=source, chains=chains, tops=tuple(tops), vcs=tuple(vcs))
 
 
+def _check_keys(raw: dict, source: str) -> None:
+    """Unknown keys anywhere, in the one format of teiresias/yamlconf.py (shapes are checked later)."""
+    yamlconf.check_keys(source, raw, _ROOT_KEYS)
+    for section, valid in (("cell_types", _TYPE_KEYS), ("virtual_clusters", _VC_KEYS)):
+        entries = raw.get(section)
+        if isinstance(entries, dict):
+            for name, spec in entries.items():
+                if isinstance(spec, dict):
+                    yamlconf.check_keys(source, spec, valid, f"{section}.{name}")
+    if isinstance(raw.get("physical_cells"), list):
+        for i, t in enumerate(raw["physical_cells"]):
+            if isinstance(t, dict):
+                yamlconf.check_keys(source, t, _TOP_KEYS, f"physical_cells[{i}]")
+
+
 def _parse_chains(types_raw: dict, tops_raw: Any, err) -> dict[str, CellChain]:
     """Each type used by a physical top cell roots a chain; walk its children to the leaf."""
     for name, spec in types_raw.items():
@@ -145,9 +150,6 @@ def _parse_chains(types_raw: dict, tops_raw: Any, err) -> dict[str, CellChain]:
             spec = types_raw[name] = {}
         if not isinstance(spec, dict):
             raise err(key, "must be a mapping {child, count, node} ({} for the GPU type)")
-        for k in spec:
-            if k not in _TYPE_KEYS:
-                raise err(f"{key}.{k}", f"unknown key; valid keys: {', '.join(sorted(_TYPE_KEYS))}")
         child = spec.get("child")
         if child is not None:
             if child not in types_raw:
@@ -203,9 +205,6 @@ def _parse_tops(tops_raw: Any, chains: dict[str, CellChain], cluster: Cluster | 
         key = f"physical_cells[{i}]"
         if not isinstance(t, dict):
             raise err(key, "must be a mapping {type, nodes}")
-        for k in t:
-            if k not in _TOP_KEYS:
-                raise err(f"{key}.{k}", f"unknown key; valid keys: {', '.join(sorted(_TOP_KEYS))}")
         tname = t.get("type")
         if tname not in chains:
             raise err(f"{key}.type", f"unknown cell type {tname!r}; define it under cell_types")
@@ -272,9 +271,6 @@ def _parse_vcs(vcs_raw: Any, chains: dict[str, CellChain], err) -> list[VCSpec]:
         key = f"virtual_clusters.{name}"
         if not isinstance(spec, dict):
             raise err(key, "must be a mapping {accounts, quota}")
-        for k in spec:
-            if k not in _VC_KEYS:
-                raise err(f"{key}.{k}", f"unknown key; valid keys: {', '.join(sorted(_VC_KEYS))}")
         accounts = spec.get("accounts", [name])
         if isinstance(accounts, str):
             accounts = [accounts]

@@ -78,7 +78,7 @@ def test_hostlist_expansion() -> None:
         ("physical_cells.1.nodes", ["n2", "n3"], "physical_cells[1].nodes: node n2 is already in physical_cells[0]"),
         ("cell_types.node.node", None, "has no type marked node: true"),
         ("cell_types.pair.count", 0, "cell_types.pair.count: must be a positive integer"),
-        ("cell_types.pair.size", 2, "cell_types.pair.size: unknown key"),
+        ("cell_types.pair.size", 2, "unknown key 'cell_types.pair.size'; valid keys under cell_types.pair are: child, count, node"),
         ("virtual_clusters.b.accounts", ["ta"], "account ta is already in VC a"),
         ("virtual_clusters.b.quota", {"socket": 1}, "virtual_clusters.b.quota.socket: unknown cell type 'socket'"),
         ("virtual_clusters.b.quota", {"pair": -1}, "must be a non-negative integer"),

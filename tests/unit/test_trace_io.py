@@ -79,5 +79,5 @@ def test_job_larger_than_cluster_names_the_line(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(TraceError, match="cannot read trace: file not found"):
+    with pytest.raises(TraceError, match="cannot read trace: no such file"):
         read_trace(tmp_path / "nope.csv")
