@@ -19,8 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
+from teiresias import yamlconf
 from teiresias.errors import ConfigError
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
@@ -137,15 +136,13 @@ class _Reader:
         for key, value in data.items():
             dotted = f"{prefix}{key}"
             if key not in schema:
-                valid = ", ".join(sorted(schema))
-                raise ConfigError(f"{self.path}: unknown key '{dotted}'; valid keys"
-                                  f"{' under ' + prefix.rstrip('.') if prefix else ''} are: {valid}")
+                raise yamlconf.unknown_key(self.path, dotted, schema, prefix.rstrip("."))
             sub = schema[key]
             if sub is not None and value is not None:
                 if not isinstance(value, Mapping):
                     raise self.fail(dotted, f"must be a mapping with keys {', '.join(sorted(sub))}")
-                if key != "topology" or "switches" in value:
-                    self.check_keys(value, sub, dotted + ".")
+                # topology too: 'topology: {switchs: ...}' would otherwise leave every node on one switch.
+                self.check_keys(value, sub, dotted + ".")
 
     def number(self, key: str, value: Any, *, positive: bool = True, allow_none: bool = False) -> float | None:
         if value is None and allow_none:
@@ -287,14 +284,6 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
 def load_config(path: str | os.PathLike[str] | None = None) -> ControllerConfig:
     """Read and validate the config file (``--config``, else $TEIRESIAS_CONFIG, else etc/teiresias.yaml)."""
     chosen = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
-    try:
-        text = chosen.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{chosen}: cannot read config ({exc.strerror}); pass --config FILE") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{chosen}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+    # Not-UTF-8, BOM, directory, YAML errors: the shared format of teiresias/yamlconf.py.
+    data = yamlconf.load_yaml(chosen, "config", hint="; pass --config FILE")
     return parse_config(data, str(chosen), chosen.resolve().parent)
