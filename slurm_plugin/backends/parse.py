@@ -51,12 +51,13 @@ def expand_hostlist(spec: str) -> tuple[str, ...]:
 
 
 def _split_top_level(spec: str) -> list[str]:
-    """Split on commas outside brackets."""
+    """Split on commas outside brackets and parentheses: ``node[1,3]`` and
+    ``gpu:2(IDX:0,2)`` are one item each."""
     parts, depth, cur = [], 0, []
     for ch in spec:
-        if ch == "[":
+        if ch in "[(":
             depth += 1
-        elif ch == "]":
+        elif ch in "])":
             depth -= 1
         if ch == "," and depth == 0:
             parts.append("".join(cur))
@@ -71,23 +72,33 @@ def _split_top_level(spec: str) -> list[str]:
 # ---------------------------------------------------------------- GPUs
 @lru_cache(maxsize=4096)
 def gres_count(spec: str, name: str = "gpu") -> int:
-    """GPUs in one gres string: ``gres:gpu:2``, ``gpu:tesla:2(IDX:0-1)``,
-    ``gres/gpu=2``, ``gpu:4,mps:100`` -> the sum over ``name`` entries."""
-    total = 0
+    """GPUs in one gres or TRES string: ``gres:gpu:2``, ``gpu:tesla:2(IDX:0,2)``,
+    ``gres/gpu=2``, ``gpu:4,mps:100`` -> the sum over ``name`` entries.
+
+    A count that is not a whole number >= 0 counts as 0 (job_submit.lua
+    refuses such requests). TRES strings list a typed count beside the
+    untyped total (``gres/gpu=2,gres/gpu:tesla=2``): the total is taken alone.
+    """
+    plain = typed = 0
+    tres_total: int | None = None
     for item in _split_top_level(spec or ""):
-        item = re.sub(r"\(.*?\)", "", item).strip()  # (IDX:0-1), (S:0)
+        item = re.sub(r"\(.*?\)", "", item).strip()  # (IDX:0,2), (S:0)
+        tres = item.startswith("gres/")
         if item.startswith("gres:"):
             item = item[5:]
-        elif item.startswith("gres/"):
+        elif tres:
             item = item[5:].replace("=", ":")
         fields = item.split(":")
         if fields[0] != name:
             continue
-        if len(fields) == 1:
-            total += 1  # "gpu" alone means one
-        elif fields[-1].isdigit():
-            total += int(fields[-1])
-    return total
+        n = 1 if len(fields) == 1 else int(fields[-1]) if fields[-1].isdigit() else 0  # "gpu" alone means one
+        if tres and len(fields) == 2:
+            tres_total = (tres_total or 0) + n
+        elif tres:
+            typed += n
+        else:
+            plain += n
+    return plain + (tres_total if tres_total is not None else typed)
 
 
 def job_gpus(d: dict[str, Any]) -> tuple[int, int | None]:
@@ -161,7 +172,30 @@ def parse_job(d: dict[str, Any]) -> SlurmJob:
         command=str(d.get("command") or ""),
         comment=str(d.get("comment") or ""),
         gpus_per_node=gpn,
+        array_job_id=int(d.get("array_job_id") or 0) or None,
+        array_task_id=_task_id(d.get("array_task_id")),
+        array_tasks=str(d.get("array_task_string") or ""),
+        admin_comment=str(d.get("admin_comment") or ""),
+        dependency=str(d.get("dependency") or ""),
     )
+
+
+def _task_id(v: Any) -> int | None:
+    return int(v) if isinstance(v, int) or (isinstance(v, str) and v.isdigit()) else None
+
+
+def array_task_ids(spec: str) -> list[int]:
+    """The tasks of an array meta record: ``0-5`` / ``1,3-7:2%2`` -> [1, 3, 5, 7]
+    (``%N`` is the limit on running tasks, not a task)."""
+    out: list[int] = []
+    for part in spec.split("%")[0].split(","):
+        rng, _, step = part.partition(":")
+        lo, _, hi = rng.partition("-")
+        if not lo.strip().isdigit():
+            continue
+        last = int(hi) if hi.strip().isdigit() else int(lo)
+        out.extend(range(int(lo), last + 1, int(step) if step.isdigit() and int(step) > 0 else 1))
+    return out
 
 
 def check_payload(payload: dict[str, Any], what: str) -> None:
@@ -321,6 +355,11 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         command="" if kv.get("Command") in null else kv.get("Command", ""),
         comment=kv.get("Comment", ""),
         gpus_per_node=per_node or None,
+        array_job_id=_int(kv.get("ArrayJobId"), 0) or None,
+        array_task_id=_task_id(kv.get("ArrayTaskId")),
+        array_tasks=kv.get("ArrayTaskId", "") if not kv.get("ArrayTaskId", "0").isdigit() else "",
+        admin_comment=kv.get("AdminComment", ""),
+        dependency="" if kv.get("Dependency") in null else kv.get("Dependency", ""),
     )
 
 
