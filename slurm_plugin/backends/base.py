@@ -44,6 +44,34 @@ class SlurmJob:
     command: str
     comment: str
     gpus_per_node: int | None = None
+    # Job arrays: a split-off task has its own job_id plus these two; the
+    # record of tasks not split off yet carries their set in ``array_tasks``
+    # (``0-5``, ``1,3-5%2``) and is the array's meta record.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_tasks: str = ""
+    admin_comment: str = ""
+    dependency: str = ""  # ``afterok:12(unfulfilled)``; "" when none is left
+
+    @property
+    def target(self) -> str:
+        """The id to give scontrol: an array task is ``A_T`` (plain ``A`` would
+        act on every task of the array)."""
+        if self.array_job_id and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.job_id)
+
+    @property
+    def held_by_teiresias(self) -> bool:
+        """Held, and the hold is the project's own (job_submit.lua's or the
+        controller's: both leave HOLD_MARK in AdminComment); any other hold is
+        the user's or an admin's and is never released by the controller."""
+        return self.held and HOLD_MARK in self.admin_comment.split(";")
+
+
+# AdminComment of a job held by job_submit.lua or by the controller (etc/job_submit.lua
+# writes the same word): how the controller tells its own hold from a user's or an admin's.
+HOLD_MARK = "teiresias:held"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +93,8 @@ class SlurmNode:
 
 
 class SlurmBackend(ABC):
-    """Read jobs and nodes; act on one job. Every method raises
+    """Read jobs and nodes; act on one job (``job_id`` may be an array task's
+    ``A_T``: SlurmJob.target). Every method raises
     ``teiresias.errors.SlurmUnreachable`` when slurmctld does not answer and
     ``JobVanished`` when Slurm no longer knows the job."""
 
@@ -104,6 +133,12 @@ class SlurmBackend(ABC):
 
     @abstractmethod
     def cancel(self, job_id: int) -> None: ...
+
+    @abstractmethod
+    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+        """Write (or clear) HOLD_MARK in the job's AdminComment: the sign that
+        a hold is the controller's own. On an array's meta record ``A_T``
+        this also splits task T off into its own job."""
 
     def ping(self) -> bool:
         """True when slurmctld answers."""

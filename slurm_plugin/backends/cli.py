@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import (
     error_from_message,
     parse_scontrol_job,
@@ -110,13 +110,19 @@ class CliBackend(SlurmBackend):
         return self._ping_raw()
 
     # ---------------------------------------------------------------- actions
-    def hold(self, job_id: int) -> None:
+    def hold(self, job_id: int | str) -> None:
+        """The controller's hold: marked first (a crash between the two leaves
+        a marked, unheld job, which the next round holds again)."""
+        self.set_hold_mark(job_id, True)
         self._scontrol(job_id, "hold", str(job_id))
 
-    def release(self, job_id: int) -> None:
+    def release(self, job_id: int | str) -> None:
         """Release a held job. Slurm recomputes its priority: a manual priority
         set before the hold is lost, so set it again after this call."""
         self._scontrol(job_id, "release", str(job_id))
+
+    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+        self._scontrol(job_id, "update", f"jobid={job_id}", f"admincomment={HOLD_MARK if on else ''}")
 
     def set_priority(self, job_id: int, priority: int) -> None:
         self._scontrol(job_id, "update", f"jobid={job_id}", f"priority={int(priority)}")
@@ -140,6 +146,8 @@ class CliBackend(SlurmBackend):
     def requeue(self, job_id: int, hold: bool = True) -> None:
         """Requeue a running job (PENDING again, restart count +1, a ~120 s
         BeginTime: see ``clear_begin_time``); ``hold`` also holds it."""
+        if hold:
+            self.set_hold_mark(job_id, True)
         self._scontrol(job_id, "requeuehold" if hold else "requeue", str(job_id))
 
     def clear_begin_time(self, job_id: int) -> None:

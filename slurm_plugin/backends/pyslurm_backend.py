@@ -29,7 +29,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, error_from_message, expand_hostlist
 from teiresias.errors import SlurmError
 
@@ -140,7 +140,11 @@ class PyslurmBackend(SlurmBackend):
         return [node_from_pyslurm(n) for n in self._do(None, self.pyslurm.Nodes.load).values()]
 
     def hold(self, job_id: int) -> None:
+        self.set_hold_mark(job_id, True)
         self._do(job_id, self._job(job_id).hold)
+
+    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+        self._modify(job_id, admin_comment=HOLD_MARK if on else "")  # type: ignore[arg-type]
 
     def release(self, job_id: int) -> None:
         self._do(job_id, self._job(job_id).release)

@@ -13,7 +13,7 @@ import json
 import socket
 from typing import Any
 
-from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import (
     error_from_message,
     parse_nodes_payload,
@@ -120,7 +120,11 @@ class RestdBackend(SlurmBackend):
 
     # ---------------------------------------------------------------- actions
     def hold(self, job_id: int) -> None:
+        self.set_hold_mark(job_id, True)
         self._update(job_id, {"hold": True})
+
+    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+        self._update(job_id, {"admin_comment": HOLD_MARK if on else ""})  # type: ignore[arg-type]
 
     def release(self, job_id: int) -> None:
         self._update(job_id, {"hold": False})
