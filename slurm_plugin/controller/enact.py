@@ -24,7 +24,7 @@ from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.preemption import RequeueDue
-from slurm_plugin.controller.reconcile import RUNNING_STATES, base_state
+from slurm_plugin.controller.reconcile import RUNNING_STATES, base_state, same_job
 from slurm_plugin.controller.state import JobRecord, JournalEntry, JournalStatus, Phase, StateStore
 from teiresias.domain import Placement
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
@@ -182,7 +182,8 @@ class Enactor:
         for entry in self.store.journal(JournalStatus.PENDING):
             rec = records.get(entry.job_id)
             sj = slurm.get(entry.job_id)
-            if rec is None or sj is None:
+            if rec is None or sj is None or not same_job(rec, sj):
+                # (not same_job: the id belongs to another job now; the row was about the old one)
                 with self.store.transaction():
                     self.store.journal_finish(entry.id, JournalStatus.FAILED)
                 log.warning("[job %d] interrupted %s: job no longer known; dropped", entry.job_id, entry.action)

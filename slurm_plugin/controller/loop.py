@@ -116,6 +116,10 @@ class Controller:
         self._packlimit: PackLimitFit | None = None
         self._runs_changed = True  # new run outcomes since the last PACKLIMIT fit
         self._gpus_per_node = 0
+        # Run once, at the first round that reaches Slurm, before any record is touched:
+        # checks the config against Slurm (ConfigError) and tells the store its cluster
+        # (runtime.make_controller; controller/startup.py). Returns notes to log.
+        self.on_first_contact: Callable[[list[SlurmNode]], list[str]] | None = None
 
     # -------------------------------------------------------------- policy
     def policy(self) -> SchedulingPolicy:
@@ -160,6 +164,11 @@ class Controller:
         if slurm_nodes is None:
             slurm_nodes = self.backend.nodes()
         now = time.time() if now is None else now
+        if self.on_first_contact is not None:
+            for note in self.on_first_contact(slurm_nodes):
+                log.warning("%s", note)
+            self.on_first_contact = None
+            self._records = None  # loaded again, for this cluster only
         t1 = time.perf_counter()
         enactor = Enactor(self.config, self.backend, self.store, self.audit, self.dry_run)
         records = self._records if self._records is not None else self.store.jobs()
@@ -167,6 +176,7 @@ class Controller:
         managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
         enactor.recover(records, managed, now)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now)
+        self._archive_reused_ids(rec)
         self._gpus_per_node = max((n.gpus for n in rec.snapshot.cluster.nodes), default=0)
         if any([self._known_skew(rec.records[j]) for j in rec.created]):
             # A model profiled before: profile placement can use its skew in this very round.
@@ -202,6 +212,29 @@ class Controller:
                            {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
                             "enact_s": t4 - t3, "total_s": t4 - t0},
                            packlimit_json(self._packlimit) if self._packlimit is not None else None)
+
+    def _archive_reused_ids(self, rec: Reconciled) -> None:
+        """A job id seen before belongs to another job now (new or reset cluster):
+        the old record is closed and archived whole, the new job gets a fresh one."""
+        for job_id in [*rec.replaced, *(j for j in rec.created if j not in rec.replaced)]:
+            old = rec.replaced.get(job_id)
+            if self.dry_run:
+                continue
+            if old is None:
+                # Not among this cluster's active records: a finished one, or another cluster's.
+                old = self.store.job(job_id)
+                if old is None:
+                    continue
+            else:
+                with self.store.transaction():
+                    self.store.save_job(old, force=True)
+            self.store.archive_job(job_id)
+            why = (f"job {job_id} is not the job recorded under that id (Slurm submitted it at"
+                   f" {rec.slurm[job_id].submit_time:.0f}, the record's job at {old.submit_time:.0f}"
+                   f"{', cluster ' + repr(old.cluster) if old.cluster else ''}): fresh record; the old one"
+                   f" ({old.final_state or old.phase.value}) is archived")
+            log.warning("[job %d] %s", job_id, why)
+            self.audit.write(job_id, "replaced", why, old_submit_time=old.submit_time, old_cluster=old.cluster)
 
     def _bookkeep(self, rec: Reconciled, plan: Plan, now: float) -> list[str]:
         """Persist what reconcile observed and what the plan decided about queues."""
@@ -361,7 +394,8 @@ class Controller:
             except SlurmUnreachable as exc:
                 if down_since is None:
                     down_since = time.time()
-                    log.warning("slurmctld unreachable (%s); retrying every %.0fs at most", exc, max_backoff)
+                    # The message already says slurmctld does not answer and what to check.
+                    log.warning("%s; retrying every %.0fs at most", exc, max_backoff)
                 log.debug("slurmctld still unreachable; retry in %.1fs", backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, max_backoff)

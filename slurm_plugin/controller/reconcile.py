@@ -52,6 +52,9 @@ class Reconciled:
     notes: list[tuple[int, str]] = field(default_factory=list)
     in_transit: list[int] = field(default_factory=list)
     created: list[int] = field(default_factory=list)  # jobs seen for the first time
+    # job -> the closed record of an earlier job with that id (a new or reset cluster
+    # reuses ids): the caller archives it before the new record is saved.
+    replaced: dict[int, JobRecord] = field(default_factory=dict)
 
 
 def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Cluster:
@@ -78,7 +81,31 @@ def running_placement(sj: SlurmJob, rec: JobRecord) -> Placement:
 def _new_record(sj: SlurmJob, now: float) -> JobRecord:
     return JobRecord(job_id=sj.job_id, user=sj.user, account=sj.account, partition=sj.partition,
                      name=sj.name, comment=sj.comment, gpus=sj.gpus, submit_time=float(sj.submit_time or now),
-                     phase=Phase.PENDING, phase_since=now, restart_count=sj.restart_count)
+                     phase=Phase.PENDING, phase_since=now, restart_count=sj.restart_count,
+                     slurm_submit_time=float(sj.submit_time) if sj.submit_time else None)
+
+
+def same_job(rec: JobRecord, sj: SlurmJob) -> bool:
+    """Is Slurm's job ``sj`` the job ``rec`` was kept for? Job ids restart on a
+    new or reset cluster, so the id alone does not say. Slurm's SubmitTime
+    does, except that a requeue moves it to the requeue time and counts a
+    restart: a later SubmitTime with more restarts is the same job."""
+    if not sj.submit_time:
+        return True  # nothing to compare with
+    seen = rec.slurm_submit_time
+    if seen is None:
+        # Written before records kept Slurm's last SubmitTime: the first one, or any requeue since.
+        return abs(sj.submit_time - rec.submit_time) < 1.0 or 0 < rec.restart_count <= sj.restart_count
+    if abs(sj.submit_time - seen) < 1.0:
+        return True
+    return sj.submit_time > seen and sj.restart_count > rec.restart_count
+
+
+def _close_vanished(rec: JobRecord, now: float) -> None:
+    accounting.close_run(rec, rec.last_running_seen or now, "estimated")
+    _set_phase(rec, Phase.FINISHED, now)
+    rec.final_state = "VANISHED"
+    rec.end_time = rec.last_running_seen or now
 
 
 def _set_phase(rec: JobRecord, phase: Phase, now: float) -> None:
@@ -96,6 +123,7 @@ def reconcile(
 ) -> Reconciled:
     """Update the records from one poll of Slurm and build the round's Snapshot."""
     slurm_nodes = list(slurm_nodes)
+    slurm_jobs = list(slurm_jobs)
     cluster = build_cluster(slurm_nodes, config)
     # CPU-only jobs are Slurm's to schedule (job_submit.lua does not hold them either).
     managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and config.manages(sj.partition)}
@@ -104,6 +132,12 @@ def reconcile(
     for job_id, sj in managed.items():
         rec = records.get(job_id)
         state = base_state(sj.state)
+        if rec is not None and not same_job(rec, sj):
+            # Another job under a known id: the recorded one is gone; this one starts afresh.
+            if rec.active:
+                _close_vanished(rec, now)
+            out.replaced[job_id] = rec
+            rec = None
         if rec is None:
             if state in TERMINAL_STATES:
                 continue  # ended before we ever saw it: not ours to account
@@ -112,6 +146,8 @@ def reconcile(
         elif not rec.active:
             continue
         out.records[job_id] = rec
+        if sj.submit_time:
+            rec.slurm_submit_time = float(sj.submit_time)
         rec.comment = sj.comment or rec.comment
         rec.gpus = sj.gpus or rec.gpus
         running = state in RUNNING_STATES
@@ -145,13 +181,17 @@ def reconcile(
             out.in_transit.append(job_id)
 
     # Active records Slurm no longer knows: gone between two rounds (purged,
-    # or cancelled and forgotten while the controller was away).
+    # or cancelled and forgotten while the controller was away). A job Slurm
+    # still has, outside the managed set now (moved to another partition, or
+    # a partition no longer managed), has not vanished: its record is kept as
+    # it is, so its attained service is there if it comes back.
+    known = {sj.job_id: sj for sj in slurm_jobs if sj.job_id not in managed} if records else {}
     for job_id, rec in records.items():
-        if rec.active and job_id not in managed:
-            accounting.close_run(rec, rec.last_running_seen or now, "estimated")
-            _set_phase(rec, Phase.FINISHED, now)
-            rec.final_state = "VANISHED"
-            rec.end_time = rec.last_running_seen or now
+        if rec.active and job_id not in managed and job_id not in out.replaced:
+            other = known.get(job_id)
+            if other is not None and same_job(rec, other):
+                continue
+            _close_vanished(rec, now)
             out.records[job_id] = rec
             out.vanished.append(job_id)
 

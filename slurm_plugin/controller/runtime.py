@@ -6,11 +6,12 @@ import logging
 import os
 import sys
 
-from slurm_plugin.backends.base import SlurmBackend
+from slurm_plugin.backends.base import SlurmBackend, SlurmNode
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.loop import Controller
+from slurm_plugin.controller.startup import check_against_slurm, read_site
 from slurm_plugin.controller.state import StateStore
 
 
@@ -18,9 +19,7 @@ def make_backend(config: ControllerConfig) -> SlurmBackend:
     """The backend the config names (``auto``: pyslurm when it matches the site's Slurm, else the CLI)."""
     from slurm_plugin.backends.select import select_backend
 
-    env = dict(os.environ)
-    if config.slurm_conf is not None:
-        env["SLURM_CONF"] = str(config.slurm_conf)
+    env = slurm_env(config)
     socket = str(config.slurmrestd_socket) if config.slurmrestd_socket is not None else None
     return select_backend(config.backend, env=env, restd_socket=socket, poll=config.slurm_poll)
 
@@ -30,7 +29,22 @@ def make_controller(config: ControllerConfig, *, dry_run: bool = False,
     modes = FileModes(config.file_group)
     store = StateStore(config.state_db, readonly_copy=dry_run, modes=modes)
     audit = AuditLog(None if dry_run else config.audit_log, modes)
-    return Controller(config, backend or make_backend(config), store, audit, dry_run=dry_run)
+    ctl = Controller(config, backend or make_backend(config), store, audit, dry_run=dry_run)
+
+    def first_contact(nodes: list[SlurmNode]) -> list[str]:
+        # Before any record is touched: a wrong partition once closed every record as VANISHED.
+        check_against_slurm(config, nodes)
+        return store.use_cluster(read_site(slurm_env(config)).cluster_name)
+
+    ctl.on_first_contact = first_contact
+    return ctl
+
+
+def slurm_env(config: ControllerConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    if config.slurm_conf is not None:
+        env["SLURM_CONF"] = str(config.slurm_conf)
+    return env
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -79,6 +79,10 @@ class JobRecord:
     ckpt_bytes: int | None = None
     final_state: str | None = None
     end_time: float | None = None
+    # Identity beside job_id (ids restart on a new or reset cluster): Slurm's
+    # ClusterName, and the SubmitTime Slurm showed last (a requeue moves it).
+    cluster: str = ""
+    slurm_submit_time: float | None = None
 
     @property
     def active(self) -> bool:
@@ -132,7 +136,7 @@ _GET_FIELDS = operator.attrgetter(*_JOB_FIELDS)
 _LRS = _JOB_FIELDS.index("last_running_seen")
 _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
-_REAL = {"submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
+_REAL = {"slurm_submit_time", "submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
          "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
          "ckpt_seconds", "end_time"}
 _INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue", "rank",
@@ -159,7 +163,26 @@ _SCHEMA = [
      " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL,"
      " PRIMARY KEY (job_id, restart_count))"),
     "CREATE INDEX IF NOT EXISTS runs_time ON runs(time)",
+    # Records of an earlier job with the same id (a new or reset cluster), kept whole:
+    # never overwritten by the new job's record (store.archive_job).
+    "CREATE TABLE IF NOT EXISTS jobs_archive (" + ", ".join(f"{n} {_col_type(n)}" for n in _JOB_FIELDS)
+    + ", archived_time REAL)",
+    "CREATE TABLE IF NOT EXISTS segments_archive (job_id INTEGER, submit_time REAL, restart_count INTEGER,"
+    " start REAL, end REAL, source TEXT)",
+    "CREATE TABLE IF NOT EXISTS samples_archive (job_id INTEGER, gpu_seconds REAL, time REAL)",
+    ("CREATE TABLE IF NOT EXISTS runs_archive (job_id INTEGER, restart_count INTEGER, model TEXT, gpus INTEGER,"
+     " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL)"),
 ]
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Columns added to JobRecord since a state file was written: added on open
+    (NULL in old rows, read as the field's default), so nothing is lost."""
+    for table in ("jobs", "jobs_archive"):
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        for name in _JOB_FIELDS:
+            if name not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {_col_type(name)}")
 
 
 def _placement_to_json(p: Placement | None) -> str | None:
@@ -204,6 +227,9 @@ class StateStore:
                 chmod_if_exists(self.path.with_name(self.path.name + side), modes)
         for stmt in _SCHEMA:
             self.db.execute(stmt)
+        _migrate(self.db)
+        # Slurm's ClusterName once known (use_cluster): only its records are loaded.
+        self.cluster: str | None = None
         self._depth = 0
         # What each job row holds on disk, so unchanged records are not rewritten
         # every round (10,000 jobs: the difference between ~10 ms and ~250 ms).
@@ -239,16 +265,19 @@ class StateStore:
         kw = dict(zip(_JOB_FIELDS, row))
         kw["phase"] = Phase(kw["phase"])
         kw["planned"] = _placement_from_json(kw["planned"])
-        for k in ("user", "account", "partition", "name", "comment", "reason"):
+        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster"):
             kw[k] = kw[k] or ""
         return JobRecord(**kw)
 
     def jobs(self, *, active_only: bool = True) -> dict[int, JobRecord]:
-        sql = f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs"
+        sql, params = f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs WHERE 1=1", []
         if active_only:
-            sql += " WHERE phase != 'FINISHED'"
+            sql += " AND phase != 'FINISHED'"
+        if self.cluster is not None:
+            sql += " AND cluster = ?"
+            params.append(self.cluster)
         out = {}
-        for r in self.db.execute(sql + " ORDER BY job_id"):
+        for r in self.db.execute(sql + " ORDER BY job_id", params):
             rec = out[r[0]] = self._row_to_job(r)
             self._saved[r[0]] = self._fingerprint(rec)
         return out
@@ -267,6 +296,8 @@ class StateStore:
         return v if lrs is None else v[:_LRS] + (int(lrs // 15),) + v[_LRS + 1:]
 
     def save_job(self, rec: JobRecord, *, force: bool = False) -> None:
+        if not rec.cluster and self.cluster:
+            rec.cluster = self.cluster
         fp = self._fingerprint(rec)
         if not force and self._saved.get(rec.job_id) == fp:
             return
@@ -276,6 +307,48 @@ class StateStore:
         values[_PLANNED] = _placement_to_json(rec.planned)
         self.db.execute(f"INSERT OR REPLACE INTO jobs ({', '.join(_JOB_FIELDS)}) VALUES "
                         f"({', '.join('?' * len(_JOB_FIELDS))})", values)
+
+    def use_cluster(self, name: str) -> list[str]:
+        """From now on this store serves Slurm cluster ``name``. Rows written
+        before records carried a cluster are taken as its own (they were this
+        store's only cluster; their submit times are still checked job by job).
+        Returns one note per other cluster whose active records are left alone."""
+        with self.transaction():
+            self.db.execute("UPDATE jobs SET cluster=? WHERE cluster IS NULL OR cluster=''", (name,))
+        self.cluster = name
+        self._saved.clear()
+        return [f"{n} active record(s) of Slurm cluster {c!r} left alone: this is cluster {name!r}"
+                for c, n in self.db.execute("SELECT cluster, COUNT(*) FROM jobs WHERE cluster != ? AND"
+                                            " phase != 'FINISHED' GROUP BY cluster ORDER BY cluster", (name,))]
+
+    def archive_job(self, job_id: int) -> JobRecord | None:
+        """Move the record stored under ``job_id`` (with its segments, sample and
+        runs) to the archive tables, freeing the id for another job; pending
+        journal rows of it are failed (they were about that job). Returns it."""
+        old = self.job(job_id)
+        if old is None:
+            return None
+        now = time.time()
+        cols = ", ".join(_JOB_FIELDS)
+        with self.transaction():
+            self.db.execute(f"INSERT INTO jobs_archive ({cols}, archived_time) SELECT {cols}, ? FROM jobs"
+                            " WHERE job_id=?", (now, job_id))
+            self.db.execute("INSERT INTO segments_archive SELECT job_id, ?, restart_count, start, end, source"
+                            " FROM segments WHERE job_id=?", (old.submit_time, job_id))
+            self.db.execute("INSERT INTO samples_archive SELECT * FROM samples WHERE job_id=?", (job_id,))
+            self.db.execute(f"INSERT INTO runs_archive SELECT {', '.join(_RUN_FIELDS)} FROM runs WHERE job_id=?",
+                            (job_id,))
+            for table in ("jobs", "segments", "samples", "runs"):
+                self.db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
+            self.db.execute("UPDATE journal SET status='failed', done_time=? WHERE job_id=? AND status='pending'",
+                            (now, job_id))
+        self._saved.pop(job_id, None)
+        return old
+
+    def archived(self, job_id: int) -> list[JobRecord]:
+        """Earlier jobs that had this id, oldest first."""
+        return [self._row_to_job(r) for r in self.db.execute(
+            f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs_archive WHERE job_id=? ORDER BY archived_time", (job_id,))]
 
     # -------------------------------------------------------------- segments
     def add_segment(self, job_id: int, restart_count: int, start: float, end: float, source: str) -> None:
@@ -314,10 +387,12 @@ class StateStore:
         self.db.execute("INSERT OR REPLACE INTO samples VALUES (?, ?, ?)", (job_id, gpu_seconds, time.time()))
 
     def samples(self) -> list[float]:
-        return [r[0] for r in self.db.execute("SELECT gpu_seconds FROM samples ORDER BY job_id")]
+        return [r[0] for r in self.db.execute("SELECT gpu_seconds, 0, job_id FROM samples_archive UNION ALL"
+                                              " SELECT gpu_seconds, 1, job_id FROM samples ORDER BY 2, 3")]
 
     def sample_count(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+        return int(self.db.execute("SELECT (SELECT COUNT(*) FROM samples)"
+                                   " + (SELECT COUNT(*) FROM samples_archive)").fetchone()[0])
 
     # ------------------------------------------------------------------ runs
     def add_run(self, run: RunOutcome) -> bool:
@@ -329,7 +404,9 @@ class StateStore:
 
     def runs(self, latest: int | None = None) -> list[RunOutcome]:
         """Stored run outcomes, oldest first; only the ``latest`` ones when given."""
-        sql = f"SELECT {', '.join(_RUN_FIELDS)} FROM runs ORDER BY time DESC, job_id DESC, restart_count DESC"
+        cols = ", ".join(_RUN_FIELDS)
+        sql = (f"SELECT {cols} FROM runs UNION ALL SELECT {cols} FROM runs_archive"
+               " ORDER BY time DESC, job_id DESC, restart_count DESC")
         rows = self.db.execute(sql + (" LIMIT ?" if latest is not None else ""),
                                (latest,) if latest is not None else ())
         return [RunOutcome(*row) for row in rows][::-1]
