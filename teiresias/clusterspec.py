@@ -112,9 +112,10 @@ def _load_yaml(p: Path) -> Cluster:
     if not isinstance(switches, list) or not switches:
         raise ConfigError(f"{p}: 'switches' must be a non-empty list of {{name, nodes}}")
     for si, sw in enumerate(switches):
+        if isinstance(sw, dict):
+            yamlconf.check_keys(p, sw, _SWITCH_KEYS, f"switches[{si}]")
         if not isinstance(sw, dict) or "nodes" not in sw:
             raise ConfigError(f"{p}: switches[{si}] needs 'nodes' (a list of node names or {{name, gpus}})")
-        yamlconf.check_keys(p, sw, _SWITCH_KEYS, f"switches[{si}]")
         sname = str(sw.get("name", f"s{si}"))
         if not isinstance(sw["nodes"] or [], list):
             # A bare string would otherwise be read one character per node.

@@ -69,7 +69,9 @@ def _policy_names(text: str) -> list[str]:
 @click.option("-j", "--json", "json_out", default=None, metavar="OUT.json",
               help="Write one summary object per policy ('-' = stdout, tables then go to stderr).")
 @click.option("--jobs-csv", default=None, metavar="OUT.csv", help="Per-job results of every policy.")
-@click.option("--plot", default=None, metavar="OUT.png", help="JCT CDF (log x) and GPU utilisation over time.")
+@click.option("--plot", default=None, metavar="OUT.png",
+              help="JCT CDF (log x) and GPU utilisation over time; the suffix picks the format "
+                   "(.png, .pdf, .svg, ...).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: if a TTY]")
 def simulate(
     trace_path: str, cluster_path: str, policies: str, queues: str | None, promote_knob: float | None,
@@ -94,7 +96,7 @@ def simulate(
     from teiresias.clusterspec import load_cluster
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, Simulator, load_slowdown, read_trace
-    from teiresias.simulator.atomic import StagedOutputs
+    from teiresias.simulator.atomic import StagedOutputs, check_output_path
     from teiresias.simulator.report import normalised_table, summary_table, write_jobs_csv, write_json
     from teiresias.simulator.slowdown import SlowdownTable
 
@@ -104,6 +106,14 @@ def simulate(
         raise ConfigError(f"--interval {interval} must be >= 0 seconds (0 = schedule on events only)")
     if preempt_overhead < 0:
         raise ConfigError(f"--preempt-overhead {preempt_overhead} must be >= 0 seconds")
+    for out_path in (json_out if json_out != "-" else None, jobs_csv, plot):
+        if out_path is not None:
+            check_output_path(out_path)
+    plot_fmt = None
+    if plot is not None:
+        from teiresias.simulator.plots import plot_format
+
+        plot_fmt = plot_format(plot)
     cluster = load_cluster(cluster_path)
     trace = read_trace(trace_path, cluster)
     if slowdown_path is None:
@@ -162,6 +172,12 @@ def simulate(
             from teiresias.simulator.plots import plot_results
 
             with staged.stage(plot).open("wb") as fh:
-                plot_results(fh, results, title=Path(trace_path).name)
+                try:
+                    plot_results(fh, results, title=Path(trace_path).name, fmt=plot_fmt or "png")
+                except (RuntimeError, OSError, ValueError) as exc:
+                    # e.g. .pgf without LaTeX: matplotlib lists the format but cannot write it here.
+                    raise ConfigError(f"--plot {plot}: matplotlib could not write .{plot_fmt} "
+                                      f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
+                                      "choose another format, e.g. .png") from None
     if to_stdout_json:
         write_json(sys.stdout, results, {"seed": seed})

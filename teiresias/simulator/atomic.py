@@ -2,6 +2,11 @@
 
 Each output goes to a temporary file beside its target and is renamed over
 it only once everything succeeded (``os.replace`` is atomic on POSIX).
+
+Outputs behave like a plain ``open(path, "w")`` otherwise: the file's mode
+follows the umask (mkstemp alone would make it 0600 whatever the umask), and
+a missing folder is an error rather than created, so a typo in a path does
+not leave a stray folder tree behind.
 """
 
 from __future__ import annotations
@@ -12,10 +17,38 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+from teiresias.errors import ConfigError
+
+
+def _umask() -> int:
+    # Reading the umask means setting it; /proc avoids the brief change where it exists.
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_output_path(path: str | Path) -> Path:
+    """``path`` as a Path if an output can be written there; else a one-line ConfigError."""
+    target = Path(path)
+    parent = target.parent
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise ConfigError(f"{target}: folder {parent} {what}; create it first or write elsewhere")
+    if target.is_dir():
+        raise ConfigError(f"{target}: is a directory; give a file name for the output")
+    return target
+
 
 def _tmp_beside(path: Path, binary: bool) -> tuple[IO, Path]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_umask())
     mode = "wb" if binary else "w"
     return os.fdopen(fd, mode, **({} if binary else {"newline": "", "encoding": "utf-8"})), Path(tmp)
 

@@ -1,4 +1,5 @@
-"""PNG plots of a replay (matplotlib, Agg backend: no display needed).
+"""Plots of a replay (matplotlib, Agg backend: no display needed), in the
+image format the output file's suffix names (.png, .pdf, .svg, ...).
 
 Left: JCT CDF of every policy on a log x axis (Tiresias Fig. 13).
 Right: allocated-GPU utilisation over time per policy (Tiresias Fig. 11).
@@ -6,11 +7,30 @@ Right: allocated-GPU utilisation over time per policy (Tiresias Fig. 11).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import BinaryIO, Sequence
 
 import numpy as np
 
+from teiresias.errors import ConfigError
 from teiresias.simulator.metrics import SimulationResult
+
+
+def plot_format(path: str | Path) -> str:
+    """The image format named by the file's suffix, if matplotlib can write it.
+
+    Checked before any simulation runs: ``--plot out.txt`` used to get PNG
+    bytes under a name that promises text.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix in formats:
+        return suffix
+    found = f"unknown image format '.{suffix}'" if suffix else "no suffix to name the image format"
+    raise ConfigError(f"--plot {path}: {found}; end the name with one of: "
+                      f"{', '.join('.' + f for f in sorted(formats))}")
 
 
 def _smoothed_utilisation(res: SimulationResult, bins: int = 400) -> tuple[np.ndarray, np.ndarray]:
@@ -30,7 +50,7 @@ def _smoothed_utilisation(res: SimulationResult, bins: int = 400) -> tuple[np.nd
     return (edges[:-1] + edges[1:]) / 2, util
 
 
-def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str = "") -> None:
+def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str = "", fmt: str = "png") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,5 +80,5 @@ def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str =
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(fh, format="png", dpi=100)
+    fig.savefig(fh, format=fmt, dpi=100)
     plt.close(fig)

@@ -32,6 +32,7 @@ def invoke(*args: str):
 
 def test_several_policies_print_tables_and_write_every_output(files):
     out = files / "out"
+    out.mkdir()
     r = invoke("-t", str(files / "trace.csv"), "-c", str(files / "spec.csv"), "-p", "las,best-effort,fifo",
                "--queues", "200", "--preempt-overhead", "5", "--interval", "10",
                "--json", str(out / "s.json"), "--jobs-csv", str(out / "jobs.csv"), "--plot", str(out / "p.png"))
