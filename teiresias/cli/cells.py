@@ -40,8 +40,10 @@ def _load_state(path: str):
     if not p.exists():
         raise ConfigError(f"--state {path}: no such file; give the controller's state database or a JSON binding")
     if p.suffix == ".json":
+        from teiresias import yamlconf
+
         try:
-            data = json.loads(p.read_text())
+            data = json.loads(yamlconf.read_text(p, "cells state"))
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--state {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
         return CellsState.from_json(data.get(META_KEY, data) if isinstance(data, dict) else data)
