@@ -3,14 +3,68 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import sqlite3
 import time
+from typing import Callable
 
 import click
 
-from slurm_plugin.config import load_config
-from slurm_plugin.controller.state import StateStore
+from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.config import ControllerConfig, load_config
+from slurm_plugin.controller.startup import read_site, slurm_env
+from slurm_plugin.controller.state import JobRecord, StateStore
 from slurm_plugin.controller.view import build_rows, format_table
 from teiresias.errors import ConfigError, SlurmError
+
+
+def parse_job_ids(items: tuple[str, ...]) -> set[int]:
+    """``-j 42,43 -j 44`` -> {42, 43, 44}; anything but a positive whole number is bad input."""
+    wanted: set[int] = set()
+    for item in items:
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if not part.isdigit() or int(part) == 0:
+                raise ConfigError(f"--jobs: {part!r} is not a job id; give positive numbers like -j 42,43")
+            wanted.add(int(part))
+    return wanted
+
+
+def _open_state(config: ControllerConfig) -> StateStore:
+    if not config.state_db.exists():
+        if not os.access(config.state_db.parent, os.X_OK):
+            raise ConfigError(f"{config.state_db}: not readable by you (permission denied on its folder);"
+                              " the controller's admin can give a group access with file_group")
+        raise ConfigError(f"{config.state_db}: no controller state yet; start `teiresias controller run"
+                          f" --config {config.path or 'FILE'}` first")
+    try:
+        return StateStore(config.state_db, readonly_copy=True)
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"{config.state_db}: cannot read the controller state ({exc}); the controller's"
+                          " admin can give a group access with file_group") from None
+
+
+def _visible(config: ControllerConfig, slurm: dict[int, SlurmJob] | None) -> Callable[[JobRecord], bool]:
+    """What ``squeue`` would show the caller under the site's PrivateData: with
+    ``jobs`` in it, a user sees their own jobs and those slurmctld still lists
+    for them (it hides the others' from ``squeue --json`` too, and shows all of
+    them to operators and admins); without it, every job. root sees all."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if os.geteuid() == 0:
+        return lambda r: True
+    try:
+        site = read_site(slurm_env(config))
+    except SlurmError as exc:
+        click.echo(f"teiresias queue: cannot read Slurm's PrivateData ({exc}); showing your own jobs only",
+                   err=True)
+        return lambda r: r.user == me
+    if me == site.slurm_user or not site.private_jobs:
+        return lambda r: True
+    listed = set(slurm or ())  # None: Slurm not asked (--no-slurm) or down: own jobs only
+    return lambda r: r.user == me or r.job_id in listed
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,20 +89,11 @@ def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, .
       teiresias queue -j 42,43 --config etc/teiresias.yaml
     """
     config = load_config(config_path)
-    wanted: set[int] = set()
-    for item in job_ids:
-        for part in item.split(","):
-            if part.strip():
-                try:
-                    wanted.add(int(part))
-                except ValueError:
-                    raise ConfigError(f"--jobs: {part!r} is not a job id; give numbers like -j 42,43") from None
-    if not config.state_db.exists():
-        raise ConfigError(f"{config.state_db}: no controller state yet; start `teiresias controller run"
-                          f" --config {config.path or 'FILE'}` first")
-    store = StateStore(config.state_db, readonly_copy=True)
+    wanted = parse_job_ids(job_ids)
+    store = _open_state(config)
     try:
-        records = list(store.jobs(active_only=not show_all).values())
+        # Named jobs are looked up among finished ones too (squeue -j shows a job that just ended).
+        records = list(store.jobs(active_only=not (show_all or wanted)).values())
     finally:
         store.close()
     slurm = None
@@ -59,6 +104,13 @@ def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, .
             slurm = {j.job_id: j for j in make_backend(config).jobs()}
         except (SlurmError, OSError) as exc:
             click.echo(f"teiresias queue: Slurm did not answer ({exc}); showing the state DB only", err=True)
+    records = [r for r in records if _visible(config, slurm)(r)]
+    if wanted:
+        unknown = sorted(wanted - {r.job_id for r in records})
+        if unknown:
+            # Same answer for a job that does not exist and one the user may not see: no leak.
+            raise ConfigError(f"--jobs: {','.join(map(str, unknown))}: no such managed job (or not visible to"
+                              " you); `teiresias queue --all` lists the ones you can see")
     records = [r for r in records if (not users or r.user in users) and (not wanted or r.job_id in wanted)]
     rows = build_rows(records, time.time(), slurm)
     if as_json:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmNode
@@ -11,7 +10,7 @@ from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.loop import Controller
-from slurm_plugin.controller.startup import check_against_slurm, read_site
+from slurm_plugin.controller.startup import check_against_slurm, read_site, slurm_env
 from slurm_plugin.controller.state import StateStore
 
 
@@ -38,13 +37,6 @@ def make_controller(config: ControllerConfig, *, dry_run: bool = False,
 
     ctl.on_first_contact = first_contact
     return ctl
-
-
-def slurm_env(config: ControllerConfig) -> dict[str, str]:
-    env = dict(os.environ)
-    if config.slurm_conf is not None:
-        env["SLURM_CONF"] = str(config.slurm_conf)
-    return env
 
 
 def setup_logging(verbose: bool = False) -> None:

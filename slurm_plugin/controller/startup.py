@@ -46,6 +46,14 @@ def parse_show_config(text: str) -> SlurmSite:
     return SlurmSite(kv.get("ClusterName", ""), flags, kv.get("SlurmUser", "").split("(")[0])
 
 
+def slurm_env(config: ControllerConfig) -> dict[str, str]:
+    """This process's environment with the config's slurm.conf as SLURM_CONF."""
+    env = dict(os.environ)
+    if config.slurm_conf is not None:
+        env["SLURM_CONF"] = str(config.slurm_conf)
+    return env
+
+
 def read_site(env: Mapping[str, str] | None = None, timeout: float = 30.0) -> SlurmSite:
     """``scontrol show config`` with ``env`` (SLURM_CONF); SlurmUnreachable when slurmctld does not answer."""
     try:
