@@ -14,6 +14,7 @@ from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.lock import ControllerLock
 from slurm_plugin.controller.loop import RoundResult
 from slurm_plugin.controller.runtime import make_controller, setup_logging
+from slurm_plugin.controller.startup import unreachable_line
 from teiresias.errors import ConfigError, SlurmUnreachable
 
 log = logging.getLogger("teiresias.controller")
@@ -105,8 +106,7 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
         try:
             emit(ctl.round())
         except SlurmUnreachable as exc:
-            # The backend's message already names slurmctld and what to check.
-            click.echo(f"teiresias: error: {exc}", err=True)
+            click.echo(f"teiresias: error: {unreachable_line(exc)}", err=True)
             raise SystemExit(EXIT_UNREACHABLE)
         finally:
             ctl.store.close()

@@ -24,6 +24,7 @@ from slurm_plugin.controller.enact import Action, Enactor, priority_for
 from slurm_plugin.controller.packlimit import HISTORY_WINDOW, current_packlimit, packlimit_json, run_outcomes
 from slurm_plugin.controller.profiles import SkewBook
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
+from slurm_plugin.controller.startup import unreachable_line
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.cells.scheduler import CellsPolicy
 from teiresias.cells.state import META_KEY as CELLS_META_KEY
@@ -394,8 +395,7 @@ class Controller:
             except SlurmUnreachable as exc:
                 if down_since is None:
                     down_since = time.time()
-                    # The message already says slurmctld does not answer and what to check.
-                    log.warning("%s; retrying every %.0fs at most", exc, max_backoff)
+                    log.warning("%s; retrying every %.0fs at most", unreachable_line(exc), max_backoff)
                 log.debug("slurmctld still unreachable; retry in %.1fs", backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, max_backoff)

@@ -11,6 +11,7 @@ is the caller's.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -68,6 +69,17 @@ def read_site(env: Mapping[str, str] | None = None, timeout: float = 30.0) -> Sl
         last = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
         raise SlurmUnreachable(f"scontrol show config failed ({last[0]}); is slurmctld up and SLURM_CONF right?")
     return parse_show_config(r.stdout)
+
+
+_WRAPPED = re.compile(r"slurmctld does not answer \((?P<words>.*)\); is the cluster up and SLURM_CONF right\?")
+
+
+def unreachable_line(exc: Exception) -> str:
+    """One line for SlurmUnreachable: Slurm's words once, the hint once (the
+    backend's message already carries a hint; it is not wrapped in a second)."""
+    text = str(exc)
+    m = _WRAPPED.fullmatch(text)
+    return f"slurmctld unreachable ({m.group('words') if m else text}); is Slurm up and SLURM_CONF right?"
 
 
 def check_against_slurm(config: ControllerConfig, nodes: Iterable[SlurmNode]) -> None:
