@@ -101,7 +101,7 @@ def check_against_slurm(config: ControllerConfig, nodes: Iterable[SlurmNode]) ->
     cluster = build_cluster(nodes, config)
     # With the cluster, load() refuses node names Slurm lacks and GPU counts that differ.
     cells = cells_config.load(config.cells, cluster)
-    covered = set(cells.node_names())
+    covered = set(cells.node_names)
     left = [n.name for n in cluster.nodes if n.name not in covered]
     if left:
         raise ConfigError(f"{config.cells}: physical_cells: node(s) {', '.join(left)} of the managed partitions"
