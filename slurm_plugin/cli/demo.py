@@ -16,12 +16,13 @@ from typing import Any
 import click
 import yaml
 
-from slurm_plugin.config import load_config
+from slurm_plugin.config import load_config, parse_config
 from slurm_plugin.controller.accounting import total_executed
 from slurm_plugin.controller.demo import DEMO_JOB, DemoJob, demo_cluster, run_overhead, simulate, workload
 from slurm_plugin.controller.state import Phase, StateStore
 from slurm_plugin.controller.view import build_rows, format_table
-from teiresias.errors import TeiresiasError
+from teiresias.errors import ConfigError, TeiresiasError
+from teiresias.policy.registry import POLICY_NAMES
 from wrappers.protocol import format_comment
 
 LUA = Path(__file__).resolve().parents[2] / "etc" / "job_submit.lua"
@@ -33,13 +34,9 @@ class DemoError(TeiresiasError):
     """The demo could not run to its end (message says where to look)."""
 
 
-def _write_controller_config(d: Path, conf: Path, policy: str, queues: list[float], poll: float) -> Path:
+def _controller_config(d: Path, conf: Path, policy: str, queues: list[float], poll: float) -> dict[str, Any]:
     ctl = d / "controller"
-    if ctl.exists():
-        shutil.rmtree(ctl)  # each demo starts with fresh controller state
-    ctl.mkdir(parents=True)
-    path = ctl / "teiresias.yaml"
-    path.write_text(yaml.safe_dump({
+    return {
         "partitions": ["gpu"],
         "policy": {"name": policy, "queues": queues},
         "placement": "consolidate",
@@ -49,8 +46,26 @@ def _write_controller_config(d: Path, conf: Path, policy: str, queues: list[floa
         "audit_log": str(ctl / "audit.jsonl"),
         "backend": "cli",
         "slurm_conf": str(conf),
-    }, sort_keys=False))
+    }
+
+
+def _write_controller_config(d: Path, data: dict[str, Any]) -> Path:
+    ctl = d / "controller"
+    if ctl.exists():
+        shutil.rmtree(ctl)  # each demo starts with fresh controller state
+    ctl.mkdir(parents=True)
+    path = ctl / "teiresias.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def _run_controller(ctl: Any, stop: threading.Event) -> None:
+    # A failure goes to the controller log; the main loop sees the thread gone and
+    # reports it in one line (an unhandled exception would print a thread traceback).
+    try:
+        ctl.run(stop)
+    except Exception:
+        logging.getLogger("teiresias").exception("controller stopped")
 
 
 TRAIN = Path(__file__).resolve().parents[1] / "controller" / "demo_train.py"
@@ -95,10 +110,13 @@ def _status_line(rows: list, elapsed: float, submitted: int, total: int) -> str:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-d", "--dir", "directory", default=DEFAULT_DEMO_DIR, show_default=True,
-              help="Directory of the demo's local cluster and controller state.")
+              envvar="TEIRESIAS_CLUSTER_DIR", show_envvar=True,
+              help="Directory of the demo's local cluster and controller state (as for `teiresias cluster`).")
 @click.option("-P", "--port-base", default=DEFAULT_DEMO_PORT, show_default=True, type=int,
+              envvar="TEIRESIAS_CLUSTER_PORT_BASE", show_envvar=True,
               help="slurmctld port of the demo cluster (node i on +i).")
-@click.option("-p", "--policy", default="las", show_default=True, help="Policy the live controller runs.")
+@click.option("-p", "--policy", default="las", show_default=True, type=click.Choice(POLICY_NAMES),
+              help="Policy the live controller runs.")
 @click.option("-s", "--scale", default=1.0, show_default=True, type=click.FloatRange(0.05, 10.0),
               help="Scale job lengths and arrival times (0.3 for a quick run).")
 @click.option("-w", "--workload", "kind", type=click.Choice(["sleep", "pytorch"]), default="pytorch",
@@ -117,6 +135,8 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
     run measured live).
 
     Stops the cluster it started unless --keep. About 3 minutes at --scale 1.
+    Every option and the controller's configuration are checked before the
+    cluster starts: bad input exits 2 with nothing started.
 
     \b
     Examples:
@@ -128,19 +148,34 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
     from slurm_plugin.controller.runtime import make_controller
     from slurm_plugin.localcluster import ClusterConfig, LocalCluster
 
+    from slurm_plugin.controller.loop import default_policy
+
     say = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
     d = Path(directory).expanduser().resolve()
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"--dir {d}: exists and is not a directory; choose another path "
+                          "(or unset TEIRESIAS_CLUSTER_DIR)")
+    if timeout <= 0:
+        raise ConfigError(f"--timeout {timeout:g} must be > 0 seconds")
+    # Everything is checked before the cluster starts (ClusterConfig validates the
+    # ports, parse_config and default_policy the controller's configuration): a bad
+    # policy used to surface only in the controller thread, after jobs were submitted.
     cluster = LocalCluster(ClusterConfig(dir=d, port_base=port_base, job_submit_lua=LUA),
                            log=lambda m: say(f"cluster: {m}"))
-    up = cluster.up()
-    say(f"Local Slurm cluster up ({up.seconds:.1f}s): SLURM_CONF={up.conf}")
-    started_cluster = bool(up.started)
-    backend = CliBackend(slurm_conf=cluster.cfg.conf)
     jobs = workload(scale)
     # Short jobs (<= 60 GPU-s) stay well inside Q1 even with start-up overheads counted.
     queues = [round(100.0 * scale, 1)]
     poll = 1.0
-    cfg = load_config(_write_controller_config(d, cluster.cfg.conf, policy, queues, poll))
+    ctl_data = _controller_config(d, cluster.cfg.conf, policy, queues, poll)
+    # slurm.conf is written by cluster.up(); load_config checks it once it exists.
+    before_up = {k: v for k, v in ctl_data.items() if k != "slurm_conf"}
+    default_policy(parse_config(before_up, f"{d}/controller/teiresias.yaml", d), None)
+
+    up = cluster.up()
+    say(f"Local Slurm cluster up ({up.seconds:.1f}s): SLURM_CONF={up.conf}")
+    started_cluster = bool(up.started)
+    backend = CliBackend(slurm_conf=cluster.cfg.conf)
+    cfg = load_config(_write_controller_config(d, ctl_data))
 
     # The controller runs in a thread of this process; its log goes to a file
     # so the live table stays readable.
@@ -152,7 +187,7 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
     log.propagate = False
     ctl = make_controller(cfg, backend=backend)
     stop = threading.Event()
-    worker = threading.Thread(target=ctl.run, args=(stop,), name="controller", daemon=True)
+    worker = threading.Thread(target=_run_controller, args=(ctl, stop), name="controller", daemon=True)
 
     base = d / "jobs" / "teiresias"
     base.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,11 @@
-"""`teiresias demo` end to end on its own local cluster (a short run: --scale 0.2)."""
+"""`teiresias demo` end to end on its own local cluster (a short run: --scale 0.2).
+
+The demo's cluster gets its ports from TEIRESIAS_TEST_DEMO_PORT_BASE (default:
+TEIRESIAS_TEST_CLUSTER_PORT_BASE + 200, i.e. 17300), five ports from there. The
+directory and ports reach the demo through TEIRESIAS_CLUSTER_DIR and
+TEIRESIAS_CLUSTER_PORT_BASE, the variables `teiresias cluster` reads, so the
+test also shows the demo honours them.
+"""
 
 from __future__ import annotations
 
@@ -22,9 +29,10 @@ def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path)
     port = int(os.environ.get("TEIRESIAS_TEST_DEMO_PORT_BASE",
                               int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 200))
     d = tmp_path / "demo"
-    p = subprocess.run([sys.executable, "-m", "teiresias", "demo", "--dir", str(d), "--port-base", str(port),
+    env = {**os.environ, "TEIRESIAS_CLUSTER_DIR": str(d), "TEIRESIAS_CLUSTER_PORT_BASE": str(port)}
+    p = subprocess.run([sys.executable, "-m", "teiresias", "demo",
                         "--scale", "0.2", "--workload", "sleep", "--no-live", "--json", "--timeout", "300"],
-                       capture_output=True, text=True, cwd=REPO, timeout=420)
+                       capture_output=True, text=True, cwd=REPO, timeout=420, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     rep = json.loads(p.stdout)
     assert rep["all_completed"], rep
@@ -36,7 +44,8 @@ def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path)
         assert j["sim_fifo_jct_s"] >= j["work_s"] - 1e-6 and j["sim_las_jct_s"] >= j["work_s"] - 1e-6
     assert 0 <= rep["run_overhead_s"] < 10  # sleep jobs start fast
     assert rep["avg_jct_s"] > 0 and rep["sim_fifo_avg_jct_s"] > 0 and rep["sim_las_avg_jct_s"] > 0
-    assert "SLURM_CONF=" in p.stderr
+    assert f"SLURM_CONF={d}/etc/slurm.conf" in p.stderr  # the cluster of TEIRESIAS_CLUSTER_DIR
+    assert f"SlurmctldPort={port}\n" in (d / "etc" / "slurm.conf").read_text()  # ...on TEIRESIAS_CLUSTER_PORT_BASE
     # It stopped what it started: no slurmctld of that directory is left.
     assert procs.pid_from_file(d / "run" / "slurmctld.pid", "slurmctld") is None
     assert not procs.pids_with_cwd_under("slurmstepd", d)

@@ -270,3 +270,31 @@ def test_plot_with_an_unknown_format_is_refused_before_simulating(d, name, probl
     line = one_error_line(run("simulate", "-t", str(d / "t.csv"), "-c", str(d / "c.csv"), "--plot", str(d / name)))
     assert f"--plot {d / name}: {problem}; end the name with one of: " in line and ".png" in line and ".svg" in line
     assert not (d / name).exists()
+
+
+# -- item 25: `teiresias demo` checks everything before it starts a cluster ---------------
+# Each case fails before any Slurm daemon starts (the demo's folder is never
+# created); the ports given are this project's test range, so a regression
+# that did start a cluster would not land on someone else's.
+
+def test_demo_refuses_an_unknown_policy_before_starting_anything(tmp_path):
+    d = tmp_path / "demo"
+    r = CliRunner().invoke(cli, ["demo", "-p", "nosuch", "--dir", str(d), "--port-base", "17716"])
+    assert r.exit_code == 2, r.output
+    assert "'nosuch' is not one of 'fifo', 'best-effort'" in r.output and "Traceback" not in r.output
+    assert not d.exists()
+
+
+def test_demo_honours_the_cluster_directory_and_port_variables(tmp_path):
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("")
+    r = CliRunner().invoke(cli, ["demo"], env={"TEIRESIAS_CLUSTER_DIR": str(a_file),
+                                                "TEIRESIAS_CLUSTER_PORT_BASE": "17716"})
+    assert one_error_line(r) == (f"teiresias: error: --dir {a_file}: exists and is not a directory; "
+                                 "choose another path (or unset TEIRESIAS_CLUSTER_DIR)")
+    d = tmp_path / "demo"
+    r = CliRunner().invoke(cli, ["demo"], env={"TEIRESIAS_CLUSTER_DIR": str(d), "TEIRESIAS_CLUSTER_PORT_BASE": "70000"})
+    assert "--port-base must leave room for 5 ports in 1024..65535, got 70000" in one_error_line(r)
+    assert not d.exists()
+    r = CliRunner().invoke(cli, ["demo", "--help"])
+    assert "TEIRESIAS_CLUSTER_DIR" in r.output and "TEIRESIAS_CLUSTER_PORT_BASE" in r.output
