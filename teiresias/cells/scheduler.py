@@ -29,8 +29,9 @@ Where the binding state lives: see state.py (the controller persists
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
+from teiresias.cells import rebind
 from teiresias.cells.config import CellsConfig
 from teiresias.cells.faults import bad_nodes_of
 from teiresias.cells.model import Cell
@@ -47,6 +48,9 @@ class CellPlan(Plan):
 
     cells: CellsState = field(default_factory=CellsState)
     guaranteed: frozenset[JobId] = frozenset()
+    # Running guaranteed jobs preempted to move with their rebound cells (rebind.py), and the
+    # node counts they are to run on; they are started there once requeued.
+    migrate: Mapping[JobId, Placement] = field(default_factory=dict)
     report: CellsReport | None = None
 
 
@@ -101,6 +105,7 @@ class CellsPolicy:
 
         start: dict[JobId, Placement] = {}
         preempted: dict[JobId, str] = {}
+        migrate: dict[JobId, Placement] = {}  # running guaranteed jobs moved, and where to
         reasons: dict[JobId, str] = {}
 
         # Guaranteed pass.
@@ -113,7 +118,10 @@ class CellsPolicy:
                 continue
             got = w.try_guaranteed(j)
             if got is None:
-                got = self._evict_for(w, j, vc_running.get(w.vc_of(j).name, []), rank, preempted)  # type: ignore[union-attr]
+                got = self._rebind_for(w, j, start, preempted, migrate)
+            if got is None:
+                got = self._evict_for(w, j, vc_running.get(w.vc_of(j).name, []), rank, preempted, start,
+                                      migrate)  # type: ignore[union-attr]
             if got is None:
                 vc = w.vc_of(j)
                 reasons[j.job_id] = f"VC {vc.name}: no free cells for {j.num_gpus} GPUs in its quota"  # type: ignore[union-attr]
@@ -156,12 +164,64 @@ class CellsPolicy:
             index=ranked_plan.index,
             cells=w.to_state(),
             guaranteed=frozenset(w.guaranteed & (set(keep) | set(start))),
+            migrate={k: v for k, v in migrate.items() if k in preempted},
             report=build_report(w) if self.with_report else None,
         )
 
     @staticmethod
+    def _rebind_for(w: World, job: Job, start: dict[JobId, Placement],
+                    preempted: dict[JobId, str], migrate: dict[JobId, Placement]
+                    ) -> tuple[list[Cell], list[JobId]] | None:
+        """Cells for ``job`` after moving other bindings, when only their spread is in the way.
+
+        Only when the VC's private view (its own bindings and jobs, nobody
+        else's) could serve the request: then a valid binding is computed
+        (rebind.py) and enacted; moved running jobs are preempted and listed
+        in ``migrate``, moved jobs started this round start at their new cells.
+        """
+        vc = w.vc_of(job)
+        assert vc is not None
+        if job.num_gpus > w.config.quota_gpus(vc.spec) - w.vc_used.get(vc.name, 0):
+            return None  # the quota is used up: only evicting the VC's own jobs can help
+        if w.alone(vc.name).try_guaranteed(job) is None:
+            return None  # its own cells cannot serve it either (shape, or its own faulty cells)
+
+        def cost(j: JobId) -> tuple[int, int]:
+            return (0, 1) if j in start else (1, 0)
+
+        # Nodes merely partly busy outside teiresias (GPUs in transit after a requeue) are not
+        # worth a migration: if treating them as healthy needs no move, wait for them instead.
+        hard = w.hard_bad_nodes()
+        if hard != w.bad_nodes:
+            rb = rebind.plan_rebinding(w, vc.name, cost, hard)
+            if rb is not None and not rb.moves:
+                return None
+        rb = rebind.plan_rebinding(w, vc.name, cost, w.bad_nodes)
+        if rb is None or not rb.moves:
+            return None
+        held, displaced = w.apply_rebinding(rb)
+        for v in displaced:
+            preempted[v] = f"opportunistic job preempted: a guaranteed job moves onto its GPUs (VC bindings " \
+                           f"restored for guaranteed job {job.job_id} of VC {vc.name})"
+            start.pop(v, None)
+        for j, cells in rb.jobs.items():
+            if j in start:
+                if j in held:
+                    start[j] = placement_of(cells)
+                else:
+                    del start[j]
+            else:
+                where = ",".join(f"{a.node}:{a.gpus}" for a in placement_of(cells).allocations)
+                preempted[j] = (f"migrated to {where}: its VC's cells are rebound so that guaranteed job "
+                                f"{job.job_id} of VC {vc.name} gets its quota")
+                if j in held:
+                    migrate[j] = placement_of(cells)
+        return w.try_guaranteed(job)
+
+    @staticmethod
     def _evict_for(w: World, job: Job, vc_running: list[Job], rank: dict[JobId, int],
-                   preempted: dict[JobId, str]) -> tuple[list[Cell], list[JobId]] | None:
+                   preempted: dict[JobId, str], start: dict[JobId, Placement],
+                   migrate: dict[JobId, Placement]) -> tuple[list[Cell], list[JobId]] | None:
         """Evict lower-ranked running guaranteed jobs of ``job``'s VC, lowest first, until it fits.
 
         ``vc_running``: the VC's running guaranteed jobs in rank order.
@@ -178,6 +238,8 @@ class CellsPolicy:
         for victim in lower:
             evicted.append((victim, w.drop(victim.job_id)))
             got = w.try_guaranteed(job)
+            if got is None:
+                got = CellsPolicy._rebind_for(w, job, start, preempted, migrate)
             if got is not None:
                 break
         if got is None:

@@ -20,6 +20,7 @@ from teiresias.cells.buddy import BuddySpace
 from teiresias.cells.config import CellsConfig
 from teiresias.cells.model import Cell, CellChain, Topology
 from teiresias.cells.preempt import Occupancy, victims
+from teiresias.cells.rebind import Rebinding
 from teiresias.cells.state import Binding, CellsState, JobCells
 from teiresias.cells.vc import VirtualCluster
 from teiresias.domain import Job, JobId, Placement
@@ -280,6 +281,71 @@ class World:
             return False
         self._hold(job, cells, guaranteed=True)
         return True
+
+    # -- restoring a valid binding (rebind.py) -------------------------------------
+
+    def alone(self, vc_name: str) -> "World":
+        """This world with only VC ``vc_name``'s bindings and guaranteed jobs: its private view.
+
+        A request that fits here but not in the real world waits only because
+        of where the other VCs' bindings lie.
+        """
+        w = World(self.config, self.topology, self.bad_nodes, self.unavailable)
+        mine, theirs = self.vcs[vc_name], w.vcs[vc_name]
+        for v in mine.bound_cells():
+            assert v.bound is not None and w.physical.take(v.bound)
+            theirs.bind(theirs.cells[v.number], v.bound)
+        for job in sorted(self.guaranteed):
+            if self.job_vc.get(job) == vc_name:
+                cells = self.job_cells[job]
+                for c in cells:
+                    theirs.space.take(c)
+                w.job_vc[job] = vc_name
+                w._hold(job, cells, guaranteed=True)
+        return w
+
+    def hard_bad_nodes(self) -> frozenset[str]:
+        """Bad nodes that Slurm will not use at all (not merely some GPUs busy outside teiresias)."""
+        return frozenset(n for n in self.bad_nodes
+                         if self.unavailable.get(n, 0) >= self.topology.node_cells[n].gpus
+                         or n not in self.unavailable)
+
+    def apply_rebinding(self, rb: "Rebinding") -> tuple[dict[JobId, list[Cell]], list[JobId]]:
+        """Move bound cells and their guaranteed jobs as ``rb`` says.
+
+        Returns the jobs now held at their new cells, and the opportunistic
+        jobs those cells displace (already dropped). A job that cannot be held
+        at its new cells (it cannot happen when ``rb`` came from this world)
+        is left out of the first and stays dropped.
+        """
+        # A moved job may also hold cells in bound cells that stay: they are rebound in place.
+        stay: list[tuple[str, int, Cell]] = []
+        moved_roots = {(m.vc, m.number) for m in rb.moves}
+        for job in rb.jobs:
+            vc = self.vcs[self.job_vc[job] or ""]
+            for c in self.job_cells.get(job, []):
+                v = vc.bound_root_of(c)
+                if v is not None and v.bound is not None and (vc.name, v.number) not in moved_roots:
+                    stay.append((vc.name, v.number, v.bound))
+        for job in rb.jobs:
+            self.drop(job)  # frees the moved cells; a bound cell left empty is unbound
+        for name, number, pc in [*((m.vc, m.number, m.new) for m in rb.moves), *stay]:
+            vc = self.vcs[name]
+            v = vc.cells[number]
+            if v.bound is None and self.physical.take(pc):
+                vc.bind(v, pc)
+        held: dict[JobId, list[Cell]] = {}
+        displaced: list[JobId] = []
+        for job, cells in rb.jobs.items():
+            vc = self.vcs[self.job_vc[job] or ""]
+            if not self._adopt_all(vc, cells):
+                continue
+            for o in victims(self.occ, cells):
+                self.drop(o)
+                displaced.append(o)
+            self._hold(job, cells, guaranteed=True)
+            held[job] = cells
+        return held, displaced
 
     # -- opportunistic jobs -------------------------------------------------------
 
