@@ -167,17 +167,44 @@ def _job_name(p: Parsed, header: list[str], env: dict[str, str]) -> str:
     return Path(p.script).name if p.script else ("wrap" if p.wrap is not None else "sbatch")
 
 
-def _sbatch_help() -> str:
-    """sbatch's own --help text; a note instead where sbatch cannot give it
-    (not installed, or no slurm.conf on this machine)."""
+# sbatch (22.05) reads slurm.conf even for --help, --usage and --version: with
+# none it prints four lines about DNS SRV lookups, and with SLURM_CONF naming a
+# missing file it retries for a minute. Our own text never depends on Slurm;
+# sbatch's follows it where sbatch can give it, else one line says why not.
+_SBATCH_INFO_FLAGS = {"--usage": "usage", "--version": "version", "-V": "version"}
+
+
+def _sbatch_info(flag: str, env: dict[str, str]) -> str:
+    """sbatch's own output for an informational flag; a one-line note instead
+    where sbatch cannot give it (not installed, no Slurm configuration)."""
+    what = {"--help": "help", "--usage": "usage", "--version": "version", "-V": "version"}[flag]
+    conf = env.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        return (f"(sbatch's own {what} is unavailable here: SLURM_CONF={conf} does not exist; "
+                "point it at the cluster's slurm.conf)\n")
     try:
-        r = subprocess.run(["sbatch", "--help"], capture_output=True, text=True, timeout=10)
+        r = subprocess.run(["sbatch", flag], capture_output=True, text=True, timeout=10, env=env)
+    except FileNotFoundError:
+        return f"(sbatch's own {what} is unavailable here: sbatch is not on PATH)\n"
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"\n(sbatch's own help is unavailable here: {exc})\n"
+        return f"(sbatch's own {what} is unavailable here: {exc})\n"
     if r.returncode != 0:
-        first = (r.stderr.strip().splitlines() or ["no output"])[0]
-        return f"\n(sbatch's own help is unavailable here: {first})\n"
+        lines = r.stderr.strip().splitlines()
+        if any("configuration source" in ln or "configuration file" in ln for ln in lines):
+            why = "no Slurm configuration found; set SLURM_CONF to the cluster's slurm.conf"
+        else:
+            why = next((ln for ln in lines if "fatal" in ln), lines[0] if lines else "no output")
+        return f"(sbatch's own {what} is unavailable here: {why})\n"
     return r.stdout
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("teiresias")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _sbatch(args: list[str], stdin: bytes | None = None) -> int:
@@ -192,8 +219,17 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
     env = dict(os.environ) if env is None else env
     p = parse(argv)
     if p.help:
-        sys.stdout.write(HELP)
-        sys.stdout.write(_sbatch_help())
+        sys.stdout.write(HELP + "\n")
+        sys.stdout.flush()  # ours first, even while sbatch is slow to answer
+        sys.stdout.write(_sbatch_info("--help", env))
+        return 0
+    info = [_SBATCH_INFO_FLAGS[o] for o in p.sbatch_opts if o in _SBATCH_INFO_FLAGS]
+    if info and p.script is None and p.wrap is None:
+        flag = "--version" if "version" in info else "--usage"
+        sys.stdout.write(f"tsbatch (teiresias {_version()})\n" if flag == "--version"
+                         else "\n".join(HELP.splitlines()[:2]) + "\n")
+        sys.stdout.flush()
+        sys.stdout.write(_sbatch_info(flag, env))
         return 0
     setup = _setup(p, env)
     if p.unknown is not None or (p.wrap is not None and p.script_args):

@@ -298,3 +298,50 @@ def test_demo_honours_the_cluster_directory_and_port_variables(tmp_path):
     assert not d.exists()
     r = CliRunner().invoke(cli, ["demo", "--help"])
     assert "TEIRESIAS_CLUSTER_DIR" in r.output and "TEIRESIAS_CLUSTER_PORT_BASE" in r.output
+
+
+# -- item 26: tsbatch's own help never depends on Slurm -------------------------------------
+# Real subprocesses of the installed entry points, with a real sbatch (when
+# installed) that cannot find its configuration.
+
+def _tsbatch(cmd: list[str], env: dict[str, str]):
+    import subprocess
+    import sys
+
+    exe = str(Path(sys.executable).with_name(cmd[0]))
+    return subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, env=env, timeout=60)
+
+
+def _env_without_slurm(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize("cmd", [["tsbatch", "--help"], ["tsbatch", "-h"], ["teiresias", "sbatch", "--help"]])
+def test_tsbatch_help_with_slurm_conf_pointing_nowhere(cmd, tmp_path):
+    missing = tmp_path / "nowhere" / "slurm.conf"
+    r = _tsbatch(cmd, _env_without_slurm(SLURM_CONF=str(missing)))
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.startswith("Usage: tsbatch") and "--checkpoint-dir" in r.stdout
+    # One line says why sbatch's part is missing, instead of sbatch's own retries (a minute) and errors.
+    assert r.stdout.rstrip().splitlines()[-1] == (
+        f"(sbatch's own help is unavailable here: SLURM_CONF={missing} does not exist; "
+        "point it at the cluster's slurm.conf)")
+    assert "sbatch: error" not in r.stdout and "sbatch: fatal" not in r.stdout
+
+
+@pytest.mark.skipif(Path("/etc/slurm/slurm.conf").exists(), reason="this machine has a default slurm.conf")
+@pytest.mark.parametrize("args,first", [(["--help"], "Usage: tsbatch"), (["--usage"], "Usage: tsbatch"),
+                                        (["--version"], "tsbatch (teiresias "), (["-V"], "tsbatch (teiresias ")])
+def test_tsbatch_informational_flags_without_any_slurm_configuration(args, first):
+    import shutil
+
+    r = _tsbatch(["tsbatch", *args], _env_without_slurm())
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.startswith(first)
+    # sbatch's four lines about DNS SRV lookups never reach the user.
+    assert "resolve_ctls_from_dns_srv" not in r.stdout and "DNS" not in r.stdout
+    last = r.stdout.rstrip().splitlines()[-1]
+    if shutil.which("sbatch"):
+        assert last.endswith("is unavailable here: no Slurm configuration found; "
+                             "set SLURM_CONF to the cluster's slurm.conf)"), last
