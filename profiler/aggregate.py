@@ -12,17 +12,23 @@ Method (measured facts in docs/profiler.md):
    lag achieves, so runs of equal-size tensors do not pass for an iteration;
    period = time from the first to the last iteration of that steady stretch
    divided by the iterations between them.
-3. Skew = largest collective / all collective bytes of an iteration, median
-   over the steady iterations (Tiresias Table 6's "largest tensor ratio" when
-   each tensor is its own collective).
-4. Bucketing. With DDP's default 25 MiB buckets a collective is a bucket; for
-   models under about 2 x cap the figure measures bucket layout, not tensors,
-   and is reported as unknown (with the lower bound (B - cap) / model a bucket
-   closed at the cap implies). The exact ratio from the model hook, when
-   present, validates the traffic figure and stands in when traffic cannot tell.
+3. Iteration check: an iteration reduces every gradient byte once, so the
+   pattern's bytes must match the model's (model hook, else DDP's start-up
+   broadcast). A stack of identical blocks repeats k times per iteration: k
+   patterns (counted by the hook's iteration marks, else by bytes) make one;
+   a pattern that is no whole part of the model is no iteration (no skew).
+4. Skew = largest collective / all collective bytes of an iteration, median
+   over the steady iterations: the skew of what the network carries. With
+   DDP a collective is a gradient bucket at the job's bucket cap; with one
+   collective per tensor it is Tiresias Table 6's "largest tensor ratio".
+   Placement uses this bucket-level figure for every job (docs/profiler.md,
+   "Which skew"); the model hook's tensor sizes give the largest-tensor ratio
+   (shown beside it) and, laid out in DDP's buckets, the same bucket-level
+   figure, which checks the traffic and stands in when traffic cannot tell.
 
 Never a wrong skew: missing ranks, truncated files, a job killed inside its
-window, a single-rank job or too few iterations give ``valid=False`` and a reason.
+window, a single-rank job, too few iterations or a pattern that cannot be an
+iteration give ``valid=False`` and a reason.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from profiler.records import (
 )
 
 DEFAULT_BUCKET_CAP = 25 * 1024 * 1024  # torch DDP default bucket_cap_mb=25
+DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+ITER_BYTES_TOL = 0.10  # an iteration's gradient bytes vs the model's
 MODEL_FILE_PREFIX = "model-rank"
 REPEAT_SLACK = 0.05  # chosen lag may cover this much less of the run than the best lag
 AGREE_TOL = 0.05  # traffic vs model skew agreement
@@ -55,8 +63,10 @@ AGREE_TOL = 0.05  # traffic vs model skew agreement
 class Profile:
     """What the profiler learnt about one job (JSON-serialisable).
 
-    ``skew`` is the figure placement uses (None when unknown), from
-    ``skew_source`` ("traffic" or "model"). ``bytes_per_iteration`` is what one
+    ``skew`` is the figure placement uses (None when unknown): the skew of
+    the job's collectives (DDP buckets at its cap), from ``skew_source``
+    ("traffic", or "model": the hook's tensors in DDP's buckets).
+    ``model_skew`` is the largest-tensor ratio, shown beside it. ``bytes_per_iteration`` is what one
     rank sends per iteration (mean over ranks); ``intensity_bps`` is that
     divided by ``period_s``; ``model_bytes`` estimates the gradient bytes
     reduced per iteration (ring all-reduce sends 2(n-1)/n of it per rank).
@@ -79,8 +89,10 @@ class Profile:
     bucketed: bool = False
     skew_lower_bound: float | None = None
     largest_collective_bytes: float = 0.0
-    model_skew: float | None = None
+    model_skew: float | None = None  # largest-tensor ratio (Tiresias Table 6), from the model hook
     model_tensors: int = 0
+    model_bucket_skew: float | None = None  # the same tensors in DDP's buckets at the job's cap
+    model_buckets: int = 0
     agrees: bool | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -110,6 +122,13 @@ class Collectives:
     times: np.ndarray  # float64 seconds
     per_rank_sent: float  # bytes one rank sends for all of them (mean over ranks)
     layer: str
+    # sizes / gradient_factor = gradient bytes reduced: a gloo ring all-reduce
+    # of M bytes over n ranks sends 2(n-1) x M in all; an NCCL call counts M.
+    gradient_factor: float = 1.0
+    # Bytes the job broadcast before its first all-reduce (DDP's start-up copy
+    # of the model from rank 0), per copy; None when there was none.
+    startup_broadcast: float | None = None
+    marks: np.ndarray = field(default_factory=lambda: np.zeros(0))  # iteration marks, same clock
 
 
 @dataclass(frozen=True)
@@ -118,6 +137,7 @@ class Iterations:
     start: int  # first collective of the steady run
     count: int  # complete iterations in the steady run
     period_s: float
+    covered: int = 0  # collectives in the steady run (lag-periodic from start)
 
 
 # ---- collectives from records --------------------------------------------------
@@ -145,12 +165,39 @@ def gloo_collectives(files: list[RecordFile]) -> Collectives | None:
     order = np.lexsort((uniq, tag))
     keep = (sizes[order] > 0) & ~np.isnan(times[order])
     order = order[keep]
+    n = len(files)
+    prefix = (uniq[order] >> np.uint64(56)).astype(np.int64)
     return Collectives(
         sizes=sizes[order],
         times=times[order],
-        per_rank_sent=float(nbytes.sum()) / len(files),
+        per_rank_sent=float(nbytes.sum()) / n,
         layer="gloo",
+        gradient_factor=2.0 * (n - 1) if n > 1 else 1.0,
+        # A broadcast delivers one copy to each of the n-1 other ranks.
+        startup_broadcast=_startup_broadcast(sizes[order], prefix == GLOO_BROADCAST,
+                                             prefix == GLOO_ALLREDUCE, max(n - 1, 1)),
+        marks=_marks(ref),
     )
+
+
+# gloo/common/utils.h: kAllreduceSlotPrefix, kBroadcastSlotPrefix (slot >> 56).
+GLOO_ALLREDUCE = 0x04
+GLOO_BROADCAST = 0x06
+
+
+def _startup_broadcast(sizes: np.ndarray, is_bcast: np.ndarray, is_allreduce: np.ndarray,
+                       copies: int) -> float | None:
+    """Bytes broadcast before the first all-reduce, per copy: DDP copies the
+    whole model (parameters and buffers) from rank 0 at construction, so this
+    is the model's size as the traffic itself states it."""
+    first = int(np.argmax(is_allreduce)) if is_allreduce.any() else len(sizes)
+    b = float(sizes[:first][is_bcast[:first]].sum())
+    return b / copies if b > 0 else None
+
+
+def _marks(ref: RecordFile) -> np.ndarray:
+    """Iteration marks (one per DDP forward, from the model hook) of a rank."""
+    return np.sort(ref.of_kind(Kind.ITER_MARK)["t_ns"].astype(np.float64) / 1e9)
 
 
 _NCCL_SEND_FACTOR = {
@@ -173,8 +220,12 @@ def nccl_collectives(files: list[RecordFile]) -> Collectives | None:
         n = max(int(rec["nranks"]), 1)
         f = _NCCL_SEND_FACTOR.get(Kind(int(rec["kind"])), lambda n: 1.0)
         sent += float(rec["bytes"]) * (f(n) if n > 1 else 0.0)
+    kinds = r["kind"]
     return Collectives(sizes=sizes, times=r["t_ns"].astype(np.float64) / 1e9,
-                       per_rank_sent=sent, layer="nccl")
+                       per_rank_sent=sent, layer="nccl",
+                       startup_broadcast=_startup_broadcast(sizes, kinds == Kind.NCCL_BROADCAST,
+                                                            kinds == Kind.NCCL_ALLREDUCE, 1),
+                       marks=_marks(ref))
 
 
 # ---- iterations -------------------------------------------------------------------
@@ -222,7 +273,40 @@ def find_iterations(sizes: np.ndarray, times: np.ndarray, min_repeats: int = 3) 
     # rate of progress. A median of per-lag gaps estimates the same thing but
     # wanders by +-10 % on a shared, busy CPU; the span does not.
     period = float(times[a + (count - 1) * k] - times[a]) / (count - 1)
-    return Iterations(lag=k, start=a, count=count, period_s=period)
+    return Iterations(lag=k, start=a, count=count, period_s=period, covered=length + k)
+
+
+def regroup(it: Iterations, k: int, times: np.ndarray) -> Iterations:
+    """The same steady run read as iterations of k x ``it.lag`` collectives.
+
+    A lag-periodic run is also (k x lag)-periodic, and any window of k x lag
+    consecutive collectives holds each of its collectives once, so skew and
+    bytes do not depend on where the window starts.
+    """
+    lag = it.lag * k
+    count = it.covered // lag
+    period = float(times[it.start + (count - 1) * lag] - times[it.start]) / (count - 1) if count > 1 else 0.0
+    return Iterations(lag=lag, start=it.start, count=count, period_s=period, covered=it.covered)
+
+
+def lag_from_marks(times: np.ndarray, marks: np.ndarray, it: Iterations) -> int | None:
+    """Collectives per iteration as the model hook's iteration marks count them.
+
+    DDP finishes every bucket's all-reduce before backward returns, so all
+    collectives of an iteration start between its forward's mark and the
+    next one. The median count over the mark intervals inside the steady run;
+    None without marks (no hook) or when no interval has collectives (e.g.
+    gradient accumulation marks forwards that do not all-reduce).
+    """
+    if len(marks) < 3:
+        return None
+    lo, hi = times[it.start], times[it.start + it.covered - 1]
+    inside = marks[(marks >= lo) & (marks <= hi)]
+    if len(inside) < 2:
+        return None
+    counts = np.histogram(times, bins=inside)[0]
+    lag = int(np.median(counts))
+    return lag if lag > 0 else None
 
 
 def windows_skew(sizes: np.ndarray, it: Iterations) -> tuple[float, float, float]:
@@ -240,18 +324,58 @@ def windows_skew(sizes: np.ndarray, it: Iterations) -> tuple[float, float, float
 
 # ---- model hook ----------------------------------------------------------------------
 
-def read_model_file(profile_dir: Path) -> list[int] | None:
-    """Parameter byte sizes written by profiler.model_hook (lowest rank), or None."""
+@dataclass(frozen=True)
+class ModelFile:
+    """What the model hook wrote: trainable parameter bytes in registration
+    order, and the DDP ``bucket_cap_mb`` the job passed (None: DDP's default)."""
+
+    sizes: tuple[int, ...]
+    bucket_cap_mb: float | None = None
+
+    @property
+    def gradient_bytes(self) -> int:
+        return sum(self.sizes)
+
+
+def read_model_file(profile_dir: Path) -> ModelFile | None:
+    """The file written by profiler.model_hook (lowest rank), or None."""
     cands = sorted(profile_dir.glob(MODEL_FILE_PREFIX + "*.json"))
     for p in cands:
         try:
             data = json.loads(p.read_text())
-            sizes = [int(b) for _, b in data["tensors"]]
-        except (OSError, ValueError, KeyError, TypeError):
+            sizes = tuple(int(b) for _, b in data["tensors"])
+            cap = data.get("bucket_cap_mb")
+            cap = None if cap is None else float(cap)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if sizes and sum(sizes) > 0:
-            return sizes
+            return ModelFile(sizes=sizes, bucket_cap_mb=cap)
     return None
+
+
+def ddp_buckets(sizes: tuple[int, ...] | list[int], bucket_cap_mb: float | None) -> list[int]:
+    """Bucket sizes DDP forms for these parameters (torch 2.x Reducer rule).
+
+    Gradients are assumed ready in reverse registration order (DDP's own
+    assumption for its first layout; its rebuilt layout follows the observed
+    order, the same for a model run front to back). A bucket closes once it
+    reaches its limit: 1 MiB for the first and ``bucket_cap_mb`` (25) after it
+    when the job left bucket_cap_mb at its default; ``bucket_cap_mb`` for all
+    when it set one.
+    """
+    cap = int((DEFAULT_BUCKET_CAP / 2**20 if bucket_cap_mb is None else bucket_cap_mb) * 2**20)
+    cap = max(cap, 1)
+    first = min(DDP_FIRST_BUCKET, cap) if bucket_cap_mb is None else cap
+    buckets: list[int] = []
+    cur = 0
+    for b in reversed(list(sizes)):
+        cur += b
+        if cur >= (first if not buckets else cap):
+            buckets.append(cur)
+            cur = 0
+    if cur:
+        buckets.append(cur)
+    return buckets
 
 
 # ---- the whole job -------------------------------------------------------------------
@@ -264,15 +388,73 @@ def aggregate_dir(
 ) -> Profile:
     """Aggregate every rank's record file in ``profile_dir`` into one Profile."""
     d = Path(profile_dir)
-    model_sizes = read_model_file(d) if d.is_dir() else None
-    model_kw: dict = {}
-    if model_sizes:
-        model_kw = {"model_skew": max(model_sizes) / sum(model_sizes), "model_tensors": len(model_sizes)}
-    traffic = _aggregate_traffic(d, bucket_cap_bytes, min_iterations)
-    return _combine(traffic, model_kw)
+    model = read_model_file(d) if d.is_dir() else None
+    if model is not None and model.bucket_cap_mb is not None:
+        bucket_cap_bytes = max(int(model.bucket_cap_mb * 2**20), 1)
+    traffic = _aggregate_traffic(d, bucket_cap_bytes, min_iterations, model)
+    return _combine(traffic, model)
 
 
-def _aggregate_traffic(d: Path, cap: int, min_iterations: int) -> Profile:
+def _mib(x: float) -> str:
+    return f"{x / 2**20:.2f} MiB"
+
+
+def too_few_iterations(coll: Collectives, min_iterations: int, what: str) -> str:
+    return (
+        f"too few iterations recorded ({what}; {len(coll.sizes)} collectives, "
+        f"{len(coll.marks) or 'no'} iteration marks): need {min_iterations} steady iterations after "
+        "DDP's first; profile more steps or a longer window (TEIRESIAS_PROFILE_SECONDS / _ITERS)"
+    )
+
+
+def settle_iterations(
+    coll: Collectives, it: Iterations, ref: float | None, ref_from: str, min_iterations: int,
+) -> tuple[Iterations | None, str, list[str]]:
+    """Check the repeating pattern against what one iteration must move.
+
+    An iteration reduces every gradient byte once, so the pattern's gradient
+    bytes must equal the model's (``ref``: the model hook's parameter bytes,
+    else the start-up broadcast). A stack of identical blocks repeats many
+    times per iteration and passes for that many iterations (one block's skew);
+    there the pattern carries 1/k of the model and k patterns make the
+    iteration (the hook's iteration marks, when present, count k directly).
+    Returns (iterations, "", notes), or (None, reason, notes) when the pattern
+    cannot be an iteration: never a skew from a wrong period.
+    """
+    notes: list[str] = []
+
+    def grad(i: Iterations) -> float:
+        return windows_skew(coll.sizes, i)[1] / coll.gradient_factor
+
+    k, why = 1, ""
+    by_marks = lag_from_marks(coll.times, coll.marks, it)
+    if by_marks is not None and by_marks > it.lag and by_marks % it.lag == 0:
+        k, why = by_marks // it.lag, "iteration marks"
+    elif ref:
+        r = grad(it) / ref
+        if r < 1 - ITER_BYTES_TOL:
+            kk = round(1 / r)
+            if kk >= 2 and abs(kk * r - 1) <= ITER_BYTES_TOL:
+                k, why = kk, f"bytes vs {ref_from}"
+    if k > 1:
+        notes.append(f"a pattern of {it.lag} collectives repeats {k} times per iteration ({why})")
+        it = regroup(it, k, coll.times)
+        if it.count < min_iterations:
+            return None, too_few_iterations(coll, min_iterations, f"{it.count} complete iteration(s) of {it.lag} collectives"), notes
+    if ref:
+        g = grad(it)
+        if abs(g / ref - 1) > ITER_BYTES_TOL:
+            return None, (
+                f"no consistent iteration: the repeating pattern ({it.lag} collectives) reduces "
+                f"{_mib(g)} of gradients but {ref_from} says {_mib(ref)} (an iteration reduces every "
+                "gradient byte once)"
+            ), notes
+    else:
+        notes.append("iteration not checked against the model's size (no model hook, no start-up broadcast)")
+    return it, "", notes
+
+
+def _aggregate_traffic(d: Path, cap: int, min_iterations: int, model: ModelFile | None = None) -> Profile:
     if not d.is_dir():
         return Profile.none(f"no profile directory {d}")
     paths = record_files(d)
@@ -321,40 +503,41 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int) -> Profile:
     if not cands:
         return Profile.none("no collective traffic recorded", ranks=len(files))
     coll = max(cands, key=lambda c: float(c.sizes.sum()))
-    it = find_iterations(coll.sizes, coll.times, min_iterations)
-    if it is None:
-        return Profile.none(
-            f"no repeating iteration in {len(coll.sizes)} collectives (fewer than "
-            f"{min_iterations} iterations recorded?)",
-            ranks=len(files), layer=coll.layer,
-        )
-    skew, total, largest = windows_skew(coll.sizes, it)
     n = len(files)
-    per_rank = coll.per_rank_sent * (total / float(coll.sizes.sum()))
-    if coll.layer == "gloo":
-        # Every byte of a ring all-reduce is sent once by some rank: total over
-        # ranks = 2(n-1) x tensor bytes.
-        model_bytes = total / (2.0 * (n - 1))
+    found = find_iterations(coll.sizes, coll.times, min_iterations)
+    if found is None:
+        return Profile.none(
+            too_few_iterations(coll, min_iterations, f"no pattern of collectives repeats {min_iterations} times"),
+            ranks=n, layer=coll.layer,
+        )
+    if model is not None:
+        ref, ref_from = float(model.gradient_bytes), "the model hook's parameter sizes"
     else:
-        model_bytes = total
-    bucket_bound = math.ceil(model_bytes / cap) + 2
+        ref, ref_from = coll.startup_broadcast, "the start-up broadcast of the model"
+    it, problem, more = settle_iterations(coll, found, ref, ref_from, min_iterations)
+    notes += more
+    if it is None:
+        return Profile.none(problem, ranks=n, layer=coll.layer, notes=tuple(notes))
+    skew, total, largest = windows_skew(coll.sizes, it)
+    per_rank = coll.per_rank_sent * (total / float(coll.sizes.sum()))
+    model_bytes = total / coll.gradient_factor
     # DDP closes a bucket once it reaches the cap: at most ceil(M / cap) full
-    # buckets, plus the small first bucket and a partial last one.
-    bucketed = it.lag <= bucket_bound
+    # buckets, plus the small first bucket and a partial last one. Bucketed
+    # or not, the collectives are what the network carries: their skew is the
+    # one placement uses (docs/profiler.md, "Which skew").
+    if model is not None:
+        bucketed = len(ddp_buckets(model.sizes, model.bucket_cap_mb)) < len(model.sizes)
+    else:
+        bucketed = it.lag <= math.ceil(model_bytes / cap) + 2
     largest_t = skew * model_bytes
     lower = max(0.0, (largest_t - cap) / model_bytes) if bucketed and model_bytes > 0 else None
-    traffic_ok = not (bucketed and model_bytes < 2 * cap)
     if bucketed:
         notes.append(
             f"{it.lag} collectives per iteration for {model_bytes / 2**20:.1f} MiB: "
-            f"looks like {cap / 2**20:.0f} MiB gradient buckets"
+            f"gradient buckets of up to {cap / 2**20:g} MiB, not single tensors"
         )
     return Profile(
-        valid=traffic_ok,
-        reason="" if traffic_ok else (
-            f"bucketing hides the tensors: model {model_bytes / 2**20:.1f} MiB < 2 x "
-            f"{cap / 2**20:.0f} MiB bucket cap; skew >= {lower:.3f}"
-        ),
+        valid=True,
         layer=coll.layer,
         ranks=n,
         iterations=it.count,
@@ -363,10 +546,10 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int) -> Profile:
         model_bytes=model_bytes,
         period_s=it.period_s,
         intensity_bps=per_rank / it.period_s if it.period_s > 0 else None,
-        skew=skew if traffic_ok else None,
-        skew_source="traffic" if traffic_ok else None,
+        skew=skew,
+        skew_source="traffic",
         traffic_skew=skew,
-        traffic_skew_valid=traffic_ok,
+        traffic_skew_valid=True,
         bucketed=bucketed,
         skew_lower_bound=lower,
         largest_collective_bytes=largest_t,
@@ -374,25 +557,25 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int) -> Profile:
     )
 
 
-def _combine(traffic: Profile, model_kw: dict) -> Profile:
-    """Add the model hook's exact ratio: it validates the traffic figure and
-    stands in where traffic cannot tell (small bucketed models, no traffic)."""
-    if not model_kw:
+def _combine(traffic: Profile, model: ModelFile | None) -> Profile:
+    """Add what the model hook knows: the largest-tensor ratio (shown beside)
+    and the skew of DDP's buckets of those tensors at the job's bucket cap,
+    which checks the traffic figure and stands in where traffic cannot tell."""
+    if model is None:
         return traffic
-    ms = model_kw["model_skew"]
+    buckets = ddp_buckets(model.sizes, model.bucket_cap_mb)
+    bucket_skew = max(buckets) / sum(buckets)
     data = traffic.to_json()
-    data.update(model_kw)
+    data.update(model_skew=max(model.sizes) / model.gradient_bytes, model_tensors=len(model.sizes),
+                model_bucket_skew=bucket_skew, model_buckets=len(buckets))
     notes = list(traffic.notes)
-    if traffic.traffic_skew_valid and traffic.skew is not None and traffic.bucketed:
-        # Bucket layout is not a tensor ratio: nothing to compare.
-        notes.append(f"model's largest-tensor ratio {ms:.3f} (traffic sees buckets)")
-    elif traffic.traffic_skew_valid and traffic.skew is not None:
-        data["agrees"] = abs(traffic.skew - ms) <= AGREE_TOL
+    if traffic.traffic_skew_valid and traffic.skew is not None:
+        data["agrees"] = abs(traffic.skew - bucket_skew) <= AGREE_TOL
         if not data["agrees"]:
-            notes.append(f"traffic skew {traffic.skew:.3f} differs from model ratio {ms:.3f}")
+            notes.append(f"traffic skew {traffic.skew:.3f} differs from {bucket_skew:.3f}, the skew of "
+                         f"DDP's {len(buckets)} buckets of the model's tensors")
     else:
-        data.update(valid=True, skew=ms, skew_source="model")
-        notes.append(f"skew from the model's tensor sizes ({traffic.reason or 'traffic cannot tell'})")
-        data["reason"] = ""
+        data.update(valid=True, skew=bucket_skew, skew_source="model", reason="")
+        notes.append(f"skew of DDP's buckets of the model's tensors ({traffic.reason})")
     data["notes"] = notes
     return Profile.from_json(data)

@@ -77,15 +77,18 @@ def render(job_id: str, p: Profile, where: str) -> str:
     lines = [f"job {job_id}  ({where})"]
     if not p.valid:
         lines.append(f"  no profile: {p.reason}")
+    # Placement uses the skew of the collectives on the wire (DDP buckets at
+    # the job's cap, docs/profiler.md "Which skew"); the largest-tensor ratio
+    # is shown beside it because it is what Tiresias' Table 6 lists.
     lines += [
-        f"  skew              {_pct(p.skew)}" + (f"  (from {p.skew_source})" if p.skew_source else ""),
+        f"  skew (placement)  {_pct(p.skew)}" + (f"  (bucket skew, from {p.skew_source})" if p.skew_source else ""),
     ]
     if p.layer != "none":
         lines += [
             f"  layer             {p.layer}, {p.ranks} ranks",
-            f"  traffic skew      {_pct(p.traffic_skew)}"
+            f"  bucket skew       {_pct(p.traffic_skew)} from traffic"
             + ("" if p.traffic_skew_valid else "  (not trusted)")
-            + (f", bucketed, lower bound {_pct(p.skew_lower_bound)}" if p.bucketed else ""),
+            + (f", bucketed, largest tensor >= {_pct(p.skew_lower_bound)}" if p.bucketed else ""),
             f"  iteration period  {p.period_s * 1e3:.1f} ms over {p.iterations} iterations"
             if p.period_s else "  iteration period  unknown",
             f"  collectives/iter  {p.collectives_per_iteration}",
@@ -93,9 +96,11 @@ def render(job_id: str, p: Profile, where: str) -> str:
             f"  intensity         {p.intensity_bps / 2**20:.1f} MiB/s per rank"
             if p.intensity_bps else "  intensity         unknown",
         ]
+    if p.model_bucket_skew is not None:
+        agree = "" if p.agrees is None else ("  (agrees with traffic)" if p.agrees else "  (DISAGREES with traffic)")
+        lines.append(f"  bucket skew       {_pct(p.model_bucket_skew)} from the model, {p.model_buckets} DDP buckets{agree}")
     if p.model_skew is not None:
-        agree = "" if p.agrees is None else ("  (agrees)" if p.agrees else "  (DISAGREES)")
-        lines.append(f"  model ratio       {_pct(p.model_skew)} over {p.model_tensors} tensors{agree}")
+        lines.append(f"  tensor skew       {_pct(p.model_skew)} largest-tensor ratio over {p.model_tensors} tensors")
     lines += [f"  note: {n}" for n in p.notes]
     return "\n".join(lines)
 

@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiler.aggregate import Profile, _combine, find_iterations, windows_skew
+from profiler.aggregate import (
+    Collectives,
+    ModelFile,
+    Profile,
+    _combine,
+    ddp_buckets,
+    find_iterations,
+    settle_iterations,
+    windows_skew,
+)
 
 
 def seq(prefix: list[float], iteration: list[float], repeats: int, dt: float = 0.1, tail: list[float] = ()):
@@ -75,11 +84,73 @@ def test_profile_json_round_trip() -> None:
     assert Profile.from_json({**p.to_json(), "future_field": 1}) == p
 
 
-def test_model_ratio_stands_in_only_when_traffic_cannot_tell() -> None:
-    unknown = Profile.none("bucketing hides the tensors", layer="gloo", ranks=2)
-    p = _combine(unknown, {"model_skew": 0.8, "model_tensors": 10})
+MIB = 2**20
+
+
+def test_ddp_bucket_layout() -> None:
+    # torch 2.x: reverse registration order; default cap: 1 MiB first bucket, then 25 MiB.
+    linears = [1800 * 1800 * 4, 1800 * 4] * 5
+    assert ddp_buckets(linears, None) == [12967200, 38901600, 12967200]
+    assert ddp_buckets(linears, 1e-6) == list(reversed(linears))  # one bucket per tensor
+    assert ddp_buckets([100, 200], None) == [300]  # under the first cap: one bucket
+    assert ddp_buckets([30 * MIB], 25) == [30 * MIB]
+
+
+def test_model_bucket_skew_stands_in_only_when_traffic_cannot_tell() -> None:
+    model = ModelFile(sizes=(800, 100, 100), bucket_cap_mb=1e-6)  # per-tensor buckets: 0.8
+    unknown = Profile.none("too few iterations recorded", layer="gloo", ranks=2)
+    p = _combine(unknown, model)
     assert p.valid and p.skew == 0.8 and p.skew_source == "model"
     traffic = Profile(valid=True, skew=0.30, skew_source="traffic", traffic_skew=0.30, traffic_skew_valid=True)
-    p = _combine(traffic, {"model_skew": 0.8, "model_tensors": 10})
+    p = _combine(traffic, model)
     assert p.skew == 0.30 and p.skew_source == "traffic" and p.agrees is False
     assert any("differs" in n for n in p.notes)
+    # Default buckets: all 1000 bytes in one bucket; the tensor ratio is shown, not used.
+    p = _combine(unknown, ModelFile(sizes=(800, 100, 100)))
+    assert p.skew == 1.0 and p.model_skew == 0.8 and p.model_buckets == 1
+
+
+def coll(sizes: np.ndarray, times: np.ndarray, marks: list[float] = (), startup: float | None = None) -> Collectives:
+    # NCCL-like sizes (gradient_factor 1): a collective's size is its gradient bytes.
+    return Collectives(sizes=sizes, times=times, per_rank_sent=float(sizes.sum()), layer="nccl",
+                       startup_broadcast=startup, marks=np.array(marks, dtype=float))
+
+
+BLOCK = [4.0, 4.0, 4.0, 1024.0]
+
+
+def test_identical_blocks_regrouped_by_bytes() -> None:
+    # 12 identical blocks per iteration, 10 iterations: the repeat-lag finder
+    # sees 120 "iterations" of one block; the model's bytes say 12 blocks.
+    sizes, times = seq([9.0], BLOCK * 12 * 10, 1)
+    it = find_iterations(sizes, times)
+    assert it is not None and it.lag == 4
+    model = 12 * sum(BLOCK)
+    done, problem, notes = settle_iterations(coll(sizes, times), it, model, "the model", 3)
+    assert problem == "" and done is not None and done.lag == 48 and done.count == 10
+    assert windows_skew(sizes, done)[0] == pytest.approx(1024 / model)
+    # The same from iteration marks (one per forward, before each iteration).
+    marks = [times[1 + 48 * j] - 0.05 for j in range(10)]
+    done, _, notes = settle_iterations(coll(sizes, times, marks), it, None, "", 3)
+    assert done is not None and done.lag == 48 and "iteration marks" in notes[0]
+
+
+def test_pattern_that_cannot_be_an_iteration_is_never_valid() -> None:
+    sizes, times = seq([], [10.0, 20.0, 70.0], 10)
+    it = find_iterations(sizes, times)
+    # The pattern reduces 100 bytes; a model of 250 bytes is no whole multiple.
+    done, problem, _ = settle_iterations(coll(sizes, times), it, 250.0, "the model hook's parameter sizes", 3)
+    assert done is None and problem.startswith("no consistent iteration") and "model hook" in problem
+    # Twice the model per pattern: not an iteration either.
+    done, problem, _ = settle_iterations(coll(sizes, times), it, 50.0, "the model", 3)
+    assert done is None and "no consistent iteration" in problem
+    # Agreeing bytes (within 10 %) pass unchanged.
+    done, problem, _ = settle_iterations(coll(sizes, times), it, 104.0, "the model", 3)
+    assert done == it and problem == ""
+
+
+def test_too_few_iterations_after_regrouping() -> None:
+    sizes, times = seq([], BLOCK * 12 * 2, 1)  # two iterations of 12 blocks
+    it = find_iterations(sizes, times)
+    done, problem, _ = settle_iterations(coll(sizes, times), it, 12 * sum(BLOCK), "the model", 3)
+    assert done is None and problem.startswith("too few iterations recorded")

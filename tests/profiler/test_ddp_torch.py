@@ -6,8 +6,9 @@ interposer (LD_PRELOAD from profiler.env, as the wrapper sets it).
   and the period is within 10 % of the step time the job measured itself;
 - DDP defaults on VGG16- and ResNet50-sized parameter sets: the two fall on
   opposite sides of PACKLIMIT 0.5;
-- DDP defaults on a small model: traffic cannot tell (bucketing), the model
-  hook's exact ratio stands in.
+- DDP defaults on a small model: its one bucket is its skew (the collectives
+  on the wire, docs/profiler.md "Which skew"); the model hook's layout of its
+  tensors in DDP's buckets stands in when the traffic cannot tell.
 """
 
 from __future__ import annotations
@@ -88,11 +89,17 @@ def test_iteration_window_stops_recording(resnet_tiny) -> None:
         assert rf.state is FileState.WINDOW_DONE and rf.iterations == 15
 
 
-def test_small_model_under_default_buckets_falls_back_to_model(tmp_path: Path) -> None:
+def test_small_model_under_default_buckets(tmp_path: Path) -> None:
     p, truth, _ = job(tmp_path, "vgg", "default", 12)
-    assert not p.traffic_skew_valid and p.bucketed
-    assert p.valid and p.skew_source == "model"
-    assert p.skew == pytest.approx(truth["true_ratio"], rel=1e-9)
+    # 0.7 MiB fits DDP's 1 MiB first bucket: one all-reduce per iteration.
+    assert p.valid and p.bucketed and p.skew_source == "traffic" and p.collectives_per_iteration == 1
+    assert p.skew == pytest.approx(1.0) and p.model_bucket_skew == pytest.approx(1.0) and p.agrees
+    assert p.model_skew == pytest.approx(truth["true_ratio"], rel=1e-9)
+    # The traffic cannot tell when too few iterations were recorded: the
+    # model's tensors in DDP's buckets give the same quantity.
+    short, _, _ = job(tmp_path / "short", "vgg", "default", 2)
+    assert short.valid and short.skew_source == "model" and short.skew == pytest.approx(1.0)
+    assert any("too few iterations" in n for n in short.notes), short.notes
 
 
 def test_real_size_models_fall_on_both_sides_of_packlimit(tmp_path: Path) -> None:
@@ -100,9 +107,12 @@ def test_real_size_models_fall_on_both_sides_of_packlimit(tmp_path: Path) -> Non
     resnet50, t_res, _ = job(tmp_path / "resnet50", "resnet50", "default", 6)
     for p in (vgg16, resnet50):
         assert p.valid and p.bucketed and p.skew_source == "traffic", p
-        assert p.model_skew is not None and p.agrees is None  # bucketed: no per-tensor check
+        # The model hook lays the tensors out in DDP's buckets: same skew.
+        assert p.model_bucket_skew == pytest.approx(p.traffic_skew, abs=1e-6) and p.agrees is True
     assert t_vgg["true_ratio"] == pytest.approx(0.743, abs=0.001)  # Tiresias Table 6
     assert t_res["true_ratio"] == pytest.approx(0.092, abs=0.001)
+    assert resnet50.model_skew == pytest.approx(t_res["true_ratio"], rel=1e-9)
+    assert resnet50.skew == pytest.approx(0.308, abs=0.005)  # buckets, not tensors
     assert should_consolidate(vgg16.skew, DEFAULT_PACKLIMIT) is True
     assert should_consolidate(resnet50.skew, DEFAULT_PACKLIMIT) is False
     # A bucket closed at the 25 MiB cap holds a tensor of at least B - cap.

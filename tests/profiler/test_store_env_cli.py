@@ -73,7 +73,7 @@ def test_cli_show_from_job_dir_without_records(tmp_path: Path) -> None:
     (tmp_path / "7" / "profile").mkdir(parents=True)
     res = CliRunner().invoke(cli, ["profile", "show", "7", "--dir", str(tmp_path / "7")])
     assert res.exit_code == 0
-    assert "no profile: no record files" in res.output and "skew              unknown" in res.output
+    assert "no profile: no record files" in res.output and "skew (placement)  unknown" in res.output
 
 
 def test_cli_store_from_controller_config(tmp_path: Path) -> None:
