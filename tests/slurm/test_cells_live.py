@@ -49,9 +49,9 @@ CELLS = {
 class CellsController:
     """An in-process controller whose policy is CellsPolicy; rounds run in a thread."""
 
-    def __init__(self, cluster, tmp: Path) -> None:
+    def __init__(self, cluster, tmp: Path, cells: dict = CELLS) -> None:
         # The VCs come in through the controller config's `cells` key, as on a site.
-        (tmp / "cells.yaml").write_text(yaml.safe_dump(CELLS))
+        (tmp / "cells.yaml").write_text(yaml.safe_dump(cells))
         cfg = {"partitions": ["gpu"], "policy": {"name": "las", "queues": [100000]}, "poll_interval": 1,
                "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
                "state_db": str(tmp / "state.db"), "audit_log": str(tmp / "audit.jsonl"),
@@ -152,6 +152,61 @@ def test_guaranteed_job_gets_a_whole_node_and_drain_moves_the_binding(cluster, t
         with ctl._lock:
             report = ctl.plan.report
         assert node in report.bad_nodes and report.vcs[0].lost_gpus == 0
+        assert not ctl.errors, ctl.errors
+    finally:
+        ctl.stop()
+
+
+def scontrol(cluster, *args: str) -> None:
+    subprocess.run(["scontrol", *args], env=cluster.env, check=True, capture_output=True, timeout=30)
+
+
+def test_a_recovered_node_restores_the_binding_by_migrating_a_guaranteed_job(cluster, tmp_path):
+    """Issue 9 item 19: VC a (2 nodes) and VC b (4 pairs), all guaranteed, on 16 GPUs.
+
+    node1 drains under two of b's jobs, one of them is cancelled, b's next job
+    is bound to a pair on the node a would need; node1 resumes; a's second
+    4-GPU job must not wait for b: one of b's jobs is requeued through the
+    checkpoint path and started again on the node list of b's new binding.
+    """
+    cells = {**CELLS, "virtual_clusters": {"vc-a": {"accounts": ["team-a"], "quota": {"node": 2}},
+                                           "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 4}}}}
+    ctl = CellsController(cluster, tmp_path, cells).start()
+    try:
+        b_jobs = [submit(cluster, tmp_path, 2, "team-b") for _ in range(4)]
+        for j in b_jobs:
+            ctl.wait_running(cluster, j)
+        a1 = submit(cluster, tmp_path, 4, "team-a")
+        (a1_node,) = ctl.wait_running(cluster, a1).nodes
+        b_on: dict[str, list[int]] = {}
+        for j in b_jobs:
+            b_on.setdefault(cluster.job(j).nodes[0], []).append(j)
+        drained = next(n for n, js in sorted(b_on.items()) if len(js) == 2)  # buddy: two pairs per node
+        gone, stays = b_on[drained]
+
+        scontrol(cluster, "update", f"nodename={drained}", "state=drain", "reason=cells-item-19")
+        subprocess.run(["scancel", str(gone)], env=cluster.env, check=True, capture_output=True, timeout=30)
+        cluster.wait_for(gone, "CANCELLED", timeout=30)
+        b5 = submit(cluster, tmp_path, 2, "team-b")
+        (b5_node,) = ctl.wait_running(cluster, b5).nodes
+        assert b5_node not in (drained, a1_node), "b's new pair is bound on the node a's quota needs"
+
+        scontrol(cluster, "update", f"nodename={drained}", "state=resume")
+        a2 = submit(cluster, tmp_path, 4, "team-a")
+        (a2_node,) = ctl.wait_running(cluster, a2, timeout=180).nodes
+        assert a2_node in (drained, b5_node)
+        moved = stays if a2_node == drained else b5
+        # The moved job went through checkpoint + requeue and was started on the node list
+        # of b's new binding: the pair left free on the other node.
+        again = cluster.wait_for(moved, "RUNNING", timeout=120, where=lambda j: j.restart_count >= 1)
+        (target,) = {drained, b5_node} - {a2_node}
+        assert again.nodes == (target,) and again.required_nodes == (target,)
+        assert (Path(tmp_path / "jobs" / str(moved) / "ack.json")).exists(), "it was checkpointed (Ack)"
+        assert cluster.job(stays if moved == b5 else b5).restart_count == 0, "only one job moved"
+        poll("b's binding follows its jobs", lambda: {c.split("/")[0] for c in ctl.binding("vc-b")}
+             == {n for j in (stays, b5, *[x for x in b_jobs if x not in (gone, stays)])
+                 for n in cluster.job(j).nodes}, 20)
+        assert {a1_node, a2_node}.isdisjoint({c.split("/")[0] for c in ctl.binding("vc-b")})
         assert not ctl.errors, ctl.errors
     finally:
         ctl.stop()
