@@ -163,10 +163,10 @@ def simulate(
 
     with StagedOutputs() as staged:
         if json_out is not None and not to_stdout_json:
-            with staged.stage(json_out).open("w") as fh:
+            with staged.stage(json_out).open("w", encoding="utf-8") as fh:
                 write_json(fh, results, {"seed": seed})
         if jobs_csv is not None:
-            with staged.stage(jobs_csv).open("w", newline="") as fh:
+            with staged.stage(jobs_csv).open("w", newline="", encoding="utf-8") as fh:
                 write_jobs_csv(fh, results)
         if plot is not None:
             from teiresias.simulator.plots import plot_results
