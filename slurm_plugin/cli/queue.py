@@ -34,8 +34,12 @@ def parse_job_ids(items: tuple[str, ...]) -> set[int]:
 
 
 def _open_state(config: ControllerConfig) -> StateStore:
-    if not config.state_db.exists():
-        if not os.access(config.state_db.parent, os.X_OK):
+    try:
+        exists = config.state_db.exists()
+    except PermissionError:
+        exists = None
+    if not exists:
+        if exists is None or not os.access(config.state_db.parent, os.X_OK):
             raise ConfigError(f"{config.state_db}: not readable by you (permission denied on its folder);"
                               " the controller's admin can give a group access with file_group")
         raise ConfigError(f"{config.state_db}: no controller state yet; start `teiresias controller run"

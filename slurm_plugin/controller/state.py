@@ -206,11 +206,7 @@ class StateStore:
             # --dry-run and `teiresias queue`: work on an in-memory copy so nothing persists.
             self.db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             if self.path.exists():
-                src = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-                try:
-                    src.backup(self.db)
-                finally:
-                    src.close()
+                self._copy_from(self.path)
         else:
             # Every job's name and comment is in here: never readable by all (files.py).
             secure_file(self.path, modes, "state_db")
@@ -234,6 +230,24 @@ class StateStore:
         # What each job row holds on disk, so unchanged records are not rewritten
         # every round (10,000 jobs: the difference between ~10 ms and ~250 ms).
         self._saved: dict[int, tuple[Any, ...]] = {}
+
+    def _copy_from(self, path: Path) -> None:
+        try:
+            self._backup(f"file:{path}?mode=ro")
+        except sqlite3.OperationalError:
+            # A reader who may not write the folder (file_group) cannot create the
+            # -shm file a WAL database needs while no controller has it open. With
+            # no -wal file, everything is in the main file: read it as it is.
+            if path.with_name(path.name + "-wal").exists():
+                raise
+            self._backup(f"file:{path}?mode=ro&immutable=1")
+
+    def _backup(self, uri: str) -> None:
+        src = sqlite3.connect(uri, uri=True)
+        try:
+            src.backup(self.db)
+        finally:
+            src.close()
 
     def close(self) -> None:
         self.db.close()

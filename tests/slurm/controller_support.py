@@ -50,8 +50,9 @@ class ControllerProc:
         self.log = tmp / "controller.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "ControllerProc":
-        self.proc = subprocess.Popen([*TEIRESIAS, "controller", "run", "-c", str(self.config)],
+    def start(self, *args: str) -> "ControllerProc":
+        """``args``: extra `controller run` options (e.g. ``--standby``)."""
+        self.proc = subprocess.Popen([*TEIRESIAS, "controller", "run", "-c", str(self.config), *args],
                                      stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
                                      env={**self.cluster.env, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
         return self
