@@ -92,6 +92,7 @@ def test_ddp_bucket_layout() -> None:
     linears = [1800 * 1800 * 4, 1800 * 4] * 5
     assert ddp_buckets(linears, None) == [12967200, 38901600, 12967200]
     assert ddp_buckets(linears, 1e-6) == list(reversed(linears))  # one bucket per tensor
+    assert ddp_buckets(linears, 12) == [12967200] * 5  # docs/profiler.md: a 12 MiB cap gives skew 0.20
     assert ddp_buckets([100, 200], None) == [300]  # under the first cap: one bucket
     assert ddp_buckets([30 * MIB], 25) == [30 * MIB]
 
