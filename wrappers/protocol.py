@@ -25,6 +25,17 @@ Preemption (two-phase, issue 3)
     3. The controller requeues when an Ack for the current run appears, or when
        its grace time runs out, whichever is first.
 
+    A signal that comes before the job's hooks are ready (torch not imported
+    yet, e.g. right after a requeue) is not lost: the batch shell traps USR1
+    from its first line, records ``preempt-requested.<restart>`` in the job
+    directory and, unless a process of this run has marked
+    ``started.<restart>.<pid>`` (it is about to use its training state), writes
+    the Ack itself with ``saved=False``: nothing new to save, the next run
+    resumes from the newest checkpoint (``path`` empty, ``step`` that
+    checkpoint's step or 0). A process that starts afterwards sees the request
+    and preempts itself at its first step (``mark_run_started``,
+    ``preempt_requested``).
+
 Time limits: ``tsbatch`` asks Slurm for ``TIMELIMIT_SIGNAL`` shortly before the
 limit; the job saves and requeues itself (``scontrol requeue``).
 
@@ -63,6 +74,8 @@ ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the
 
 CHECKPOINT_RECORDS = "checkpoints.jsonl"
 RUN_RECORDS = "runs.jsonl"
+PREEMPT_REQUEST = "preempt-requested.{restart}"  # written by the batch shell (wrappers/batchscript.py)
+RUN_STARTED = "started.{restart}.{pid}"  # written by the hooks before a process touches its state
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,9 @@ class Ack:
     bytes: int
     seconds: float
     time: float
+    # False: written by the batch shell for a run that had not started training;
+    # nothing was saved, the next run resumes from the newest checkpoint.
+    saved: bool = True
 
 
 @dataclass(frozen=True)
@@ -146,6 +162,25 @@ def read_ack(jobdir: Path) -> Ack | None:
         return Ack(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+def mark_run_started(jobdir: Path, restart: int, pid: int) -> None:
+    """The hooks' side of an early preemption (module docstring): this process
+    is about to use its training state; markers of earlier runs are removed."""
+    mine = RUN_STARTED.format(restart=restart, pid=pid)
+    for old in jobdir.glob("started.*"):
+        if old.name.split(".")[1] != str(restart):
+            old.unlink(missing_ok=True)
+    for old in jobdir.glob("preempt-requested.*"):
+        if old.name.split(".", 1)[1] != str(restart):
+            old.unlink(missing_ok=True)
+    fd = os.open(jobdir / mine, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.close(fd)
+
+
+def preempt_requested(jobdir: Path, restart: int) -> bool:
+    """True when the batch shell recorded a preemption signal for this run."""
+    return (jobdir / PREEMPT_REQUEST.format(restart=restart)).exists()
 
 
 def records_path(jobdir: Path) -> Path:

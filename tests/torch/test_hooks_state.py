@@ -51,17 +51,20 @@ def test_state_round_trip_weights_only(tmp_path, sched_kind):
         scaler.update()
         sched.step(loss.item()) if sched_kind == "plateau" else sched.step()
     random.random(), np.random.rand()
-    payload = {"format": FORMAT, "shared": st.capture_shared(t1), "rng": st.capture_rng()}
+    local = {"rng": st.capture_rng(), "iterators": [], "loader_gens": [],
+             "point": {"kind": "none", "ord": -1, "n": -1, "pos": -1}}
+    payload = {"format": FORMAT, "step": 5, "world_size": 1, "optimizer_steps": [5],
+               "shared": st.capture_shared(t1), "ranks": [local]}
     store = CheckpointStore(tmp_path / "job")
     store.prepare()
     written = store.write(payload, step=5)
-    data = store.load(written.path)  # weights_only=True inside
+    data = store.load(written.path)  # integrity, weights_only=True and structure checks inside
 
     want_py, want_np, want_t = random.random(), np.random.rand(), torch.rand(3)
     t2 = st.Tracked()
     model2, _, opt2, sched2, scaler2 = _build(t2, sched_kind)
     st.restore_shared(t2, data["shared"])
-    st.restore_rng(data["rng"])
+    st.restore_rng(data["ranks"][0]["rng"])
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
     assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
     assert sched2.state_dict().keys() == sched.state_dict().keys()

@@ -10,21 +10,32 @@ renamed into place and the folder fsynced. A kill at any moment leaves either
 the old set of checkpoints or the old set plus the new one; a half-written
 file only ever has a ``.tmp`` name, which the loader ignores.
 
+Integrity: torch.load(mmap=True) never reads the zip's CRC-32s, so a file
+damaged after it was written loads as wrong weights. ``load`` first reads
+every member of the archive and checks its CRC-32 (any burst of up to 32
+flipped bits is caught, random damage with probability 1 - 2**-32), then
+checks the whole structure the hooks write (``validate``): a corrupt,
+truncated or hollow file raises ``CheckpointInvalid`` and the caller may fall
+back to an older checkpoint. The CRC is not a defence against a forger; the
+permission checks are.
+
 Security (checkpoints are pickles: loading one runs code its writer chose):
 the job directory is created 0700; the loader refuses a folder or file it
 does not own or that group/others may write, and a symlink; files are read
 with ``torch.load(weights_only=True)``, which only rebuilds tensors and plain
-containers. ``TEIRESIAS_TRUST_CHECKPOINT=1`` allows a full unpickle of the
-user's own, permission-checked files for states that need other globals.
+containers. Other globals are refused by name; ``TEIRESIAS_TRUST_CHECKPOINT``
+lists the ones the user allows (still weights_only: never a full unpickle).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import stat
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -37,6 +48,11 @@ _NAME = re.compile(r"^ckpt-(\d{6,})-step(\d+)\.pt$")
 
 class CheckpointRefused(Exception):
     """A checkpoint exists but must not or cannot be loaded; ``str`` is the one-line reason."""
+
+
+class CheckpointInvalid(CheckpointRefused):
+    """Damaged rather than suspicious (corrupt, truncated, hollow, vanished):
+    an older valid checkpoint may be used instead."""
 
 
 class CheckpointDirUnusable(Exception):
@@ -144,27 +160,15 @@ class CheckpointStore:
             pass
 
     # ------------------------------------------------------------------ reading
-    def load(self, path: Path, trust: bool = False) -> dict[str, Any]:
-        """Load one checkpoint after the ownership and permission checks; raise
-        CheckpointRefused with a one-line reason otherwise."""
-        import torch
-
+    def load(self, path: Path, trust: str = "") -> dict[str, Any]:
+        """Load one checkpoint after the ownership and permission checks, the
+        integrity check and with a structure check; raise CheckpointInvalid
+        (damaged) or CheckpointRefused (must not be loaded) with a one-line reason.
+        ``trust``: comma-separated globals to allow beyond weights_only's own."""
         check_trusted(self.jobdir, path)
-        try:
-            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except Exception as exc:  # noqa: BLE001 - torch raises many kinds for bad files
-            unsafe = "weights_only" in str(exc) or "Unsupported global" in str(exc)
-            if unsafe and trust:
-                data = torch.load(path, map_location="cpu", weights_only=False)
-            elif unsafe:
-                raise CheckpointRefused(
-                    f"checkpoint {path} holds objects that weights_only loading refuses "
-                    f"({_first_line(exc)}); set {protocol.ENV_TRUST}=1 to load your own file anyway"
-                ) from exc
-            else:
-                raise CheckpointRefused(f"checkpoint {path} is corrupt or unreadable ({_first_line(exc)})") from exc
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise CheckpointRefused(f"checkpoint {path} is not a teiresias checkpoint (format {FORMAT} expected)")
+        verify_integrity(path)
+        data = _load_weights_only(path, trust)
+        validate(data, path)
         return data
 
     def set_aside(self, path: Path) -> Path:
@@ -180,6 +184,9 @@ def check_trusted(jobdir: Path, path: Path) -> None:
     for p in (jobdir, path.parent, path):
         try:
             st = os.lstat(p)
+        except FileNotFoundError as exc:
+            # Another rank set it aside meanwhile: the same verdict as its own would be.
+            raise CheckpointInvalid(f"checkpoint {p} vanished while being read") from exc
         except OSError as exc:
             raise CheckpointRefused(f"cannot inspect {p}: {exc.strerror or exc}") from exc
         if stat.S_ISLNK(st.st_mode):
@@ -192,6 +199,186 @@ def check_trusted(jobdir: Path, path: Path) -> None:
                 f"refusing checkpoint: {p} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
     if not stat.S_ISREG(os.lstat(path).st_mode):
         raise CheckpointRefused(f"refusing checkpoint: {path} is not a regular file")
+
+
+def verify_integrity(path: Path) -> None:
+    """Read every member of the checkpoint's zip archive and check its CRC-32.
+
+    torch.save writes a zip whose members carry CRC-32s, but torch.load (with
+    mmap above all) never checks them; zipfile does, at the end of each member."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                with zf.open(info) as member:
+                    while member.read(1 << 24):
+                        pass
+    except zipfile.BadZipFile as exc:
+        reason = str(exc)
+        kind = "CRC-32 mismatch" if "CRC" in reason else "truncated or not a zip archive"
+        raise CheckpointInvalid(f"checkpoint {path} is corrupt ({kind}: {reason})") from exc
+    except (OSError, EOFError, ValueError, OverflowError) as exc:
+        raise CheckpointInvalid(f"checkpoint {path} is corrupt or unreadable ({_first_line(exc)})") from exc
+
+
+# Globals outside weights_only's own that a user may sensibly allow: types of
+# torch and numpy (rebuilding one runs no code of the file's choosing), the
+# functions numpy arrays and scalars are pickled with, and builtin containers.
+_NUMPY_REBUILDERS = frozenset(
+    f"{pkg}.multiarray.{fn}" for pkg in ("numpy.core", "numpy._core") for fn in ("_reconstruct", "scalar"))
+_BUILTIN_CONTAINERS = frozenset(
+    f"builtins.{name}" for name in ("set", "frozenset", "bytearray", "slice", "complex", "range"))
+
+
+def _resolve(name: str) -> Any:
+    """The object a pickle global ``module.attr`` names (imports the module)."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(f"no module for {name}")
+
+
+def harmless_global(name: str) -> bool:
+    """True for a global we may suggest allowing: see ``_NUMPY_REBUILDERS``.
+    Only torch and numpy modules are imported to decide (importing a module the
+    file names would run its code)."""
+    if name in _BUILTIN_CONTAINERS or name in _NUMPY_REBUILDERS:
+        return True
+    if not name.startswith(("torch.", "numpy.")):
+        return False
+    try:
+        return isinstance(_resolve(name), type)
+    except (ImportError, AttributeError):
+        return False
+
+
+def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for bad files
+        first = exc
+    try:
+        need = set(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
+    except Exception:  # noqa: BLE001 - the pickle itself is damaged
+        need = set()
+    if not need:
+        raise CheckpointInvalid(f"checkpoint {path} is corrupt or unreadable ({_first_line(first)})") from first
+    allowed = {n.strip() for n in trust.split(",") if n.strip()}
+    # The scan sees GLOBAL opcodes only; a class reached otherwise (numpy's dtype
+    # instances are of numpy.dtypes.*) shows up in the next refusal: add, retry.
+    for _ in range(16):
+        blocked = sorted(need - allowed)
+        if blocked and not all(harmless_global(g) for g in blocked):
+            # e.g. posix.system: unpickling would run it. No advice to trust the file.
+            raise CheckpointRefused(
+                f"refusing checkpoint {path}: it names globals that weights_only loading does not allow "
+                f"({', '.join(blocked)}); loading it could run code of the file's choosing, and the hooks "
+                f"never write these unless your own objects are in the state: check where the file came from")
+        try:
+            objs = [(_resolve(g), g) for g in sorted(need)]
+        except (ImportError, AttributeError) as exc:
+            raise CheckpointRefused(f"checkpoint {path}: cannot import a global {protocol.ENV_TRUST} "
+                                    f"allows ({_first_line(exc)})") from exc
+        try:
+            with torch.serialization.safe_globals(objs):
+                data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as exc:  # noqa: BLE001
+            m = re.search(r"but got <class '([\w.]+)'>", str(exc))
+            if m is None or m.group(1) in need:
+                raise CheckpointRefused(f"checkpoint {path} is refused by weights_only loading even with "
+                                        f"{', '.join(sorted(need))} allowed ({_first_line(exc)})") from exc
+            need.add(m.group(1))
+            continue
+        if blocked:  # loaded with torch/numpy types only, to name every one of them; not used
+            raise CheckpointRefused(
+                f"refusing checkpoint {path}: it names globals that weights_only loading does not allow "
+                f"({', '.join(blocked)}); they are torch/numpy types or builtin containers: if your optimizer "
+                f"or scheduler state holds them, allow them with {protocol.ENV_TRUST}={','.join(sorted(need))}")
+        return data
+    raise CheckpointRefused(f"checkpoint {path} needs too many globals beyond weights_only's own")
+
+
+# ---------------------------------------------------------------------- structure
+def validate(data: Any, path: Path) -> None:
+    """Check the whole structure ``Runtime.save`` writes, so that a hollow or
+    half-filled file is refused here with its first defect, not by a KeyError
+    in the middle of a resume."""
+    try:
+        _check_checkpoint(data)
+    except _Defect as d:
+        raise CheckpointInvalid(f"checkpoint {path} is hollow or malformed ({d})") from None
+
+
+class _Defect(Exception):
+    pass
+
+
+def _get(d: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(d, dict):
+        raise _Defect(f"{where or 'the file'} is not a mapping")
+    if key not in d:
+        raise _Defect(f"{where + '.' if where else ''}{key} missing")
+    value = d[key]
+    if not isinstance(value, kind):
+        raise _Defect(f"{where + '.' if where else ''}{key} is a {type(value).__name__}")
+    return value
+
+
+def _check_checkpoint(data: Any) -> None:
+    import torch
+
+    T = torch.Tensor
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise _Defect(f"not a teiresias checkpoint, format {FORMAT} expected")
+    if _get(data, "step", int, "") < 0:
+        raise _Defect("step is negative")
+    if _get(data, "world_size", int, "") < 1:
+        raise _Defect("world_size < 1")
+    for i, n in enumerate(_get(data, "optimizer_steps", list, "")):
+        if not isinstance(n, int):
+            raise _Defect(f"optimizer_steps[{i}] is a {type(n).__name__}")
+    shared = _get(data, "shared", dict, "")
+    for kind in ("models", "optimizers", "schedulers", "scalers"):
+        for i, item in enumerate(_get(shared, kind, list, "shared")):
+            where = f"shared.{kind}[{i}]"
+            _get(item, "class", str, where)
+            _get(item, "state", dict, where)
+            if kind == "models":
+                _get(item, "keys", list, where)
+    _get(shared, "registered", dict, "shared")
+    ranks = _get(data, "ranks", list, "")
+    if not ranks:
+        raise _Defect("ranks is empty")
+    for r, local in enumerate(ranks):
+        where = f"ranks[{r}]"
+        rng = _get(local, "rng", dict, where)
+        py = _get(rng, "python", dict, where + ".rng")
+        _get(py, "version", int, where + ".rng.python")
+        _get(py, "state", list, where + ".rng.python")
+        _get(rng, "torch", T, where + ".rng")
+        for i, it in enumerate(_get(local, "iterators", list, where)):
+            w = f"{where}.iterators[{i}]"
+            _get(it, "kind", str, w)
+            for key in ("ord", "n", "pos"):
+                _get(it, key, int, w)
+            _get(it, "gens", list, w)
+            _get(it, "rng", T, w)
+            _get(it, "first_gens", list, w)
+        for i, lg in enumerate(_get(local, "loader_gens", list, where)):
+            _get(lg, "ord", int, f"{where}.loader_gens[{i}]")
+            _get(lg, "gens", list, f"{where}.loader_gens[{i}]")
+        point = _get(local, "point", dict, where)
+        if _get(point, "kind", str, where + ".point") not in ("none", "iter", "next"):
+            raise _Defect(f"{where}.point.kind is {point['kind']!r}")
+        for key in ("ord", "n", "pos"):
+            _get(point, key, int, where + ".point")
 
 
 def _fsync_dir(path: Path) -> None:

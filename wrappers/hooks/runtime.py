@@ -47,6 +47,7 @@ from wrappers.hooks import state as st
 from wrappers.hooks.checkpoint import (
     FORMAT,
     CheckpointDirUnusable,
+    CheckpointInvalid,
     CheckpointRefused,
     CheckpointStore,
     Written,
@@ -147,6 +148,7 @@ class Runtime:
     # ------------------------------------------------------------------ signals
     def install_signals(self) -> None:
         atexit.register(self.write_run)  # a run that ends normally reports its iteration time
+        sys.excepthook = _quiet_launcher_signal(sys.excepthook)
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in _SIGNAL_STOP:
@@ -194,28 +196,80 @@ class Runtime:
         self.loaded = True
         if not self.usable():
             return
-        path = self.store.latest()
-        if path is None:
+        self._note_run_started()
+        found = self._newest_valid()
+        if found is None:
             return
-        trust = self.env.get(protocol.ENV_TRUST) == "1"
-        try:
-            data = self.store.load(path, trust=trust)
-        except CheckpointRefused as exc:
-            if self.env.get(protocol.ENV_START_FRESH) == "1":
-                if self.rank() == 0:
-                    moved = self.store.set_aside(path)
-                    _say(f"warning: {exc}; set aside as {moved.name}, starting fresh "
-                         f"({protocol.ENV_START_FRESH}=1)")
-                return
-            _say(f"error: {exc}. Nothing was loaded. Remove the file, or set "
-                 f"{protocol.ENV_START_FRESH}=1 to start this job from scratch.")
-            raise SystemExit(2) from None
+        data, path = found
         local = self._local_part(data)
         if local["point"]["kind"] == "none":
             _say(f"warning: {path.name} has no data position (the script uses no DataLoader "
                  f"or api.steps): this run starts from the beginning")
             return
         self.ckpt, self.ckpt_path = data, path
+
+    def _note_run_started(self) -> None:
+        """Tell the batch shell this run is about to use its state, then honour a
+        preemption it was asked for before our signal handlers existed.
+
+        The order matters (docs/checkpointing.md, "A preemption before the hooks
+        are ready"): the shell records the request, then looks for our marker.
+        Either it sees none and acks "nothing new" itself, or we made the marker
+        first; then either our handler got its forwarded USR1 or the request was
+        recorded before we look for it here."""
+        try:
+            protocol.mark_run_started(self.jobdir, self.restart_count, os.getpid())
+        except OSError as exc:
+            _say(f"warning: cannot mark this run as started in {self.jobdir}: {exc.strerror or exc}")
+        if protocol.preempt_requested(self.jobdir, self.restart_count):
+            self.signal_stop = max(self.signal_stop, Stop.PREEMPT)
+
+    def _newest_valid(self) -> tuple[dict[str, Any], Path] | None:
+        """The newest checkpoint that loads and is whole. Damaged newer ones
+        (corrupt, truncated, hollow) are set aside with one line each; a
+        checkpoint that must not be loaded (foreign, open to writers, unknown
+        globals) stops the job with exit 2, as does having only damaged ones,
+        unless TEIRESIAS_START_FRESH=1."""
+        trust = self.env.get(protocol.ENV_TRUST, "")
+        fresh = self.env.get(protocol.ENV_START_FRESH) == "1"
+        damaged: list[tuple[Path, CheckpointInvalid]] = []
+        for _, _, path in reversed(self.store.list()):
+            try:
+                data = self.store.load(path, trust=trust)
+            except CheckpointInvalid as exc:
+                damaged.append((path, exc))
+                continue
+            except CheckpointRefused as exc:
+                if fresh:
+                    self._set_aside([(path, exc), *damaged], "starting fresh")
+                    return None
+                self._fail(str(exc))
+            self._set_aside(damaged, f"resuming from {path.name} (step {data['step']})")
+            return data, path
+        if not damaged:
+            return None
+        if fresh:
+            self._set_aside(damaged, "starting fresh")
+            return None
+        older = f" (and {len(damaged) - 1} older checkpoint(s) are damaged too)" if len(damaged) > 1 else ""
+        self._fail(f"no valid checkpoint: {damaged[0][1]}{older}")
+        return None
+
+    def _set_aside(self, refused: list[tuple[Path, CheckpointRefused]], then: str) -> None:
+        """Rank 0 renames the refused files (every rank reaches the same verdict on the same files)."""
+        if self.rank() != 0:
+            return
+        for path, exc in refused:
+            try:
+                moved = self.store.set_aside(path).name
+            except FileNotFoundError:
+                moved = "(already gone)"
+            _say(f"warning: {exc}; set aside as {moved}, {then}")
+
+    def _fail(self, reason: str) -> None:
+        _say(f"error: {reason}. Nothing was loaded. Remove the file, or set "
+             f"{protocol.ENV_START_FRESH}=1 to start this job from scratch.")
+        raise SystemExit(2)
 
     def _local_part(self, data: dict[str, Any]) -> dict[str, Any]:
         ranks = data["ranks"]
@@ -461,6 +515,18 @@ class Runtime:
                            preexec_fn=_ignore_job_signals)
         except (OSError, subprocess.SubprocessError) as exc:
             _say(f"warning: scontrol requeue {self.job_id} failed: {exc}")
+
+
+def _quiet_launcher_signal(previous: Callable[..., Any]) -> Callable[..., Any]:
+    """torchrun's agent turns SIGTERM into a SignalException that nobody
+    catches: at every requeue (and cancel) its traceback landed in the job's
+    output. The agent has already stopped its workers when it gets here (and
+    logged one line saying so); leave as a process killed by that signal would."""
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if exc_type.__name__ == "SignalException" and exc_type.__module__.startswith("torch.distributed.elastic"):
+            _exit(128 + int(getattr(exc, "sigval", signal.SIGTERM)))
+        previous(exc_type, exc, tb)
+    return hook
 
 
 def _ignore_job_signals() -> None:
