@@ -63,25 +63,68 @@ def _load_state(path: str):
     return CellsState.from_json(json.loads(text))
 
 
+def _slurm_node_states(controller_config: str | None):
+    """Slurm's nodes through the project's backend: (nodes, None), or (None, why not).
+
+    Slurm is found as ``teiresias queue`` finds it: the controller config
+    (``--controller-config``, $TEIRESIAS_CONFIG, etc/teiresias.yaml), else the
+    environment (SLURM_CONF). An explicit config that does not load is bad
+    input; an implicit one is only a reason why node states were not read.
+    """
+    from slurm_plugin.config import ENV_CONFIG, load_config
+    from slurm_plugin.controller.runtime import make_backend
+    from teiresias.errors import SlurmError
+
+    path = controller_config or os.environ.get(ENV_CONFIG)
+    implicit = path is None and Path("etc/teiresias.yaml").exists()
+    try:
+        if path is not None or implicit:
+            backend = make_backend(load_config(path))
+        else:
+            from slurm_plugin.backends.select import select_backend
+
+            backend = select_backend("auto")
+        return backend.nodes(), None
+    except ConfigError as exc:
+        if not implicit:
+            raise
+        return None, f"etc/teiresias.yaml: {exc}"
+    except (SlurmError, OSError) as exc:
+        return None, str(exc)
+
+
+def _node_faults(topo, slurm_nodes) -> dict[str, int]:
+    """Unavailable GPUs per configured node, as the controller's snapshot counts them: all GPUs
+    of a node Slurm will not start jobs on (DOWN, DRAIN, ...) or does not know."""
+    by_name = {n.name: n for n in slurm_nodes}
+    out: dict[str, int] = {}
+    for name, nc in topo.node_cells.items():
+        n = by_name.get(name)
+        if n is None or not n.usable:
+            out[name] = nc.gpus
+    return out
+
+
 def _fmt_jobs(ids) -> str:
     return ",".join(str(i) for i in ids) if ids else "-"
 
 
 def format_report(report) -> str:
-    header = ("VC", "ACCOUNTS", "CELL", "GPUS", "QUOTA", "BOUND", "USED_GPUS", "LOST", "GUARANTEED", "OPPORTUNISTIC")
+    header = ("VC", "ACCOUNTS", "CELL", "GPUS", "QUOTA", "BOUND", "USED_GPUS", "LOST", "LOST_GPUS", "GUARANTEED",
+              "OPPORTUNISTIC")
     rows: list[tuple[str, ...]] = []
     for vc in report.vcs:
         if not vc.quota:
-            rows.append((vc.name, ",".join(vc.accounts), "-", "0", "0", "0", "0", "0",
+            rows.append((vc.name, ",".join(vc.accounts), "-", "0", "0", "0", "0", "0", "0",
                          _fmt_jobs(vc.guaranteed_jobs), _fmt_jobs(vc.opportunistic_jobs)))
         for k, q in enumerate(vc.quota):
             first = k == 0
             rows.append((vc.name if first else "", ",".join(vc.accounts) if first else "", q.type_name,
                          str(q.cell_gpus), str(q.quota), str(q.bound), str(q.used_gpus), str(q.lost),
-                         _fmt_jobs(vc.guaranteed_jobs) if first else "",
+                         str(q.lost_gpus), _fmt_jobs(vc.guaranteed_jobs) if first else "",
                          _fmt_jobs(vc.opportunistic_jobs) if first else ""))
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    numeric = {3, 4, 5, 6, 7}
+    numeric = {3, 4, 5, 6, 7, 8}
     lines = []
     for r in [header, *rows]:
         cells = [c.rjust(widths[i]) if i in numeric else c.ljust(widths[i]) for i, c in enumerate(r)]
@@ -102,9 +145,17 @@ def format_report(report) -> str:
               help="Live binding: the controller's state database, or a JSON binding. [default: none]")
 @click.option("-d", "--down", "down", default="", metavar="NODE[,NODE...]",
               help="Treat these nodes as DOWN/DRAIN (shows the guarantee the VCs would lose).")
+@click.option("-C", "--controller-config", "controller_config", default=None, metavar="FILE",
+              help="Controller config naming the Slurm to read node states from. "
+                   "[default: $TEIRESIAS_CONFIG, etc/teiresias.yaml, else $SLURM_CONF]")
+@click.option("--no-slurm", is_flag=True, help="Do not read node states from Slurm (bad nodes: --down only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def cells(config_path: str | None, state_path: str | None, down: str, as_json: bool) -> None:
+def cells(config_path: str | None, state_path: str | None, down: str, controller_config: str | None,
+          no_slurm: bool, as_json: bool) -> None:
     """Show HiveD virtual clusters: quota, bound and used cells, jobs, fragmentation.
+
+    Nodes Slurm reports DOWN or DRAIN (read through the controller's backend
+    when a Slurm answers) are bad nodes, like those given with --down.
 
     \b
     Examples:
@@ -125,17 +176,30 @@ def cells(config_path: str | None, state_path: str | None, down: str, as_json: b
         raise ConfigError(f"--down {','.join(unknown)}: not in the cells configuration; "
                           f"nodes are: {','.join(topo.node_cells)}")
     caps = {n: nc.gpus for n, nc in topo.node_cells.items()}
-    world = World(cfg, topo, bad_nodes_of({}, caps, named), {})
-    skipped = world.load_state(_load_state(state_path)) if state_path else []
+    state = _load_state(state_path) if state_path else None
+    if no_slurm:
+        slurm_nodes, why = None, "--no-slurm"
+    else:
+        slurm_nodes, why = _slurm_node_states(controller_config)
+        if slurm_nodes is None:
+            click.echo(f"teiresias cells: node states not read from Slurm ({why}); bad nodes are only "
+                       "those given with --down", err=True)
+    unavailable = _node_faults(topo, slurm_nodes) if slurm_nodes is not None else {}
+    world = World(cfg, topo, bad_nodes_of(unavailable, caps, named), unavailable)
+    skipped = world.load_state(state) if state is not None else []
     report = build_report(world)
+    node_states = "slurm" if slurm_nodes is not None else f"not read: {why}"
     if as_json:
         out = report.to_json()
         out["config"] = str(cfg.source)
         out["live"] = state_path is not None
+        out["node_states"] = node_states
         out["skipped_jobs"] = [int(j) for j in skipped]
         click.echo(json.dumps(out, indent=2))
         return
     click.echo(format_report(report))
+    click.echo(f"node states: {'read from Slurm' if slurm_nodes is not None else node_states}"
+               + (f"; down/drained there: {','.join(sorted(unavailable))}" if unavailable else ""))
     if not state_path:
         click.echo("(offline: configuration only, nothing bound; pass --state for the live binding)")
     if skipped:

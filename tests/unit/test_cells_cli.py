@@ -20,7 +20,9 @@ CLUSTER = Cluster.from_tiresias_spec(2, 2, 4, node_names=["node1", "node2", "nod
 
 
 def run(*args: str):
-    return CliRunner().invoke(cli, ["cells", *args], catch_exceptions=False)
+    # --no-slurm: these tests are about the config and the binding, not the node states of
+    # whatever Slurm this machine may have; reading them is tested below and in tests/slurm/.
+    return CliRunner().invoke(cli, ["cells", "--no-slurm", *args], catch_exceptions=False)
 
 
 def live_state() -> dict:
@@ -34,7 +36,8 @@ def test_offline_shows_config_and_empty_binding() -> None:
     assert r.exit_code == 0
     lines = r.output.splitlines()
     assert lines[0].split()[:5] == ["VC", "ACCOUNTS", "CELL", "GPUS", "QUOTA"]
-    assert lines[1].split() == ["vc-a", "team-a", "node", "4", "1", "0", "0", "0", "-", "-"]
+    assert lines[0].split()[7:9] == ["LOST", "LOST_GPUS"]
+    assert lines[1].split() == ["vc-a", "team-a", "node", "4", "1", "0", "0", "0", "0", "-", "-"]
     assert "16 GPUs on 4 nodes" in r.output and "offline" in r.output
 
 
@@ -66,7 +69,7 @@ def test_live_binding_from_controller_state_db(tmp_path: Path) -> None:
     store.close()
     r = run("-c", EXAMPLE, "-s", str(db))
     assert r.exit_code == 0, r.output
-    assert r.output.splitlines()[1].split() == ["vc-a", "team-a", "node", "4", "1", "1", "4", "0", "1", "2"]
+    assert r.output.splitlines()[1].split() == ["vc-a", "team-a", "node", "4", "1", "1", "4", "0", "0", "1", "2"]
     # A database where no cells round ran yet: empty binding, not an error.
     empty = tmp_path / "empty.db"
     StateStore(empty).close()
@@ -86,3 +89,20 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
         assert r.exit_code == 2, (args, r.output)
         err = r.output.strip().splitlines()
         assert len(err) == 1 and msg in err[0], r.output
+
+
+def test_node_states_not_read_is_said_not_hidden(tmp_path: Path, monkeypatch) -> None:
+    """No Slurm to ask (no controller config, no SLURM_CONF): one line on stderr says so; the
+    report goes on with --down's nodes. Not a double: this machine's Slurm commands really fail."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.delenv("TEIRESIAS_CONFIG", raising=False)
+    r = CliRunner().invoke(cli, ["cells", "-c", EXAMPLE, "--down", "node2"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.count("\n") == 1 and "node states not read from Slurm" in r.stderr
+    assert "bad nodes: node2" in r.stdout and "node states: not read" in r.stdout
+    out = json.loads(CliRunner().invoke(cli, ["cells", "-c", EXAMPLE, "--json"]).stdout)
+    assert out["node_states"].startswith("not read")
+    # A controller config given explicitly that does not load is bad input: exit 2, one line.
+    r = CliRunner().invoke(cli, ["cells", "-c", EXAMPLE, "-C", str(tmp_path / "nope.yaml")])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output

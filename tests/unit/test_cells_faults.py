@@ -63,3 +63,17 @@ def test_guaranteed_request_fails_cleanly_when_faults_ate_the_cells() -> None:
     assert plan.start == {}
     assert "VC vc-a: no free cells" in plan.reasons[JobId(1)]
     assert plan.report.vcs[0].lost_gpus == 4
+
+
+def test_a_bound_cells_free_gpu_on_a_drained_node_is_lost() -> None:
+    """Issue 9 item 21: a partial fault. vc-b's pair holds a 1-GPU job on node1; node1 drains:
+    the pair's other GPU cannot be used, so LOST counts the pair and LOST_GPUS its free GPU."""
+    p = CellsPolicy(CFG, build_policy("fifo"))
+    plan1 = p.decide(snap(pending(1, 1, submit=1.0, account="team-b")))
+    (node,) = plan1.start[JobId(1)].nodes
+    job1 = running(1, 1, {node: 1}, submit=1.0, account="team-b")
+    plan2 = p.decide_cells(snap(job1, unavailable={node: 4}), plan1.cells)
+    rows = {vc.name: vc for vc in plan2.report.vcs}
+    pair = next(q for q in rows["vc-b"].quota if q.type_name == "gpu-pair")
+    assert (pair.bound, pair.used_gpus, pair.lost, pair.lost_gpus) == (1, 1, 1, 1)
+    assert rows["vc-b"].lost_gpus == 1 and rows["vc-a"].lost_gpus == 0
