@@ -7,6 +7,7 @@ Modules, one job each:
 - ``vc``: virtual clusters and their lazy virtual -> physical binding;
 - ``preempt``: GPU owners and the choice of opportunistic victims;
 - ``faults``: bad nodes and the VCs' lost guarantee;
+- ``rebind``: a valid binding restored (jobs migrated) when other VCs' bindings are in the way;
 - ``world``: one round's cell state and the job -> cells rules;
 - ``scheduler``: ``CellsPolicy``, the pure VC-aware SchedulingPolicy;
 - ``quota``: the plain per-tenant GPU-quota baseline it is compared with;
