@@ -40,11 +40,18 @@ def _fail(path: Path, what: str, exc: OSError) -> ConfigError:
                        " (the Slurm admin) or point the config at a writable place")
 
 
+def _exists(p: Path, key: str) -> bool:
+    try:
+        return p.exists()
+    except OSError as exc:  # a folder above that this user may not search
+        raise _fail(p, f"look for the folder of {key or p}", exc) from None
+
+
 def ensure_dir(path: Path, modes: FileModes, key: str = "") -> None:
     """Create ``path`` and missing parents with ``modes.dir_mode`` (umask-proof)."""
     missing: list[Path] = []
     p = path
-    while not p.exists():
+    while not _exists(p, key):
         missing.append(p)
         if p.parent == p:
             break

@@ -297,9 +297,10 @@ def test_files_and_queue_privacy_for_a_real_user(cluster, real_users, make_contr
         # Not in the group: one line, no traceback. Nor may a user run the controller.
         out = as_user(cluster, OUTSIDER, "/usr/bin/python3", "-m", "teiresias", "queue", "-c", str(shared))
         assert out.returncode == 2 and "not readable by you" in one_line(out)
-        run = as_user(cluster, USER, "/usr/bin/python3", "-m", "teiresias", "controller", "run", "-c",
-                      str(shared), "--once")
-        assert run.returncode == 2 and "Permission denied" in one_line(run)
+        for user in (USER, OUTSIDER):
+            run = as_user(cluster, user, "/usr/bin/python3", "-m", "teiresias", "controller", "run", "-c",
+                          str(shared), "--once")
+            assert run.returncode == 2 and "Permission denied" in one_line(run)
     finally:
         cluster.conf.write_text(conf_text)
         subprocess.run(["scontrol", "reconfigure"], env=cluster.env, timeout=30)
