@@ -59,6 +59,11 @@ class Enactor:
         self.audit = audit
         self.dry_run = dry_run
         self.actions: list[Action] = []
+        # job -> the id scontrol must get (an array task's "A_T"; plain "A" acts on every task)
+        self.targets: dict[int, str] = {}
+
+    def _t(self, job_id: int) -> int | str:
+        return self.targets.get(job_id, job_id)
 
     # ---------------------------------------------------------------- core
     def _do(self, rec: JobRecord, action: str, reason: str, calls: Callable[[], None], *,
@@ -110,18 +115,24 @@ class Enactor:
         def after() -> None:
             rec.phase, rec.phase_since = Phase.PENDING, now
             rec.planned = None
-        return self._do(rec, "hold", reason, lambda: self.backend.hold(rec.job_id),
+        return self._do(rec, "hold", reason, lambda: self.backend.hold(self._t(rec.job_id)),
                         restart_count=rec.restart_count, after=after)
 
     def _start_calls(self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob,
                      now: float) -> Callable[[], None]:
         def calls() -> None:
-            if sj.eligible_time and sj.eligible_time > now:
-                self.backend.clear_begin_time(rec.job_id)  # Slurm's ~120 s delay after a requeue
-            self.backend.set_nodelist(rec.job_id, placement.nodes)
+            t = self._t(rec.job_id)
+            if sj.eligible_time and sj.eligible_time > now and (sj.restart_count or rec.first_start_time):
+                # Slurm's ~120 s delay after a requeue. A begin time of a job that never
+                # ran is the user's (--begin): such a job is not started at all (reconcile).
+                self.backend.clear_begin_time(t)
+            self.backend.set_nodelist(t, placement.nodes)
             if sj.held or sj.priority == 0:
-                self.backend.release(rec.job_id)
-            self.backend.set_priority(rec.job_id, priority)  # release recomputed it
+                # Unmarked first: a crash between the two leaves a held job without the
+                # mark, whose interrupted start the journal finishes.
+                self.backend.set_hold_mark(t, False)
+                self.backend.release(t)
+            self.backend.set_priority(t, priority)  # release recomputed it
         return calls
 
     def start(self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, reason: str,
@@ -142,7 +153,7 @@ class Enactor:
             rec.phase, rec.phase_since = Phase.PREEMPTING, now
             rec.signal_time = now
             rec.signal_restart = rec.restart_count
-        return self._do(rec, "signal", reason, lambda: self.backend.signal(rec.job_id, PREEMPT_SIGNAL),
+        return self._do(rec, "signal", reason, lambda: self.backend.signal(self._t(rec.job_id), PREEMPT_SIGNAL),
                         restart_count=rec.restart_count, before=before,
                         detail={"signal": PREEMPT_SIGNAL})
 
@@ -161,9 +172,9 @@ class Enactor:
 
     def requeue(self, rec: JobRecord, due: RequeueDue, now: float) -> Action:
         def calls() -> None:
-            self.backend.requeue(rec.job_id, hold=True)
+            self.backend.requeue(self._t(rec.job_id), hold=True)
             try:
-                self.backend.clear_begin_time(rec.job_id)
+                self.backend.clear_begin_time(self._t(rec.job_id))
             except SlurmError as exc:  # some states refuse it; done again at the next start
                 log.debug("[job %d] clearing BeginTime after requeue: %s", rec.job_id, exc)
         detail: dict[str, Any] = {"acked": due.ack is not None}
@@ -200,7 +211,7 @@ class Enactor:
         if entry.action == "requeue":
             if running_same_run:
                 act.reason = "requeue was interrupted before Slurm did it: requeueing now"
-                calls = lambda: self.backend.requeue(rec.job_id, hold=True)
+                calls = lambda: self.backend.requeue(self._t(rec.job_id), hold=True)
             else:
                 act.reason = (f"requeue already happened (Slurm: {sj.state}, restart {sj.restart_count});"
                               " not repeated")
@@ -223,7 +234,7 @@ class Enactor:
         elif entry.action == "hold":
             if state == "PENDING" and not sj.held:
                 act.reason = "hold was interrupted: holding now"
-                calls = lambda: self.backend.hold(rec.job_id)
+                calls = lambda: self.backend.hold(self._t(rec.job_id))
             else:
                 act.reason = "hold already in place or no longer needed"
         try:
@@ -242,6 +253,23 @@ class Enactor:
         log.warning("[job %d] %s: %s", rec.job_id, act.action, act.reason)
         self.actions.append(act)
         return act
+
+
+def fit_shape(placement: Placement, sj: SlurmJob, free: dict[str, int], allowed: list[str]) -> Placement | None:
+    """The plan's placement in the job's own shape, or None when the free GPUs
+    cannot give it now. A job that asked per node (--gpus-per-node, --gres)
+    gets exactly its node count with that many GPUs on each: the node list the
+    controller sets also sets the node count, and so the job's size. The plan's
+    nodes come first, then the other ``allowed`` nodes, fullest free first.
+    Other jobs keep the plan's placement."""
+    per, count = sj.gpus_per_node, sj.num_nodes
+    if not per or (len(placement.allocations) == count and all(a.gpus == per for a in placement.allocations)):
+        return placement
+    others = sorted((n for n in allowed if n not in placement.nodes), key=lambda n: (-free.get(n, 0), n))
+    chosen = [n for n in (*placement.nodes, *others) if free.get(n, 0) >= per][:count]
+    if len(chosen) < count:
+        return None
+    return Placement.of([(n, per) for n in chosen])
 
 
 def priority_for(rank: int, total: int) -> int:

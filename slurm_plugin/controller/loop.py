@@ -20,7 +20,7 @@ from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, preemption
 from slurm_plugin.controller.audit import AuditLog
-from slurm_plugin.controller.enact import Action, Enactor, priority_for
+from slurm_plugin.controller.enact import Action, Enactor, fit_shape, priority_for
 from slurm_plugin.controller.packlimit import HISTORY_WINDOW, current_packlimit, packlimit_json, run_outcomes
 from slurm_plugin.controller.profiles import SkewBook
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
@@ -38,6 +38,11 @@ log = logging.getLogger("teiresias.controller")
 
 # Seconds between the requeue of a job and its next release (see _enact).
 RESTART_GAP_S = 2.0
+# After a failed start: wait this long before the next try, doubling per failure in a row.
+START_BACKOFF_S = 60.0
+START_BACKOFF_MAX_S = 900.0
+# Array tasks split off their meta record per round (one scontrol call each).
+SPLIT_PER_ROUND = 64
 
 
 def build_distribution(seed: Any, samples: list[float]) -> Any:
@@ -117,6 +122,10 @@ class Controller:
         self._packlimit: PackLimitFit | None = None
         self._runs_changed = True  # new run outcomes since the last PACKLIMIT fit
         self._gpus_per_node = 0
+        # Failed starts: job -> (not before, failures in a row, why). In memory only:
+        # after a restart a failing job is tried once more, then backed off again.
+        self._backoff: dict[int, tuple[float, int, str]] = {}
+        self._partition_nodes: dict[str, list[str]] = {}  # partition -> its usable nodes
         # Run once, at the first round that reaches Slurm, before any record is touched:
         # checks the config against Slurm (ConfigError) and tells the store its cluster
         # (runtime.make_controller; controller/startup.py). Returns notes to log.
@@ -175,8 +184,17 @@ class Controller:
         records = self._records if self._records is not None else self.store.jobs()
         self._records = None  # until this round has completed
         managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
+        enactor.targets = {j: sj.target for j, sj in managed.items()}
         enactor.recover(records, managed, now)
-        rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now)
+        rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now,
+                        backoff={j: (t, why) for j, (t, _, why) in self._backoff.items()})
+        # A job that runs, or is gone, starts afresh if it ever fails to start again.
+        self._backoff = {j: b for j, b in self._backoff.items()
+                         if j in rec.records and rec.records[j].phase in (Phase.PENDING, Phase.STARTING)}
+        self._partition_nodes = {}
+        for n in slurm_nodes:
+            for p in n.partitions:
+                self._partition_nodes.setdefault(p, []).append(n.name)
         self._archive_reused_ids(rec)
         self._gpus_per_node = max((n.gpus for n in rec.snapshot.cluster.nodes), default=0)
         if any([self._known_skew(rec.records[j]) for j in rec.created]):
@@ -264,7 +282,8 @@ class Controller:
             if job_id in plan.index:
                 r.gittins = float(plan.index[job_id])  # type: ignore[index]
             if r.active:
-                r.reason = plan.reasons.get(job_id, "") if r.phase is Phase.PENDING else ""  # type: ignore[call-overload]
+                r.reason = rec.not_waiting.get(job_id) or (
+                    plan.reasons.get(job_id, "") if r.phase is Phase.PENDING else "")  # type: ignore[call-overload]
         for job_id in rec.finished:
             r = rec.records[job_id]
             if not self.dry_run:
@@ -292,6 +311,9 @@ class Controller:
         for job_id, why in rec.to_hold.items():
             if job_id not in starting:
                 enactor.hold(records[job_id], why, now)
+                if job_id in rec.start_failed:
+                    self._back_off(records[job_id], why, now)
+        self._split_arrays(rec.to_split)
         # 2. Preemptions the plan asks for. A job still STARTING only needs its hold back.
         free = rec.snapshot.free_gpus()
         for job_id in plan.preempt:
@@ -341,6 +363,13 @@ class Controller:
                 # the job FAILS), so a just-requeued job waits for the next round.
                 r.reason = "requeued a moment ago; starts at the next round"
                 continue
+            sj = rec.slurm[job_id]
+            fitted = fit_shape(placement, sj, free, self._partition_nodes.get(sj.partition, []))
+            if fitted is None:
+                r.reason = (f"waiting for {sj.num_nodes} node(s) with {sj.gpus_per_node} free GPUs each"
+                            " (asked per node; its size is kept)")
+                continue
+            placement = fitted
             short = {a.node: a.gpus - free.get(a.node, 0) for a in placement.allocations
                      if a.gpus > free.get(a.node, 0)}
             if short:
@@ -350,8 +379,37 @@ class Controller:
             for a in placement.allocations:
                 free[a.node] -= a.gpus
             q = plan.queues.get(job_id, r.queue)  # type: ignore[call-overload]
-            enactor.start(r, placement, priority_for(rank.get(job_id, 0), len(plan.order)),
-                          rec.slurm[job_id], f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
+            act = enactor.start(r, placement, priority_for(rank.get(job_id, 0), len(plan.order)),
+                                sj, f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
+            if act.ok is False:
+                self._back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
+
+    def _back_off(self, r: JobRecord, why: str, now: float) -> None:
+        """A start that failed is not retried at once: the GPUs promised to it
+        would sit idle, and other users' jobs could be preempted for it again
+        and again. The wait doubles with each failure in a row."""
+        failures = self._backoff.get(r.job_id, (0.0, 0, ""))[1] + 1
+        wait = min(START_BACKOFF_S * 2 ** (failures - 1), START_BACKOFF_MAX_S)
+        self._backoff[r.job_id] = (now + wait, failures, why)
+        r.reason = f"{why}; next try in {wait:.0f}s"
+        log.warning("[job %d] start failed: %s; next try in %.0fs", r.job_id, why, wait)
+        self.audit.write(r.job_id, "start-failed", why, retry_in_s=wait, failures=failures)
+
+    def _split_arrays(self, tasks: list[str]) -> None:
+        """Split array tasks off their meta record (marking each as held by us), so
+        each task is a job of its own: held, ranked, started and preempted alone."""
+        if self.dry_run or not tasks:
+            return
+        for spec in tasks[:SPLIT_PER_ROUND]:
+            try:
+                self.backend.set_hold_mark(spec, True)
+            except SlurmUnreachable:
+                raise
+            except SlurmError as exc:
+                log.warning("[job %s] array task not split off: %s; tried again next round", spec, exc)
+                continue
+            log.info("[job %s] array task split off its array; held for the controller", spec)
+            self.audit.write(None, "array-split", spec)
 
     def _known_skew(self, r: JobRecord) -> bool:
         r.skew = self._skews.known(r)

@@ -18,11 +18,13 @@ How Slurm states map to the policy's two states:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable, Mapping
 
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
+from slurm_plugin.backends.parse import array_task_ids
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.accounting import Segment
@@ -52,6 +54,12 @@ class Reconciled:
     notes: list[tuple[int, str]] = field(default_factory=list)
     in_transit: list[int] = field(default_factory=list)
     created: list[int] = field(default_factory=list)  # jobs seen for the first time
+    # Pending jobs that are not waiting for GPUs (a dependency, a begin time, a
+    # user's hold, a size no partition can give, a failed start's back-off):
+    # left out of the snapshot, so nothing is promised or preempted for them.
+    not_waiting: dict[int, str] = field(default_factory=dict)
+    start_failed: dict[int, str] = field(default_factory=dict)  # released, and Slurm did not start it
+    to_split: list[str] = field(default_factory=list)  # array tasks ("A_T") still in the meta record
     # job -> the closed record of an earlier job with that id (a new or reset cluster
     # reuses ids): the caller archives it before the new record is saved.
     replaced: dict[int, JobRecord] = field(default_factory=dict)
@@ -120,14 +128,22 @@ def reconcile(
     slurm_jobs: Iterable[SlurmJob],
     slurm_nodes: Iterable[SlurmNode],
     now: float,
+    backoff: Mapping[int, tuple[float, str]] | None = None,
 ) -> Reconciled:
-    """Update the records from one poll of Slurm and build the round's Snapshot."""
+    """Update the records from one poll of Slurm and build the round's Snapshot.
+    ``backoff``: job -> (not before, why) for jobs whose start failed lately."""
     slurm_nodes = list(slurm_nodes)
     slurm_jobs = list(slurm_jobs)
     cluster = build_cluster(slurm_nodes, config)
     # CPU-only jobs are Slurm's to schedule (job_submit.lua does not hold them either).
     managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and config.manages(sj.partition)}
     out = Reconciled(snapshot=Snapshot(now, cluster, ()), records={}, slurm=managed)
+    # An array's meta record (its tasks not split off yet) is no job for the policy:
+    # releasing it would release every task. Its tasks are split off (loop), each a job.
+    for sj in [s for s in managed.values() if s.array_tasks and s.array_task_id is None]:
+        del managed[sj.job_id]
+        if base_state(sj.state) == "PENDING":
+            out.to_split += [f"{sj.array_job_id or sj.job_id}_{t}" for t in array_task_ids(sj.array_tasks)]
 
     for job_id, sj in managed.items():
         rec = records.get(job_id)
@@ -172,11 +188,19 @@ def reconcile(
                 # Requeued (by us, by itself at its time limit, or by Slurm): waiting again.
                 _set_phase(rec, Phase.PENDING, now)
             if rec.phase is Phase.STARTING:
-                if now - rec.phase_since > config.preemption.start_timeout_seconds:
-                    out.to_hold[job_id] = (f"Slurm did not start it on {','.join(rec.planned.nodes) if rec.planned else '?'}"
-                                           f" within {config.preemption.start_timeout_seconds:g}s ({sj.state_reason})")
+                on = ','.join(rec.planned.nodes) if rec.planned else '?'
+                if sj.state_reason in NEVER_STARTS:
+                    out.start_failed[job_id] = f"Slurm cannot start it on {on} ({sj.state_reason})"
+                elif now - rec.phase_since > config.preemption.start_timeout_seconds:
+                    out.start_failed[job_id] = (f"Slurm did not start it on {on} within"
+                                                f" {config.preemption.start_timeout_seconds:g}s ({sj.state_reason})")
+                if job_id in out.start_failed:
+                    out.to_hold[job_id] = out.start_failed[job_id]
+                    out.not_waiting[job_id] = out.start_failed[job_id]
             elif not sj.held:
                 out.to_hold[job_id] = "pending without a hold (outside the controller's control)"
+            elif why := not_waiting_reason(sj, rec, slurm_nodes, now, (backoff or {}).get(job_id)):
+                out.not_waiting[job_id] = why
         else:
             out.in_transit.append(job_id)
 
@@ -197,6 +221,57 @@ def reconcile(
 
     out.snapshot = build_snapshot(cluster, out, slurm_nodes, now)
     return out
+
+
+# Pending reasons of a released job that waiting will not cure: the start is
+# given up at once (and backed off) instead of after start_timeout_seconds.
+NEVER_STARTS = frozenset({"BadConstraints", "DependencyNeverSatisfied", "Dependency", "PartitionNodeLimit",
+                          "PartitionConfig", "InvalidQOS", "InvalidAccount", "ReqNodeNotAvail",
+                          "NodeDown", "PartitionDown", "PartitionInactive", "JobLaunchFailure"})
+
+
+def _user_of_hold(sj: SlurmJob) -> str:
+    return "an admin" if sj.state_reason == "JobHeldAdmin" else "its owner"
+
+
+def not_waiting_reason(sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode], now: float,
+                       backoff: tuple[float, str] | None = None) -> str | None:
+    """Why a held pending job is not waiting for GPUs, or None when it is.
+
+    Only the project's own hold is ever released: a hold by the owner
+    (``sbatch -H``, ``scontrol hold``) or an admin stays. A begin time is the
+    user's unless the job has run before (then it is the ~120 s Slurm sets at
+    a requeue, cleared at the start)."""
+    if not sj.held_by_teiresias:
+        return f"held by {_user_of_hold(sj)} ({sj.state_reason}); `scontrol release {sj.target}` lets it queue"
+    if "(failed)" in sj.dependency:
+        return (f"its dependency can never be satisfied ({sj.dependency}); cancel it, or change it with"
+                f" `scontrol update jobid={sj.target} dependency=...`")
+    if "(unfulfilled)" in sj.dependency:
+        return f"waiting for its dependency ({sj.dependency})"
+    if sj.eligible_time and sj.eligible_time > now and sj.restart_count == 0 and rec.first_start_time is None:
+        return f"begins at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(sj.eligible_time))} (--begin)"
+    if (never := never_fits(sj, nodes)) is not None:
+        return never
+    if backoff is not None and backoff[0] > now:
+        return f"{backoff[1]}; next try in {backoff[0] - now:.0f}s"
+    return None
+
+
+def never_fits(sj: SlurmJob, nodes: list[SlurmNode]) -> str | None:
+    """Why no node shape of the job's partition can ever give the job its size, or None."""
+    part = [n for n in nodes if sj.partition in n.partitions]
+    if sj.gpus_per_node:
+        able = sum(1 for n in part if n.gpus >= sj.gpus_per_node)
+        if able < sj.num_nodes:
+            return (f"asks for {sj.num_nodes} node(s) with {sj.gpus_per_node} GPUs each; partition"
+                    f" {sj.partition} has {able} such node(s): it can never start (cancel it and resubmit)")
+        return None
+    total = sum(n.gpus for n in part)
+    if sj.gpus > total:
+        return (f"asks for {sj.gpus} GPUs; partition {sj.partition} has {total} in all: it can never start"
+                f" (cancel it and resubmit with at most {total})")
+    return None
 
 
 def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placement | None) -> Job:
@@ -224,7 +299,7 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
             jobs.append(to_policy_job(rec, now, JobState.RUNNING, placement))
         elif rec.phase is Phase.STARTING and rec.planned is not None and job_id not in rec_out.to_hold:
             jobs.append(to_policy_job(rec, now, JobState.RUNNING, rec.planned))
-        elif state == "PENDING":
+        elif state == "PENDING" and job_id not in rec_out.not_waiting:
             jobs.append(to_policy_job(rec, now, JobState.PENDING, None))
     # GPUs managed jobs may not use: all of a node Slurm will not schedule on,
     # else whatever Slurm counts as used beyond our running jobs (other

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import parse_config
 from slurm_plugin.controller.audit import AuditLog, read_audit
 from slurm_plugin.controller.loop import Controller
@@ -28,7 +28,7 @@ class NoBackend(SlurmBackend):
 
 
 for _name in ("jobs", "nodes", "hold", "release", "set_priority", "set_nodelist", "signal", "requeue",
-              "clear_begin_time", "cancel"):
+              "clear_begin_time", "cancel", "set_hold_mark"):
     setattr(NoBackend, _name, _refuse(_name))
 NoBackend.__abstractmethods__ = frozenset()
 
@@ -37,7 +37,8 @@ def job(job_id: int) -> SlurmJob:
     return SlurmJob(job_id=job_id, name="j", user="u", account="a", partition="gpu", state="PENDING",
                     state_reason="JobHeldUser", priority=0, restart_count=0, requeue=True, held=True, gpus=2,
                     num_nodes=1, nodes=(), required_nodes=(), submit_time=100.0, eligible_time=None,
-                    start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="")
+                    start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="",
+                    admin_comment=HOLD_MARK)  # held by job_submit.lua
 
 
 DRAINED = [SlurmNode("node1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurm_plugin.backends.base import SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, SlurmJob, SlurmNode
 from slurm_plugin.config import parse_config
 from slurm_plugin.controller.reconcile import reconcile, running_placement
 from slurm_plugin.controller.state import JobRecord, Phase
@@ -14,6 +14,7 @@ CFG = parse_config({"partitions": ["gpu"], "preemption": {"start_timeout_seconds
 
 def job(job_id: int, state: str = "PENDING", *, gpus: int = 1, nodes=(), partition: str = "gpu",
         held: bool = True, restart: int = 0, start=None, end=None, **kw) -> SlurmJob:
+    kw.setdefault("admin_comment", HOLD_MARK if held else "")  # held by job_submit.lua / the controller
     return SlurmJob(job_id=job_id, name=f"j{job_id}", user="alice", account="a", partition=partition,
                     state=state, state_reason="JobHeldAdmin" if held else "None", priority=0 if held else 5,
                     restart_count=restart, requeue=True, held=held, gpus=gpus, num_nodes=max(len(nodes), 1),
@@ -69,7 +70,8 @@ def test_starting_job_holds_its_planned_gpus_then_times_out():
     assert j.state is JobState.RUNNING and j.placement == Placement.of({"node3": 2})
     assert out.to_hold == {}
     out = reconcile(CFG, {5: r}, [job(5, held=False)], NODES, 111.0)
-    assert 5 in out.to_hold and out.snapshot.jobs[0].state is JobState.PENDING
+    # a failed start is backed off (loop.py): the job does not wait for GPUs meanwhile
+    assert 5 in out.to_hold and 5 in out.start_failed and out.snapshot.jobs == ()
 
 
 def test_finished_and_vanished_jobs_leave_the_queue():
