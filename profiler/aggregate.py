@@ -125,8 +125,8 @@ class Collectives:
     # sizes / gradient_factor = gradient bytes reduced: a gloo ring all-reduce
     # of M bytes over n ranks sends 2(n-1) x M in all; an NCCL call counts M.
     gradient_factor: float = 1.0
-    # Bytes the job broadcast before its first all-reduce (DDP's start-up copy
-    # of the model from rank 0), per copy; None when there was none.
+    # The model's size as DDP's start-up traffic states it (its broadcast of
+    # the model from rank 0, confirmed by its first all-reduce); None if not seen.
     startup_broadcast: float | None = None
     marks: np.ndarray = field(default_factory=lambda: np.zeros(0))  # iteration marks, same clock
 
@@ -175,7 +175,8 @@ def gloo_collectives(files: list[RecordFile]) -> Collectives | None:
         gradient_factor=2.0 * (n - 1) if n > 1 else 1.0,
         # A broadcast delivers one copy to each of the n-1 other ranks.
         startup_broadcast=_startup_broadcast(sizes[order], prefix == GLOO_BROADCAST,
-                                             prefix == GLOO_ALLREDUCE, max(n - 1, 1)),
+                                             prefix == GLOO_ALLREDUCE, max(n - 1, 1),
+                                             2.0 * (n - 1) if n > 1 else 1.0),
         marks=_marks(ref),
     )
 
@@ -186,13 +187,24 @@ GLOO_BROADCAST = 0x06
 
 
 def _startup_broadcast(sizes: np.ndarray, is_bcast: np.ndarray, is_allreduce: np.ndarray,
-                       copies: int) -> float | None:
-    """Bytes broadcast before the first all-reduce, per copy: DDP copies the
-    whole model (parameters and buffers) from rank 0 at construction, so this
-    is the model's size as the traffic itself states it."""
-    first = int(np.argmax(is_allreduce)) if is_allreduce.any() else len(sizes)
-    b = float(sizes[:first][is_bcast[:first]].sum())
-    return b / copies if b > 0 else None
+                       copies: int, gradient_factor: float) -> float | None:
+    """The model's size from DDP's start-up traffic, or None.
+
+    DDP copies the whole model (parameters and buffers) from rank 0 at
+    construction, and its first iteration all-reduces every gradient in one
+    bucket (buckets are formed after it). Bytes broadcast before the first
+    all-reduce, per copy, count only when that all-reduce confirms them
+    (within ITER_BYTES_TOL): a job's own broadcasts would inflate them, and
+    a model k times too big would regroup k real iterations into one.
+    """
+    if not is_allreduce.any():
+        return None
+    first = int(np.argmax(is_allreduce))
+    b = float(sizes[:first][is_bcast[:first]].sum()) / copies
+    g = float(sizes[first]) / gradient_factor
+    if b <= 0 or abs(g / b - 1) > ITER_BYTES_TOL:
+        return None
+    return b
 
 
 def _marks(ref: RecordFile) -> np.ndarray:
@@ -224,7 +236,7 @@ def nccl_collectives(files: list[RecordFile]) -> Collectives | None:
     return Collectives(sizes=sizes, times=r["t_ns"].astype(np.float64) / 1e9,
                        per_rank_sent=sent, layer="nccl",
                        startup_broadcast=_startup_broadcast(sizes, kinds == Kind.NCCL_BROADCAST,
-                                                            kinds == Kind.NCCL_ALLREDUCE, 1),
+                                                            kinds == Kind.NCCL_ALLREDUCE, 1, 1.0),
                        marks=_marks(ref))
 
 
@@ -440,7 +452,7 @@ def settle_iterations(
         notes.append(f"a pattern of {it.lag} collectives repeats {k} times per iteration ({why})")
         it = regroup(it, k, coll.times)
         if it.count < min_iterations:
-            return None, too_few_iterations(coll, min_iterations, f"{it.count} complete iteration(s) of {it.lag} collectives"), notes
+            return None, too_few_iterations(coll, min_iterations, f"{it.count} complete iteration(s)"), notes
     if ref:
         g = grad(it)
         if abs(g / ref - 1) > ITER_BYTES_TOL:
@@ -450,7 +462,8 @@ def settle_iterations(
                 "gradient byte once)"
             ), notes
     else:
-        notes.append("iteration not checked against the model's size (no model hook, no start-up broadcast)")
+        notes.append("iteration not checked against the model's size (no model hook; no DDP start-up "
+                     "broadcast confirmed by a first all-reduce of the whole model)")
     return it, "", notes
 
 

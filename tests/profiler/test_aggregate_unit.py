@@ -15,6 +15,7 @@ from profiler.aggregate import (
     ModelFile,
     Profile,
     _combine,
+    _startup_broadcast,
     ddp_buckets,
     find_iterations,
     settle_iterations,
@@ -148,6 +149,21 @@ def test_pattern_that_cannot_be_an_iteration_is_never_valid() -> None:
     # Agreeing bytes (within 10 %) pass unchanged.
     done, problem, _ = settle_iterations(coll(sizes, times), it, 104.0, "the model", 3)
     assert done == it and problem == ""
+
+
+def test_startup_broadcast_counts_only_when_the_first_allreduce_confirms_it() -> None:
+    # gloo, 2 ranks: DDP broadcasts the model M once, then all-reduces every
+    # gradient in one bucket (2(n-1) x M on the wire), then the steady buckets.
+    m = 1000.0
+    sizes = np.array([16.0, m, 2 * m, 100.0, 900.0])
+    bcast = np.array([True, True, False, False, False])
+    allred = ~bcast
+    assert _startup_broadcast(sizes, bcast, allred, 1, 2.0) == pytest.approx(m + 16)
+    # The job broadcast its own copy of the state too: the model would look
+    # twice its size and pair up real iterations; unconfirmed, not used.
+    sizes2 = np.array([m, m, 2 * m, 100.0, 900.0])
+    assert _startup_broadcast(sizes2, bcast, allred, 1, 2.0) is None
+    assert _startup_broadcast(sizes, bcast, np.zeros(5, bool), 1, 2.0) is None
 
 
 def test_too_few_iterations_after_regrouping() -> None:
