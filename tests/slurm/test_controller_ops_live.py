@@ -27,7 +27,7 @@ import yaml
 from slurm_plugin.controller.state import Phase, StateStore
 from slurm_plugin.localcluster import LocalCluster, procs
 from tests.helpers import poll
-from tests.slurm.controller_support import REPO, TEIRESIAS, submit_sleep
+from tests.slurm.controller_support import REPO, TEIRESIAS, submit_protocol_job, submit_sleep
 
 pytestmark = pytest.mark.slurm
 
@@ -89,6 +89,31 @@ def test_a_second_controller_is_refused_and_a_standby_takes_over_after_kill9(clu
     assert [e["job"] for e in standby.audit(action="start")].count(a) == 1
     assert (tmp_path / "state.db.lock").read_text().strip() == str(standby.proc.pid)
     assert standby.alive() and "Traceback" not in standby.logtext()
+
+
+def test_a_standby_finishes_the_preemption_the_killed_controller_began(cluster, make_controller, tmp_path):
+    """kill -9 between the signal and the requeue (as in test_controller_faults.py),
+    but the successor is a standby already waiting: it carries the preemption
+    through from the state and journal, requeueing the victim exactly once."""
+    active = make_controller(preemption={"grace_seconds": 6}).start()
+    standby = make_controller(preemption={"grace_seconds": 6})
+    standby.log = tmp_path / "standby.log"
+    standby.start("--standby")
+    old = [submit_protocol_job(cluster, tmp_path, 4, ack=False, name=f"old{i}") for i in range(4)]
+    for j in old:
+        cluster.wait_for(j, "RUNNING", timeout=30)
+    poll("old jobs demoted", lambda: all(active.rec(j).queue == 1 for j in old), 30)
+    new = submit_sleep(cluster, 4)
+    victim = poll("a victim signalled", lambda: next(
+        (j for j, r in active.records().items() if r.phase is Phase.PREEMPTING), None), 30)
+    active.kill9()
+    assert cluster.job(victim).restart_count == 0, "the crash came before the requeue"
+
+    cluster.wait_for(new, "RUNNING", timeout=60)
+    after = poll("victim requeued", lambda: (r := standby.rec(victim)) and r.preemptions == 1 and r, 30)
+    assert cluster.job(victim).restart_count == 1 and len(standby.audit(victim, "requeue")) == 1
+    assert f"job {new} start" in standby.logtext() and after.closed_run_seconds >= 6.0
+    assert "Traceback" not in standby.logtext()
 
 
 # ------------------------------------------------------------------ items 7 and 20
