@@ -23,7 +23,7 @@ from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action, Enactor, fit_shape, priority_for
 from slurm_plugin.controller.packlimit import HISTORY_WINDOW, current_packlimit, packlimit_json, run_outcomes
 from slurm_plugin.controller.profiles import SkewBook
-from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
+from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile, same_job
 from slurm_plugin.controller.startup import unreachable_line
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.cells.scheduler import CellsPolicy
@@ -248,10 +248,16 @@ class Controller:
                 with self.store.transaction():
                     self.store.save_job(old, force=True)
             self.store.archive_job(job_id)
-            why = (f"job {job_id} is not the job recorded under that id (Slurm submitted it at"
-                   f" {rec.slurm[job_id].submit_time:.0f}, the record's job at {old.submit_time:.0f}"
-                   f"{', cluster ' + repr(old.cluster) if old.cluster else ''}): fresh record; the old one"
-                   f" ({old.final_state or old.phase.value}) is archived")
+            sj = rec.slurm[job_id]
+            if (not old.cluster or old.cluster == self.store.cluster) and same_job(old, sj):
+                # Slurm requeued a job whose record was closed (e.g. NODE_FAIL): history kept all the same.
+                why = (f"job {job_id} came back after its record was closed ({old.final_state}): fresh"
+                       " record; the closed one is archived")
+            else:
+                why = (f"job {job_id} is not the job recorded under that id (Slurm submitted it at"
+                       f" {sj.submit_time:.0f}, the record's job at {old.submit_time:.0f}"
+                       f"{', cluster ' + repr(old.cluster) if old.cluster else ''}): fresh record; the old one"
+                       f" ({old.final_state or old.phase.value}) is archived")
             log.warning("[job %d] %s", job_id, why)
             self.audit.write(job_id, "replaced", why, old_submit_time=old.submit_time, old_cluster=old.cluster)
 
