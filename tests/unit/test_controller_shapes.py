@@ -1,0 +1,87 @@
+"""Fast checks of the job-shape rules (reconcile.not_waiting_reason, never_fits,
+array meta records; enact.fit_shape), beside the live tests in
+tests/slurm/test_job_shapes_live.py which run them against the real Slurm."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slurm_plugin.backends.base import HOLD_MARK, SlurmJob, SlurmNode
+from slurm_plugin.config import parse_config
+from slurm_plugin.controller.enact import fit_shape
+from slurm_plugin.controller.reconcile import never_fits, not_waiting_reason, reconcile
+from slurm_plugin.controller.state import JobRecord, Phase
+from teiresias.domain import Placement
+
+CFG = parse_config({"partitions": ["gpu"]})
+NODES = [SlurmNode(f"node{i}", frozenset({"IDLE"}), 4, 0, ("gpu",)) for i in range(1, 5)]
+NOW = 1000.0
+
+
+def job(job_id: int = 1, **kw) -> SlurmJob:
+    base = dict(job_id=job_id, name="j", user="u", account="a", partition="gpu", state="PENDING",
+                state_reason="JobHeldUser", priority=0, restart_count=0, requeue=True, held=True, gpus=2,
+                num_nodes=1, nodes=(), required_nodes=(), submit_time=100.0, eligible_time=None,
+                start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="",
+                admin_comment=HOLD_MARK)
+    return SlurmJob(**{**base, **kw})
+
+
+def rec(job_id: int = 1) -> JobRecord:
+    return JobRecord(job_id=job_id, gpus=2, submit_time=100.0, phase=Phase.PENDING, phase_since=100.0)
+
+
+def test_only_the_projects_own_hold_is_waiting():
+    assert not_waiting_reason(job(), rec(), NODES, NOW) is None
+    why = not_waiting_reason(job(admin_comment=""), rec(), NODES, NOW)
+    assert why and why.startswith("held by its owner (JobHeldUser)")
+    why = not_waiting_reason(job(admin_comment="", state_reason="JobHeldAdmin"), rec(), NODES, NOW)
+    assert why and why.startswith("held by an admin")
+
+
+def test_dependency_and_begin_time():
+    assert "waiting for its dependency" in not_waiting_reason(job(dependency="afterok:7(unfulfilled)"), rec(),
+                                                              NODES, NOW)
+    assert "never be satisfied" in not_waiting_reason(job(dependency="afterok:7(failed)"), rec(), NODES, NOW)
+    assert "(--begin)" in not_waiting_reason(job(eligible_time=NOW + 600), rec(), NODES, NOW)
+    # after a requeue the begin time is Slurm's: the job waits for GPUs
+    assert not_waiting_reason(job(eligible_time=NOW + 100, restart_count=1), rec(), NODES, NOW) is None
+
+
+def test_sizes_no_partition_can_give():
+    assert never_fits(job(gpus=16), NODES) is None
+    assert "asks for 100 GPUs; partition gpu has 16 in all" in never_fits(job(gpus=100), NODES)
+    assert never_fits(job(gpus=8, gpus_per_node=4, num_nodes=2), NODES) is None
+    assert "with 8 GPUs each" in never_fits(job(gpus=8, gpus_per_node=8, num_nodes=1), NODES)
+    assert "5 node(s)" in never_fits(job(gpus=10, gpus_per_node=2, num_nodes=5), NODES)
+
+
+def test_backoff_keeps_a_job_out_until_it_is_over():
+    assert "next try in 30s" in not_waiting_reason(job(), rec(), NODES, NOW, (NOW + 30, "refused"))
+    assert not_waiting_reason(job(), rec(), NODES, NOW, (NOW - 1, "refused")) is None
+
+
+def test_array_meta_record_is_split_not_scheduled():
+    meta = job(9, array_job_id=9, array_tasks="0-1,3", gpus=1)
+    task = job(10, array_job_id=9, array_task_id=2, gpus=1)
+    out = reconcile(CFG, {}, [meta, task], NODES, NOW)
+    assert out.to_split == ["9_0", "9_1", "9_3"]
+    assert [j.job_id for j in out.snapshot.jobs] == [10] and task.target == "9_2" and meta.target == "9"
+
+
+def test_not_waiting_jobs_are_out_of_the_snapshot():
+    out = reconcile(CFG, {}, [job(1), job(2, gpus=100), job(3, admin_comment="")], NODES, NOW)
+    assert [j.job_id for j in out.snapshot.jobs] == [1]
+    assert set(out.not_waiting) == {2, 3} and out.to_hold == {}
+
+
+def test_fit_shape_keeps_node_count_and_per_node_gpus():
+    per_node = job(gpus=4, gpus_per_node=2, num_nodes=2)
+    free = {"node1": 4, "node2": 1, "node3": 2, "node4": 3}
+    fitted = fit_shape(Placement.of({"node1": 4}), per_node, free, list(free))
+    assert fitted == Placement.of([("node1", 2), ("node4", 2)])
+    assert fit_shape(Placement.of({"node1": 2, "node3": 2}), per_node, free, list(free)) == \
+        Placement.of({"node1": 2, "node3": 2})
+    assert fit_shape(Placement.of({"node1": 4}), per_node, {"node1": 4, "node2": 1}, ["node1", "node2"]) is None
+    plain = replace(per_node, gpus_per_node=None)
+    assert fit_shape(Placement.of({"node1": 4}), plain, free, list(free)) == Placement.of({"node1": 4})
