@@ -127,7 +127,10 @@ class PyslurmBackend(SlurmBackend):
         except self.pyslurm.RPCError as exc:  # carries Slurm's own message
             raise error_from_message(str(exc), job_id) from None
 
-    def _job(self, job_id: int):
+    def _job(self, job_id: int | str):
+        if not str(job_id).isdigit():
+            raise SlurmError(f"job {job_id}: the pyslurm backend does not address array tasks;"
+                             " use backend: cli for partitions with job arrays")
         return self.pyslurm.Job(int(job_id))
 
     def _modify(self, job_id: int, **changes) -> None:

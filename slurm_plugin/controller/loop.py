@@ -319,7 +319,7 @@ class Controller:
                 enactor.hold(records[job_id], why, now)
                 if job_id in rec.start_failed:
                     self._back_off(records[job_id], why, now)
-        self._split_arrays(rec.to_split)
+        self._split_arrays(rec.to_split, rec.unheld_arrays)
         # 2. Preemptions the plan asks for. A job still STARTING only needs its hold back.
         free = rec.snapshot.free_gpus()
         for job_id in plan.preempt:
@@ -401,11 +401,19 @@ class Controller:
         log.warning("[job %d] start failed: %s; next try in %.0fs", r.job_id, why, wait)
         self.audit.write(r.job_id, "start-failed", why, retry_in_s=wait, failures=failures)
 
-    def _split_arrays(self, tasks: list[str]) -> None:
+    def _split_arrays(self, tasks: list[str], unheld: list[int]) -> None:
         """Split array tasks off their meta record (marking each as held by us), so
-        each task is a job of its own: held, ranked, started and preempted alone."""
+        each task is a job of its own: held, ranked, started and preempted alone.
+        A meta record found without a hold (no job_submit.lua) is held whole first."""
         if self.dry_run or not tasks:
             return
+        for array in unheld:
+            try:
+                self.backend.hold(array)  # the plain id: every task not split off yet
+            except SlurmUnreachable:
+                raise
+            except SlurmError as exc:
+                log.warning("[job %d] array pending without a hold, not held: %s", array, exc)
         for spec in tasks[:SPLIT_PER_ROUND]:
             try:
                 self.backend.set_hold_mark(spec, True)

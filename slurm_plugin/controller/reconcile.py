@@ -60,6 +60,7 @@ class Reconciled:
     not_waiting: dict[int, str] = field(default_factory=dict)
     start_failed: dict[int, str] = field(default_factory=dict)  # released, and Slurm did not start it
     to_split: list[str] = field(default_factory=list)  # array tasks ("A_T") still in the meta record
+    unheld_arrays: list[int] = field(default_factory=list)  # meta records pending without a hold
     # job -> the closed record of an earlier job with that id (a new or reset cluster
     # reuses ids): the caller archives it before the new record is saved.
     replaced: dict[int, JobRecord] = field(default_factory=dict)
@@ -143,6 +144,8 @@ def reconcile(
     for sj in [s for s in managed.values() if s.array_tasks and s.array_task_id is None]:
         del managed[sj.job_id]
         if base_state(sj.state) == "PENDING":
+            if not sj.held_by_teiresias and not sj.held:
+                out.unheld_arrays.append(sj.job_id)  # held whole first: no task may start on its own
             out.to_split += [f"{sj.array_job_id or sj.job_id}_{t}" for t in array_task_ids(sj.array_tasks)]
 
     for job_id, sj in managed.items():

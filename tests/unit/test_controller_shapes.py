@@ -85,3 +85,9 @@ def test_fit_shape_keeps_node_count_and_per_node_gpus():
     assert fit_shape(Placement.of({"node1": 4}), per_node, {"node1": 4, "node2": 1}, ["node1", "node2"]) is None
     plain = replace(per_node, gpus_per_node=None)
     assert fit_shape(Placement.of({"node1": 4}), plain, free, list(free)) == Placement.of({"node1": 4})
+
+
+def test_array_meta_record_without_a_hold_is_held_whole():
+    meta = job(9, array_job_id=9, array_tasks="0-5", held=False, priority=5, state_reason="None", admin_comment="")
+    out = reconcile(CFG, {}, [meta], NODES, NOW)
+    assert out.unheld_arrays == [9] and len(out.to_split) == 6 and out.snapshot.jobs == ()
