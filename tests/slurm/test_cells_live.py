@@ -210,3 +210,32 @@ def test_a_recovered_node_restores_the_binding_by_migrating_a_guaranteed_job(clu
         assert not ctl.errors, ctl.errors
     finally:
         ctl.stop()
+
+
+def test_cells_command_reads_drained_nodes_from_slurm_and_counts_partial_loss(cluster, tmp_path):
+    """Issue 9 item 21: `teiresias cells --state DB` shows a node Slurm has DRAINing as bad, and
+    the free GPU of vc-b's pair on it as lost (a 1-GPU job still runs in the pair)."""
+    ctl = CellsController(cluster, tmp_path).start()
+    try:
+        b1 = submit(cluster, tmp_path, 1, "team-b")
+        (node,) = ctl.wait_running(cluster, b1).nodes
+        poll("vc-b's pair bound and stored", lambda: ctl.store.get_meta(CELLS_META_KEY) and ctl.binding("vc-b"), 20)
+    finally:
+        ctl.stop()
+    scontrol(cluster, "update", f"nodename={node}", "state=drain", "reason=cells-item-21")
+    env = {**cluster.env, "TEIRESIAS_CONFIG": str(tmp_path / "teiresias.yaml")}
+    cmd = [str(REPO / ".venv" / "bin" / "teiresias"), "cells", "-c", str(tmp_path / "cells.yaml"),
+           "-s", str(tmp_path / "state.db")]
+    out = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["node_states"] == "slurm" and rep["bad_nodes"] == [node]
+    vc_b = next(v for v in rep["vcs"] if v["name"] == "vc-b")
+    assert vc_b["guaranteed_jobs"] == [b1]
+    assert (vc_b["quota"][0]["lost"], vc_b["quota"][0]["lost_gpus"], vc_b["lost_gpus"]) == (1, 1, 1)
+    text = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and f"bad nodes: {node};" in text.stdout, text.stdout + text.stderr
+    assert f"node states: read from Slurm; down/drained there: {node}" in text.stdout
+    # Without Slurm's word only --down counts, and the command says it did not ask.
+    off = subprocess.run([*cmd, "--no-slurm"], env=env, capture_output=True, text=True, timeout=120)
+    assert "bad nodes: none" in off.stdout and "node states: not read: --no-slurm" in off.stdout
