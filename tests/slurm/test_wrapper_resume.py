@@ -123,6 +123,38 @@ def test_ddp_two_ranks_preempted_resumes_bitwise_equal(clean_slurm, tmp_path):
     assert all(a["reached"] - a["step"] <= 1 for a in acks)
     ck = protocol.read_records(protocol.job_dir(base, job))
     assert len(ck) == 2  # rank 0 alone wrote, once per preemption
+    # Each requeue SIGTERMs torchrun's agent: its SignalException must not print a traceback.
+    text = log.read_text()
+    assert "Traceback" not in text and "SignalException" not in text, text[-3000:]
+
+
+GRACE_S = 30  # the controller's default grace_seconds (etc/teiresias.yaml)
+
+
+def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slurm, tmp_path, reference):
+    """USR1 while the restarted run has not imported torch yet (its script
+    sleeps first, so this is certain): the batch shell acks at once with
+    "nothing new to save", the controller need not wait out its grace time,
+    and the job still resumes from its checkpoint and ends bitwise equal."""
+    out, log = tmp_path / "out.pt", tmp_path / "job.out"
+    base = tmp_path / "ckpt"
+    batch = tmp_path / "train.sh"
+    batch.write_text(f"#!/bin/bash\n#SBATCH -c 2\ncd {tmp_path}\nsleep 3\n{PY} {SCRIPTS / 'train_plain.py'} {out}\n")
+    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
+                            str(batch), env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
+    jobdir = protocol.job_dir(base, job)
+    first = preempt_via_protocol(clean_slurm, job, jobdir, log, 6, 0)  # back RUNNING as restart 1
+    sent = time.time()
+    clean_slurm.backend.signal(job, protocol.PREEMPT_SIGNAL)
+    ack = poll("the restarted run's Ack", lambda: (a := read_ack(jobdir)) and a["restart_count"] == 1 and a,
+               timeout=GRACE_S / 3)
+    assert ack["time"] - sent < 5, "the Ack must come well before the grace time"
+    assert ack["saved"] is False and ack["step"] == first["step"] and ack["path"] == ""
+    assert clean_slurm.job(job).state == "RUNNING", "an acked job waits to be requeued"
+    requeue_and_restart(clean_slurm, job, 2)
+    clean_slurm.wait_for(job, "COMPLETED", timeout=120)
+    assert same_weights(reference, out)
+    assert f"at step {first['step']}" in log.read_text()
 
 
 def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_path, reference):
