@@ -72,13 +72,17 @@ def _policy_names(text: str) -> list[str]:
 @click.option("--plot", default=None, metavar="OUT.png",
               help="JCT CDF (log x) and GPU utilisation over time; the suffix picks the format "
                    "(.png, .pdf, .svg, ...).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: if a TTY]")
+@click.option("-r", "--report", default=None, metavar="OUT.html",
+              help="One self-contained HTML page: policy table, JCT and queueing-delay CDFs, utilisation "
+                   "over time, preemptions per job, per-app fairness (apps = the trace's account column).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on stderr. [default: on a terminal, once a replay runs over 2 s]")
 def simulate(
     trace_path: str, cluster_path: str, policies: str, queues: str | None, promote_knob: float | None,
     gittins_samples: str | None, placement: str, packlimit: float | None, cells_path: str | None,
     continuous: bool,
     preempt_overhead: float, interval: float, slowdown_path: str | None, seed: int,
-    json_out: str | None, jobs_csv: str | None, plot: str | None, progress: bool | None,
+    json_out: str | None, jobs_csv: str | None, plot: str | None, report: str | None, progress: bool | None,
 ) -> None:
     """Replay a trace under the same policy objects the controller runs.
 
@@ -90,7 +94,7 @@ def simulate(
     \b
     Example:
       teiresias simulate -t trace.csv -c etc/cluster.yaml -p las,best-effort,fifo \\
-          --queues 3600 --preempt-overhead 30 --json out.json --plot out.png
+          --queues 3600 --preempt-overhead 30 --json out.json --plot out.png --report out.html
       teiresias simulate -t tenants.csv -c etc/cluster.yaml -p las --cells etc/cells.example.yaml
     """
     from teiresias.clusterspec import load_cluster
@@ -106,9 +110,11 @@ def simulate(
         raise ConfigError(f"--interval {interval} must be >= 0 seconds (0 = schedule on events only)")
     if preempt_overhead < 0:
         raise ConfigError(f"--preempt-overhead {preempt_overhead} must be >= 0 seconds")
-    for out_path in (json_out if json_out != "-" else None, jobs_csv, plot):
+    for out_path in (json_out if json_out != "-" else None, jobs_csv, plot, report):
         if out_path is not None:
             check_output_path(out_path)
+    if report is not None and not report.lower().endswith((".html", ".htm")):
+        raise ConfigError(f"--report {report}: the report is an HTML page; end the name with .html")
     plot_fmt = None
     if plot is not None:
         from teiresias.simulator.plots import plot_format
@@ -147,7 +153,8 @@ def simulate(
         # Validated against the simulated cluster: unknown nodes or GPU counts fail here.
         built = [CellsPolicy.from_file(cells_path, pol, cluster) for pol in built]
     options = SimulationOptions(interval=interval, preempt_overhead=preempt_overhead,
-                                slowdown=slowdown, progress=progress, record_timeline=plot is not None)
+                                slowdown=slowdown, progress=progress,
+                                record_timeline=plot is not None or report is not None)
 
     results = [Simulator(trace, cluster, pol, options).run() for pol in built]
 
@@ -179,5 +186,14 @@ def simulate(
                     raise ConfigError(f"--plot {plot}: matplotlib could not write .{plot_fmt} "
                                       f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
                                       "choose another format, e.g. .png") from None
+        if report is not None:
+            from teiresias import __version__
+            from teiresias.simulator.html_report import RunInfo, write_html
+
+            info = RunInfo(trace_name=Path(trace_path).name, jobs=len(trace), nodes=len(cluster.nodes),
+                           gpus=cluster.total_gpus, interval=interval, preempt_overhead=preempt_overhead,
+                           placement=placement + (" in HiveD cells" if cells_path else ""), version=__version__)
+            with staged.stage(report).open("w", encoding="utf-8") as fh:
+                write_html(fh, results, trace, info)
     if to_stdout_json:
         write_json(sys.stdout, results, {"seed": seed})

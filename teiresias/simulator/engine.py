@@ -77,7 +77,10 @@ class SimulationOptions:
     interval: float = 60.0
     preempt_overhead: float = 0.0
     slowdown: SlowdownTable = field(default_factory=SlowdownTable)
-    progress: bool | None = None  # None: a tqdm bar on stderr iff it is a TTY
+    progress: bool | None = None  # None: a tqdm bar on stderr iff it is a TTY, after progress_delay
+    # Seconds a replay runs before the automatic bar shows: short replays
+    # finish before a bar would tell anyone anything. progress=True shows it at once.
+    progress_delay: float = 2.0
     record_timeline: bool = True
     # Leave running jobs out of a round when that provably changes nothing
     # (policies marked ``idle_first``; see Simulator._round). False: every
@@ -398,13 +401,16 @@ class Simulator:
     # -- main loop ----------------------------------------------------------
     def _progress_bar(self):
         show = self.opt.progress
+        delay = 0.0
         if show is None:
             show = sys.stderr.isatty()
+            delay = self.opt.progress_delay
         if not show:
             return None
         from tqdm import tqdm
 
-        return tqdm(total=len(self.trace), desc=f"simulate {self.policy.name}", unit="job", file=sys.stderr)
+        return tqdm(total=len(self.trace), desc=f"simulate {self.policy.name}", unit="job", file=sys.stderr,
+                    delay=delay)
 
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()
