@@ -178,25 +178,31 @@ def test_begin_time_and_user_hold_are_kept(cluster, make_controller):
 # ---------------------------------------------------------------- item 5
 
 
-def array_tasks(cluster, array: int) -> dict[int, object]:
-    """Task id -> SlurmJob of the array's tasks split off their meta record, pending or running."""
-    return {j.array_task_id: j for j in cluster.backend.jobs()
-            if j.array_job_id == array and j.array_task_id is not None and j.state in ("PENDING", "RUNNING")}
+def array_tasks(cluster, array: int) -> dict[int, dict]:
+    """Task id -> Slurm's own record (squeue --json) of the array's tasks split off
+    their meta record, pending or running."""
+    out = subprocess.run(["squeue", "--json"], capture_output=True, text=True, env=cluster.env, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return {j["array_task_id"]: j for j in json.loads(out.stdout)["jobs"]
+            if j["array_job_id"] == array and j["array_task_id"] is not None
+            and j["job_state"] in ("PENDING", "RUNNING")}
 
 
 def test_array_tasks_are_held_and_started_one_by_one(cluster, make_controller):
     ctl = make_controller(policy={"queues": [100000]}).start()  # one queue: no demotion, no preemption
     array = cluster.submit("sleep 600", "-p", "gpu", "--array=0-5", "--gpus=4", "-t", "10", "-J", "arr")
     split = poll("6 tasks split off", lambda: (t := array_tasks(cluster, array)) and len(t) == 6 and t, 30)
-    poll("4 tasks running", lambda: sum(j.state == "RUNNING" for j in array_tasks(cluster, array).values()) == 4, 30)
+    poll("4 tasks running",
+         lambda: sum(j["job_state"] == "RUNNING" for j in array_tasks(cluster, array).values()) == 4, 30)
     wait_rounds(ctl, 3)
     now = array_tasks(cluster, array)
-    assert sum(j.state == "RUNNING" for j in now.values()) == 4  # 16 GPUs: no more, ever
-    assert all(j.held_by_teiresias for j in now.values() if j.state == "PENDING")
+    assert sum(j["job_state"] == "RUNNING" for j in now.values()) == 4  # 16 GPUs: no more, ever
+    assert all(j["admin_comment"] == "teiresias:held" and j["priority"] == 0 for j in now.values()
+               if j["job_state"] == "PENDING")
     recs = ctl.records()
-    assert {j.job_id for j in split.values()} <= set(recs)
-    assert all(recs[j.job_id].gpus == 4 for j in split.values())
-    assert all(len(ctl.audit(j.job_id, "start")) == (j.state == "RUNNING") for j in now.values())
+    assert {j["job_id"] for j in split.values()} <= set(recs)
+    assert all(recs[j["job_id"]].gpus == 4 for j in split.values())
+    assert all(len(ctl.audit(j["job_id"], "start")) == (j["job_state"] == "RUNNING") for j in now.values())
     assert "resizing" not in ctl.logtext()
 
 
@@ -204,8 +210,8 @@ def test_array_tasks_are_preempted_one_by_one(cluster, make_controller):
     ctl = make_controller().start()
     array = cluster.submit("sleep 600", "-p", "gpu", "--array=0-5", "--gpus=2", "-t", "10", "-J", "arr")
     poll("6 tasks running", lambda: (t := array_tasks(cluster, array)) and len(t) == 6
-         and all(j.state == "RUNNING" for j in t.values()), 30)
-    tasks = {j.job_id for j in array_tasks(cluster, array).values()}
+         and all(j["job_state"] == "RUNNING" for j in t.values()), 30)
+    tasks = {j["job_id"] for j in array_tasks(cluster, array).values()}
     poll("tasks demoted to Q2", lambda: all(ctl.rec(j).queue == 1 for j in tasks), 30)
     new = submit_sleep(cluster, 8)  # 4 GPUs free: two tasks of 2 GPUs must make room
     cluster.wait_for(new, "RUNNING", timeout=60)
