@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
-from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, error_from_message, expand_hostlist
+from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, error_from_message, expand_hostlist, gres_count
 from teiresias.errors import SlurmError
 
 
@@ -75,8 +75,9 @@ def _call(mod: Any, name: str) -> Any:
 
 
 def _gpus(gres: Mapping[str, Any] | None) -> int:
-    """pyslurm gres dicts: {"gpu": 4} or {"gpu:tesla": 4}."""
-    return sum(int(v) for k, v in (gres or {}).items() if str(k).split(":")[0] == "gpu" and str(v).isdigit())
+    """pyslurm gres dicts: {"gpu": 4}, {"gpu:tesla": 4}, or a count with its
+    indices {"gpu": "2(IDX:0,2)"}: the same rule as the other backends (gres_count)."""
+    return gres_count(",".join(f"{k}:{v}" for k, v in (gres or {}).items()))
 
 
 def job_from_pyslurm(j: Any) -> SlurmJob:

@@ -82,3 +82,11 @@ def test_array_task_sets():
     assert array_task_ids("0-1,3-5") == [0, 1, 3, 4, 5]
     assert array_task_ids("1,3-7:2%2") == [1, 3, 5, 7]
     assert array_task_ids("") == []
+
+
+def test_pyslurm_gres_dicts_follow_the_same_rule():
+    from slurm_plugin.backends.pyslurm_backend import _gpus
+
+    assert _gpus({"gpu": 4}) == 4 and _gpus({"gpu:tesla": 4}) == 4
+    assert _gpus({"gpu": "2(IDX:0,2)"}) == 2 and _gpus({"gpu:tesla": "3(IDX:0,2-3)", "mps": 100}) == 3
+    assert _gpus(None) == 0
