@@ -9,11 +9,15 @@
 2. Checkpoint (save: capture + atomic write + fsync) and restore (secure
    load + load_state_dict) time vs model size: 10 MB, 100 MB, 1 GB of fp32
    parameters (SGD without momentum, so the file is about the model's size).
+   The restore includes the integrity check (CRC-32 of every zip member),
+   also timed alone (file in the page cache, as in the restore, and after
+   evicting it: a read from the disk), beside what a SHA-256 would cost.
 
 Usage:
   .venv/bin/python benchmarks/bench_hooks.py            # everything
   .venv/bin/python benchmarks/bench_hooks.py --sizes-mb 10,100 --rounds 3
   .venv/bin/python benchmarks/bench_hooks.py --json     # one JSON object
+  .venv/bin/python benchmarks/bench_hooks.py --checkpoint-only   # only part 2
 """
 
 from __future__ import annotations
@@ -113,7 +117,11 @@ def child_ckpt(size_mb: int, rounds: int) -> None:
     rows = 1024
     model = nn.Linear(n // rows, rows, bias=False)  # one weight of size_mb MB
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    save_s, write_s, load_s, sizes = [], [], [], []
+    import hashlib
+
+    from wrappers.hooks.checkpoint import verify_integrity
+
+    save_s, write_s, load_s, sizes, crc_s, sha_s, cold_s = [], [], [], [], [], [], []
     point = {"kind": "none", "ord": -1, "n": -1, "pos": -1}
     rt.usable()
     for _ in range(rounds):
@@ -122,6 +130,21 @@ def child_ckpt(size_mb: int, rounds: int) -> None:
         save_s.append(time.perf_counter() - t)
         write_s.append(written.seconds)
         sizes.append(written.bytes)
+        fd = os.open(written.path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # this file only: a read from the disk
+        os.close(fd)
+        t = time.perf_counter()
+        verify_integrity(written.path)
+        cold_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        verify_integrity(written.path)
+        crc_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        digest = hashlib.sha256()
+        with open(written.path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                digest.update(chunk)
+        sha_s.append(time.perf_counter() - t)
         t = time.perf_counter()
         data = rt.store.load(written.path)
         from wrappers.hooks import state as st
@@ -131,7 +154,9 @@ def child_ckpt(size_mb: int, rounds: int) -> None:
         del data
     del opt
     print(json.dumps({"save": statistics.median(save_s), "write_fsync": statistics.median(write_s),
-                      "restore": statistics.median(load_s), "bytes": sizes[-1]}))
+                      "restore": statistics.median(load_s), "verify_crc": statistics.median(crc_s),
+                      "verify_crc_cold": statistics.median(cold_s),
+                      "sha256": statistics.median(sha_s), "bytes": sizes[-1]}))
 
 
 # ---------------------------------------------------------------------- parent
@@ -159,6 +184,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=768, help="hidden width giving a ~10 ms step (default 768)")
     ap.add_argument("--steps", type=int, default=300, help="steps per overhead run (default 300)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--checkpoint-only", action="store_true", help="only the checkpoint save/restore figures")
     ap.add_argument("--child-steps", nargs=2, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-ckpt", nargs=2, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-micro", type=int, help=argparse.SUPPRESS)
@@ -172,13 +198,14 @@ def main() -> None:
 
     out: dict = {"machine": f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", "torch_threads": 1}
     with tempfile.TemporaryDirectory(prefix="bench-hooks-") as base:
-        out["step_10ms"] = bench_overhead(a.width, a.steps, a.rounds, base)
-        plain = _child(["--child-micro", "20000"], False, base)
-        hooked = _child(["--child-micro", "20000"], True, base)
-        cost = (hooked["step_us"] - plain["step_us"]) + (hooked["next_us"] - plain["next_us"])
-        out["per_step_micro"] = {"plain": plain, "hooked": hooked, "hook_cost_us": cost,
-                                 "pct_of_10ms_step": cost / 10_000 * 100,
-                                 "hook_fn_pct_of_10ms_step": hooked["hook_fn_us"] / 10_000 * 100}
+        if not a.checkpoint_only:
+            out["step_10ms"] = bench_overhead(a.width, a.steps, a.rounds, base)
+            plain = _child(["--child-micro", "20000"], False, base)
+            hooked = _child(["--child-micro", "20000"], True, base)
+            cost = (hooked["step_us"] - plain["step_us"]) + (hooked["next_us"] - plain["next_us"])
+            out["per_step_micro"] = {"plain": plain, "hooked": hooked, "hook_cost_us": cost,
+                                     "pct_of_10ms_step": cost / 10_000 * 100,
+                                     "hook_fn_pct_of_10ms_step": hooked["hook_fn_us"] / 10_000 * 100}
         out["checkpoint"] = []
         for mb in (int(s) for s in a.sizes_mb.split(",") if s):
             r = _child(["--child-ckpt", str(mb), str(a.rounds)], True, base)
@@ -187,8 +214,19 @@ def main() -> None:
     if a.json:
         print(json.dumps(out))
         return
-    s = out["step_10ms"]
     print(f"machine: {out['machine']}")
+    if not a.checkpoint_only:
+        _print_overhead(out)
+    print(f"{'model':>8} {'file':>10} {'save s':>8} {'of which write+fsync':>21} {'restore s':>10} "
+          f"{'of which CRC check':>19} {'(SHA-256 would be)':>19} {'CRC from disk':>14} {'save GB/s':>10}")
+    for c in out["checkpoint"]:
+        print(f"{c['size_mb']:>6}MB {c['bytes'] / 2**20:>8.1f}MB {c['save']:>8.3f} {c['write_fsync']:>21.3f} "
+              f"{c['restore']:>10.3f} {c['verify_crc']:>19.3f} {c['sha256']:>19.3f} {c['verify_crc_cold']:>14.3f} "
+              f"{c['bytes'] / c['save'] / 1e9:>10.2f}")
+
+
+def _print_overhead(out: dict) -> None:
+    s = out["step_10ms"]
     print(f"step of ~10 ms (width {s['width']}): plain {s['plain_ms']:.2f} ms, hooked {s['hooked_ms']:.2f} ms, "
           f"overhead {s['overhead_pct']:+.2f}%")
     t = out["per_step_micro"]
@@ -197,10 +235,6 @@ def main() -> None:
           f"{t['hook_cost_us']:.2f} us/step = {t['pct_of_10ms_step']:.3f}% of a 10 ms step "
           f"(A/B of noisy calls); the hook functions alone: {t['hooked']['hook_fn_us']:.2f} us/step = "
           f"{t['hook_fn_pct_of_10ms_step']:.3f}%")
-    print(f"{'model':>8} {'file':>10} {'save s':>8} {'of which write+fsync':>21} {'restore s':>10} {'save GB/s':>10}")
-    for c in out["checkpoint"]:
-        print(f"{c['size_mb']:>6}MB {c['bytes'] / 2**20:>8.1f}MB {c['save']:>8.3f} {c['write_fsync']:>21.3f} "
-              f"{c['restore']:>10.3f} {c['bytes'] / c['save'] / 1e9:>10.2f}")
 
 
 if __name__ == "__main__":

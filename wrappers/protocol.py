@@ -67,8 +67,8 @@ ENV_ENABLE = "TEIRESIAS_CHECKPOINT"  # "1" activates the hooks
 ENV_EVERY = "TEIRESIAS_CHECKPOINT_EVERY"  # periodic checkpoint every N steps (0: only on signals)
 ENV_PROFILE = "TEIRESIAS_PROFILE"  # "1": profile this run's communication
 ENV_KEEP = "TEIRESIAS_CHECKPOINT_KEEP"  # how many checkpoints to keep (default 2)
-ENV_START_FRESH = "TEIRESIAS_START_FRESH"  # "1": a corrupt/foreign checkpoint is set aside, not fatal
-ENV_TRUST = "TEIRESIAS_TRUST_CHECKPOINT"  # "1": allow torch.load(weights_only=False) on own files
+ENV_START_FRESH = "TEIRESIAS_START_FRESH"  # "1": refused checkpoints are set aside, training starts over
+ENV_TRUST = "TEIRESIAS_TRUST_CHECKPOINT"  # "mod.Name,...": globals allowed beyond weights_only's own
 ENV_GRACE = "TEIRESIAS_TIMELIMIT_GRACE"  # seconds before the time limit for TIMELIMIT_SIGNAL
 ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the Nth write
 
