@@ -31,8 +31,9 @@ def trace() -> None:
 @click.option("-S", "--samples", default=None, metavar="FILE",
               help="philly: job GPU-time samples, CSV column 'duration' (e.g. yarn-gput10000.csv).")
 @click.option("-c", "--cluster", "cluster_path", default=None, metavar="SPEC",
-              help="philly: cluster whose GPU count sets the load (and the largest job).")
-@click.option("-G", "--cluster-gpus", type=int, default=None, help="philly: GPU count instead of --cluster.")
+              help="Cluster the trace is for: no job asks more GPUs than it has (testbed: larger jobs ask "
+                   "for all of them); philly: its GPU count also sets the load.")
+@click.option("-G", "--cluster-gpus", type=int, default=None, help="GPU count instead of --cluster.")
 @click.option("-l", "--load", type=float, default=0.9, show_default=True,
               help="philly: offered load (asked GPU-seconds per second / GPUs).")
 @click.option("-r", "--arrival-rate", type=float, default=None, help="philly: jobs per second (overrides --load).")
@@ -53,18 +54,28 @@ def synth(
 ) -> None:
     """Write a synthetic Tiresias-format trace (seeded: same flags, same file).
 
+    The public Philly GPU-time samples ship with teiresias (attribution in
+    teiresias/data/ATTRIBUTION.txt): teiresias/data/yarn-gput10000.csv.
+
     \b
     Example:
-      teiresias trace synth --kind philly -n 2000 -S yarn-gput1000.csv -G 64 --load 1.2 -o t.csv
+      teiresias trace synth -c etc/cluster.yaml -o testbed.csv
+      teiresias trace synth --kind philly -n 2000 -S teiresias/data/yarn-gput10000.csv -G 64 --load 1.2 -o t.csv
     """
     from teiresias.simulator.synth import PhillyParams, parse_gpu_mix, philly_like, testbed_mix
     from teiresias.simulator.trace import write_trace, write_trace_to
 
     if kind == "testbed":
+        cap = cluster_gpus
+        if cluster_path is not None:
+            from teiresias.clusterspec import load_cluster
+
+            cap = load_cluster(cluster_path).total_gpus
         jobs = testbed_mix(
             seed=seed, mean_interarrival=mean_interarrival,
             min_duration=120.0 if min_duration is None else min_duration,
             max_duration=7200.0 if max_duration is None else max_duration,
+            max_gpus=cap,
         )
     else:
         if samples is None:

@@ -89,9 +89,17 @@ def _finish(
 
 
 def testbed_mix(
-    seed: int = 0, mean_interarrival: float = 30.0, min_duration: float = 120.0, max_duration: float = 7200.0
+    seed: int = 0, mean_interarrival: float = 30.0, min_duration: float = 120.0, max_duration: float = 7200.0,
+    max_gpus: int | None = None,
 ) -> list[TraceJob]:
-    """The 480-job testbed workload of Tiresias §5.1 (see module docstring)."""
+    """The 480-job testbed workload of Tiresias §5.1 (see module docstring).
+
+    ``max_gpus``: the GPUs of the cluster it is meant for. Larger jobs (16 and
+    32 GPUs on the paper's 60-GPU testbed) ask for that many instead, so the
+    trace runs there; every other draw is unchanged (same seed, same jobs).
+    """
+    if max_gpus is not None and max_gpus < 1:
+        raise ConfigError(f"the cluster must have GPUs, got {max_gpus}")
     if not 0 < min_duration <= max_duration:
         raise ConfigError(f"durations must satisfy 0 < min ({min_duration}) <= max ({max_duration})")
     if mean_interarrival <= 0:
@@ -109,6 +117,9 @@ def testbed_mix(
     hi = np.where(short, cut, max_duration)
     durations = np.exp(rng.uniform(np.log(lo), np.log(hi)))
     gaps = rng.exponential(mean_interarrival, size=480)
+    if max_gpus is not None:
+        # After every draw, so the capped trace differs from the uncapped one only here.
+        gpus = np.minimum(gpus, max_gpus)
     return _finish(gpus.tolist(), durations.tolist(), models.tolist(), gaps)
 
 

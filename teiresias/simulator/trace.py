@@ -103,7 +103,8 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
             if total is not None and gpus > total:
                 raise TraceError(
                     f"{p}:{line}: job {job_id} needs {gpus} GPUs but the cluster has only {total}; "
-                    "use a bigger cluster spec or drop the job"
+                    "use a bigger cluster spec, drop the job, or generate the trace for this cluster "
+                    "(teiresias trace synth --cluster SPEC)"
                 )
             submit = _num(p, line, "submit_time", get("submit_time"), integer=False, minimum=0, strict=False)
             duration = _num(p, line, "duration", get("duration"), integer=False, minimum=0, strict=True)
