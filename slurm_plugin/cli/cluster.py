@@ -44,6 +44,7 @@ def cluster() -> None:
     \b
     Examples:
       teiresias cluster up -n 4 -g 4
+      teiresias cluster up --accounting      # + slurmdbd and MariaDB: sacct works
       eval "$(teiresias cluster up --quiet | grep ^export)"
       teiresias cluster status --json
       teiresias cluster down
@@ -63,10 +64,14 @@ def cluster() -> None:
               help="Also start slurmrestd on DIR/run/slurmrestd.sock (rest_auth/local).")
 @click.option("--job-submit-lua", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Install FILE as job_submit.lua beside slurm.conf and set JobSubmitPlugins=lua.")
+@click.option("-a", "--accounting/--no-accounting", default=False, show_default=True,
+              help="Also run slurmdbd with its own MariaDB (installed if missing; slurmdbd on "
+                   "PORT_BASE+NODES+1, MariaDB on +2), so that sacct works.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def up(nodes: int, gpus_per_node: int, cpus_per_node: int, directory: Path, port_base: int,
-       partitions: str, restd: bool, job_submit_lua: Path | None, quiet: bool, as_json: bool) -> None:
+       partitions: str, restd: bool, job_submit_lua: Path | None, accounting: bool, quiet: bool,
+       as_json: bool) -> None:
     """Start the cluster (installing Slurm packages if missing); idempotent.
 
     Exits 0 once every node accepts jobs. Re-running with the same options
@@ -79,14 +84,15 @@ def up(nodes: int, gpus_per_node: int, cpus_per_node: int, directory: Path, port
     """
     cfg = ClusterConfig(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
                         port_base=port_base, partitions=tuple(p.strip() for p in partitions.split(",") if p.strip()),
-                        job_submit_lua=job_submit_lua)
+                        job_submit_lua=job_submit_lua, accounting=accounting)
     try:
         res = LocalCluster(cfg, _progress(quiet)).up(restd=restd)
     except LocalClusterError as exc:
         _fail(exc)
         return
     if as_json:
-        click.echo(json.dumps(dict(res.to_dict(), SLURM_CONF=res.conf, nodes=list(cfg.node_names))))
+        click.echo(json.dumps(dict(res.to_dict(), SLURM_CONF=res.conf, nodes=list(cfg.node_names),
+                                   accounting=cfg.accounting)))
         return
     what = "started " + ", ".join(res.started) if res.started else "already running, nothing to do"
     click.echo(f"cluster ready: {cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, partitions "
@@ -94,6 +100,8 @@ def up(nodes: int, gpus_per_node: int, cpus_per_node: int, directory: Path, port
     click.echo(f"SLURM_CONF={res.conf}")
     if res.restd_socket:
         click.echo(f"SLURMRESTD_SOCKET={res.restd_socket}")
+    if cfg.accounting:
+        click.echo(f"accounting: slurmdbd on 127.0.0.1:{cfg.dbd_port}, MariaDB on 127.0.0.1:{cfg.mysql_port}")
     click.echo(f"export SLURM_CONF={res.conf}")
 
 
@@ -153,5 +161,7 @@ def status(directory: Path, as_json: bool) -> None:
             click.echo(f"{name:<16} {state}")
         if st.restd_socket:
             click.echo(f"slurmrestd       {st.restd_socket}")
+        if st.accounting:
+            click.echo("accounting       sacct answers")
         click.echo("ready" if st.ready else ("up, not all nodes ready" if st.running else "down"))
     sys.exit(0 if st.ready else 1)

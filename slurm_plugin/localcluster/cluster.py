@@ -1,5 +1,6 @@
 """Start, stop and inspect the local Slurm cluster (munged, slurmctld, one
-slurmd per node, optional slurmrestd), all state under one directory.
+slurmd per node, optional slurmrestd, optional slurmdbd + MariaDB for
+accounting), all state under one directory.
 
 Every process is tracked by a pid file under the cluster directory and is
 only ever signalled after ``/proc/PID/comm`` confirms it is what we started
@@ -13,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +29,9 @@ from slurm_plugin.localcluster.packages import JOB_SUBMIT_LUA_SO, ensure_package
 
 READY_STATES = {"idle", "alloc", "mix", "comp"}  # sinfo %t states a job can start on (or soon)
 STATE_FILE = "cluster.json"  # the configuration the running daemons were started with
+# kept running across a configuration change (restarted only by down/up):
+# the Slurm daemons do not need them restarted to read a new slurm.conf
+_KEPT = ("munged", "mariadbd")
 
 
 @dataclass
@@ -45,6 +50,7 @@ class ClusterStatus:
     processes: list[ProcessStatus] = field(default_factory=list)
     nodes: dict[str, str] = field(default_factory=dict)  # name -> sinfo compact state
     restd_socket: str | None = None
+    accounting: bool = False  # slurmdbd answers: sacct works
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,6 +118,8 @@ class LocalCluster:
         for pf in sorted(run.glob("slurmd-*.pid")):
             out.append((pf.stem, pf, "slurmd"))
         out.append(("slurmctld", run / "slurmctld.pid", "slurmctld"))
+        out.append(("slurmdbd", run / "slurmdbd.pid", "slurmdbd"))
+        out.append(("mariadbd", self.cfg.mysql_dir / "mysqld.pid", "mariadbd"))
         out.append(("munged", self.cfg.munge_dir / "munged.pid", "munged"))
         return out
 
@@ -157,7 +165,7 @@ class LocalCluster:
         if os.geteuid() != 0:
             raise LocalClusterError("the local cluster needs root (it starts slurmd as root and "
                                     "makes fake GPU device nodes): run as root")
-        installed = ensure_packages(restd, self.log)
+        installed = ensure_packages(restd, self.log, accounting=self.cfg.accounting)
         if self.cfg.job_submit_lua is not None and not JOB_SUBMIT_LUA_SO.exists():
             raise LocalClusterError(f"--job-submit-lua needs {JOB_SUBMIT_LUA_SO} "
                                     "(package slurm-wlm-basic-plugins), which is missing")
@@ -169,6 +177,9 @@ class LocalCluster:
                 self._make_devices()
                 if self._ensure_munged():
                     started.append("munged")
+                if self.cfg.accounting:
+                    # before slurmctld, so that it registers the cluster at once
+                    started += self._ensure_accounting()
                 if self._ensure_slurmctld():
                     started.append("slurmctld")
                 started += self._ensure_slurmds()
@@ -202,7 +213,7 @@ class LocalCluster:
         os.chmod(cfg.dir / "jobs", 0o1777)  # scratch cwd for jobs of any user
         for name in cfg.node_names:
             (cfg.dir / "state" / "d" / name).mkdir(exist_ok=True)
-        files = rendered_files(cfg)
+        files = rendered_files(cfg, self._db_password() if cfg.accounting else None)
         fp = fingerprint(files)
         state_path = cfg.dir / STATE_FILE
         try:
@@ -211,18 +222,24 @@ class LocalCluster:
             old_fp = None
         if old_fp == fp and all((cfg.etc / n).exists() for n in files):
             return False
-        if any(procs.pid_from_file(pf, comm) for label, pf, comm in self._pidfiles() if comm != "munged"):
+        if any(procs.pid_from_file(pf, comm) for label, pf, comm in self._pidfiles() if comm not in _KEPT):
             self.log("configuration changed: restarting the Slurm daemons (state kept)")
             self._stop_daemons(include_munge=False)
         for name, text in files.items():
             tmp = cfg.etc / (name + ".new")
-            tmp.write_text(text)
+            tmp.unlink(missing_ok=True)
+            # slurmdbd refuses a slurmdbd.conf others can read (it holds the DB password)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if name == "slurmdbd.conf" else 0o644)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
             tmp.replace(cfg.etc / name)
-        if "job_submit.lua" not in files:
-            (cfg.etc / "job_submit.lua").unlink(missing_ok=True)
+        for optional in ("job_submit.lua", "slurmdbd.conf"):
+            if optional not in files:
+                (cfg.etc / optional).unlink(missing_ok=True)
         state = {"fingerprint": fp, "nodes": cfg.nodes, "gpus_per_node": cfg.gpus_per_node,
                  "port_base": cfg.port_base, "partitions": list(cfg.partitions),
-                 "job_submit_lua": str(cfg.job_submit_lua) if cfg.job_submit_lua else None}
+                 "job_submit_lua": str(cfg.job_submit_lua) if cfg.job_submit_lua else None,
+                 "accounting": cfg.accounting}
         state_path.write_text(json.dumps(state, indent=1) + "\n")
         return True
 
@@ -255,6 +272,113 @@ class LocalCluster:
         if not ok:
             raise LocalClusterError(f"munged did not answer in 10s: {self._log_tail('munged.log')}")
         return True
+
+    def _db_password(self) -> str:
+        """slurmdbd's MariaDB password, made once per directory (kept, so that
+        the rendered slurmdbd.conf and its fingerprint stay the same)."""
+        pw_file = self.cfg.mysql_dir / "slurmdbd.pass"
+        try:
+            pw = pw_file.read_text().strip()
+        except FileNotFoundError:
+            pw = ""
+        if not pw:
+            self.cfg.mysql_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.cfg.mysql_dir, 0o700)
+            pw = secrets.token_hex(16)  # hex: nothing to quote in SQL or slurmdbd.conf
+            fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(pw + "\n")
+        return pw
+
+    def _ensure_accounting(self) -> list[str]:
+        started = []
+        if self._ensure_mariadb():
+            started.append("mariadbd")
+        if self._ensure_slurmdbd():
+            started.append("slurmdbd")
+        return started
+
+    def _mariadb_sql(self, sql: str, timeout: float = 15.0) -> subprocess.CompletedProcess[str]:
+        return self._run("mariadb", "--no-defaults", f"--socket={self.cfg.mysql_socket}", "-uroot",
+                         "-e", sql, timeout=timeout)
+
+    def _ensure_mariadb(self) -> bool:
+        """A private MariaDB server: its own datadir, socket and 127.0.0.1 port,
+        no /etc/mysql settings (--no-defaults), so it never meets the host's."""
+        cfg = self.cfg
+        data = cfg.mysql_dir / "data"
+        pf = cfg.mysql_dir / "mysqld.pid"
+        started = False
+        if procs.pid_from_file(pf, "mariadbd") is None:
+            if procs.port_in_use(cfg.mysql_port):
+                raise LocalClusterError(f"port {cfg.mysql_port} (MariaDB) is already in use by another process: "
+                                        "choose another --port-base")
+            if not (data / "mysql").is_dir():
+                r = self._run("mariadb-install-db", "--no-defaults", "--user=root", f"--datadir={data}",
+                              "--auth-root-authentication-method=socket", "--skip-test-db", timeout=180)
+                (cfg.log / "mariadb-install.log").write_text(r.stdout + r.stderr)
+                if r.returncode != 0:
+                    raise LocalClusterError(f"mariadb-install-db failed ({r.returncode}): "
+                                            f"{self._log_tail('mariadb-install.log', 1)}")
+            pf.unlink(missing_ok=True)
+            with open(cfg.log / "mariadb.log", "ab") as logf:
+                p = subprocess.Popen(
+                    ["mariadbd", "--no-defaults", "--user=root", f"--datadir={data}",
+                     f"--socket={cfg.mysql_socket}", f"--pid-file={pf}", "--bind-address=127.0.0.1",
+                     f"--port={cfg.mysql_port}", f"--log-error={cfg.log}/mariadb.err",
+                     # small: the accounting of a test cluster is a few hundred rows
+                     "--innodb-buffer-pool-size=32M", "--skip-name-resolve"],
+                    env=self.env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    start_new_session=True)
+            started = True
+
+            def answers() -> bool:
+                if p.poll() is not None:
+                    raise LocalClusterError(f"mariadbd exited ({p.returncode}): {self._log_tail('mariadb.err')}")
+                return self._mariadb_sql("select 1").returncode == 0
+
+            if not procs.wait_until(answers, 60, 0.2):
+                raise LocalClusterError(f"MariaDB did not answer in 60s: {self._log_tail('mariadb.err')}")
+            self._wait_pidfile(pf, "mariadbd", "mariadb.err")
+        pw = self._db_password()
+        grants = "; ".join(
+            f"CREATE USER IF NOT EXISTS 'slurm'@'{h}' IDENTIFIED BY '{pw}'; "
+            f"ALTER USER 'slurm'@'{h}' IDENTIFIED BY '{pw}'; "
+            f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{h}'" for h in ("127.0.0.1", "localhost"))
+        r = self._mariadb_sql(grants + "; FLUSH PRIVILEGES")
+        if r.returncode != 0:
+            raise LocalClusterError(f"could not create slurmdbd's database user: "
+                                    f"{(r.stderr.strip() or 'no output').splitlines()[-1]}")
+        return started
+
+    def _ensure_slurmdbd(self) -> bool:
+        pf = self.cfg.run / "slurmdbd.pid"
+        if procs.pid_from_file(pf, "slurmdbd"):
+            return False
+        if procs.port_in_use(self.cfg.dbd_port):
+            raise LocalClusterError(f"port {self.cfg.dbd_port} (slurmdbd) is already in use by another process: "
+                                    "choose another --port-base")
+        # slurmdbd reads slurmdbd.conf beside $SLURM_CONF, and daemonizes
+        self._run("slurmdbd", check=True)
+        self._wait_pidfile(pf, "slurmdbd", "slurmdbd.log")
+
+        def listening() -> bool:
+            if procs.pid_from_file(pf, "slurmdbd") is None:
+                raise LocalClusterError(f"slurmdbd exited: {self._log_tail('slurmdbd.log', 1)}")
+            return procs.port_in_use(self.cfg.dbd_port)
+
+        # the first start creates the tables: several seconds on two cores
+        if not procs.wait_until(listening, 90, 0.2):
+            raise LocalClusterError(f"slurmdbd did not listen on {self.cfg.dbd_port} in 90s: "
+                                    f"{self._log_tail('slurmdbd.log')}")
+        return True
+
+    def accounting_ok(self) -> bool:
+        """sacct can reach slurmdbd (cheap query: one job id that never exists)."""
+        if not self.cfg.accounting or not self.cfg.conf.exists():
+            return False
+        r = self._run("sacct", "-n", "-X", "-j", "1", "-o", "JobID", timeout=15)
+        return r.returncode == 0
 
     def _ensure_slurmctld(self) -> bool:
         started = False
@@ -395,8 +519,11 @@ class LocalCluster:
             self.log(f"jobs still active after {timeout:.0f}s: {' '.join(self.active_job_ids())}")
 
     def daemons_alive(self) -> bool:
-        """munged, slurmctld and every node's slurmd run (by their pid files)."""
+        """munged, slurmctld, every node's slurmd (and with accounting slurmdbd
+        and mariadbd) run (by their pid files)."""
         want = {"munged", "slurmctld", *(f"slurmd-{n}" for n in self.cfg.node_names)}
+        if self.cfg.accounting:
+            want |= {"slurmdbd", "mariadbd"}
         return want <= self._live_labels()
 
     def _live_labels(self) -> set[str]:
@@ -407,7 +534,7 @@ class LocalCluster:
         others running (the error is raised at the end)."""
         stopped, stuck = [], []
         for label, pf, comm in self._pidfiles():
-            if (comm == "munged" and not include_munge) or (only_not_in is not None and label in only_not_in):
+            if (comm in _KEPT and not include_munge) or (only_not_in is not None and label in only_not_in):
                 continue
             pid = procs.pid_from_file(pf, comm)
             if pid is not None:
@@ -425,7 +552,7 @@ class LocalCluster:
         st = ClusterStatus(dir=str(self.cfg.dir), conf=str(self.cfg.conf), running=False, ready=False)
         for label, pf, comm in self._pidfiles():
             pid = procs.read_pidfile(pf)
-            if pid is None and label == "slurmrestd":
+            if pid is None and label in ("slurmrestd", "slurmdbd", "mariadbd"):
                 continue
             st.processes.append(ProcessStatus(label, pid, pid is not None and procs.is_alive(pid, comm)))
         st.running = self.ping()
@@ -434,6 +561,7 @@ class LocalCluster:
             st.ready = bool(st.nodes) and all(s in READY_STATES for s in st.nodes.values())
         if procs.pid_from_file(self.cfg.run / "slurmrestd.pid", "slurmrestd"):
             st.restd_socket = str(self.cfg.restd_socket)
+        st.accounting = st.running and self.accounting_ok()
         return st
 
 
@@ -448,6 +576,7 @@ def config_from_dir(directory: Path | str, **overrides) -> ClusterConfig:
                       port_base=state["port_base"], partitions=tuple(state["partitions"]))
         if state.get("job_submit_lua") and Path(state["job_submit_lua"]).is_file():
             kwargs["job_submit_lua"] = Path(state["job_submit_lua"])
+        kwargs["accounting"] = bool(state.get("accounting", False))
     except (OSError, ValueError, KeyError):
         pass
     kwargs.update(overrides)

@@ -12,7 +12,7 @@ from teiresias.errors import ConfigError
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def trace() -> None:
-    """Generate (synth) and validate (check) Tiresias-format job traces.
+    """Generate (synth), validate (check) and convert (from-sacct) Tiresias-format job traces.
 
     \b
     Examples:
@@ -20,6 +20,8 @@ def trace() -> None:
       teiresias trace synth --kind philly -n 10000 --samples yarn-gput10000.csv \\
           --cluster etc/cluster.yaml --load 0.9 -o philly.csv
       teiresias trace check philly.csv --cluster etc/cluster.yaml
+      sacct -a -S 2024-05-01 -E 2024-06-01 --json > may.json
+      teiresias trace from-sacct may.json -o may.csv
     """
 
 
@@ -154,3 +156,60 @@ def check(trace_path: str, cluster_path: str | None, as_json: bool) -> None:
         mix = ", ".join(f"{v}x{k}" for k, v in summary["gpus"].items())
         click.echo(f"{trace_path}: ok, {summary['jobs']} jobs ({mix} GPUs), "
                    f"{summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s")
+
+
+@trace.command("from-sacct")
+@click.argument("sacct_path", metavar="SACCT_OUTPUT")
+@click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
+@click.option("-r", "--requeued", type=click.Choice(["sum", "last"]), default="sum", show_default=True,
+              help="Run time of a requeued job: all its runs added (checkpointing jobs) or its last run "
+                   "alone (jobs that restart from scratch).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (jobs, skipped and why, origin).")
+def from_sacct(sacct_path: str, output: str, requeued: str, as_json: bool) -> None:
+    """Convert Slurm accounting (sacct --json or --parsable2 output) into a trace.
+
+    One row per finished job that held GPUs: GPUs from AllocTRES, run time
+    (Slurm's Elapsed), submit time in seconds after the first submission,
+    job name as model, user and account. A requeued job (its earlier runs are
+    REQUEUED records) is one row submitted when first submitted. Jobs without
+    GPUs, never started, or not finished are left out and counted.
+    SACCT_OUTPUT '-' reads stdin.
+
+    \b
+    Example:
+      sacct -a -S 2024-05-01 -E 2024-06-01 --json > may.json
+      teiresias trace from-sacct may.json -o may.csv
+      teiresias simulate -t may.csv -c etc/cluster.yaml -p fifo,las,gittins -g may-gput.csv
+    \b
+      # or, with --parsable2 (-D keeps the runs of requeued jobs):
+      sacct -a -X -D -S 2024-05-01 --parsable2 \\
+          -o JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,AllocTRES > may.txt
+    """
+    from datetime import datetime, timezone
+
+    from teiresias import yamlconf
+    from teiresias.errors import TraceError
+    from teiresias.simulator.sacct import parse_sacct
+    from teiresias.simulator.trace import write_trace, write_trace_to
+
+    path = "/dev/stdin" if sacct_path == "-" else sacct_path
+    text = yamlconf.read_text(path, "sacct output", TraceError)
+    conv = parse_sacct(text, "stdin" if sacct_path == "-" else sacct_path, requeued=requeued)
+    if output == "-":
+        write_trace_to(sys.stdout, conv.jobs)
+    else:
+        write_trace(output, conv.jobs)
+    summary = _describe(conv.jobs)
+    origin = datetime.fromtimestamp(conv.origin, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    if as_json:
+        click.echo(json.dumps({"input": sacct_path, "output": output, "format": conv.format,
+                               "records": conv.records, "skipped": conv.skipped,
+                               "requeued_jobs": conv.requeued_jobs, "renumbered": conv.renumbered,
+                               "origin": conv.origin, "origin_time": origin, **summary}), err=output == "-")
+        return
+    skipped = ", ".join(f"{v} {k}" for k, v in conv.skipped.items()) or "none"
+    where = f"wrote {output}" if output != "-" else "trace on stdout"
+    click.echo(f"{where}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s "
+               f"from {origin}{'' if conv.format == 'json' else ' (sacct local time)'}; "
+               f"{conv.requeued_jobs} requeued job(s) merged; left out: {skipped}"
+               + ("; job ids renumbered (not unique across clusters)" if conv.renumbered else ""), err=True)
