@@ -171,7 +171,10 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_
     assert marker
     names = sorted(p.name for p in (jobdir / "checkpoints").iterdir())
     assert "ckpt-000001-step5.pt" in names and any(n.endswith(".tmp") for n in names)
-    requeue_and_restart(clean_slurm, job, 1)
+    # The job has ended: no hold (Slurm refuses to update an ended job's AdminComment,
+    # the controller's hold mark); requeue's ~120 s BeginTime keeps it pending instead.
+    clean_slurm.backend.requeue(job, hold=False)
+    start_when_safe(clean_slurm, job, 1)
     clean_slurm.wait_for(job, "COMPLETED", timeout=120, where=lambda j: j.restart_count == 1)
     assert "resumed from ckpt-000001-step5.pt at step 5" in log.read_text()
     assert same_weights(reference, out)
