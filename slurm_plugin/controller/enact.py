@@ -19,7 +19,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from slurm_plugin.backends.base import SlurmBackend, SlurmJob
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.audit import AuditLog
@@ -130,7 +130,8 @@ class Enactor:
             if sj.held or sj.priority == 0:
                 # Unmarked first: a crash between the two leaves a held job without the
                 # mark, whose interrupted start the journal finishes.
-                self.backend.set_hold_mark(t, False)
+                if HOLD_MARK in sj.admin_comment.split(";"):
+                    self.backend.set_hold_mark(t, False)
                 self.backend.release(t)
             self.backend.set_priority(t, priority)  # release recomputed it
         return calls

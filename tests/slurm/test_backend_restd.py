@@ -79,6 +79,8 @@ def test_errors(clean_slurm, restd, tmp_path):
         restd.cancel(987654)
     with pytest.raises(SlurmError, match="requeue"):
         restd.requeue(1)
+    with pytest.raises(SlurmError, match="AdminComment"):  # the controller's hold mark: CLI backend only
+        restd.set_hold_mark(1, True)
     nowhere = RestdBackend(str(tmp_path / "no.sock"), timeout=2)
     with pytest.raises(SlurmUnreachable):
         nowhere.jobs()
