@@ -125,7 +125,7 @@ class Controller:
         # Failed starts: job -> (not before, failures in a row, why). In memory only:
         # after a restart a failing job is tried once more, then backed off again.
         self._backoff: dict[int, tuple[float, int, str]] = {}
-        self._partition_nodes: dict[str, list[str]] = {}  # partition -> its usable nodes
+        self._partition_nodes: dict[str, list[str]] = {}  # partition -> its nodes
         # Run once, at the first round that reaches Slurm, before any record is touched:
         # checks the config against Slurm (ConfigError) and tells the store its cluster
         # (runtime.make_controller; controller/startup.py). Returns notes to log.
@@ -394,6 +394,8 @@ class Controller:
         """A start that failed is not retried at once: the GPUs promised to it
         would sit idle, and other users' jobs could be preempted for it again
         and again. The wait doubles with each failure in a row."""
+        if self.dry_run:
+            return
         failures = self._backoff.get(r.job_id, (0.0, 0, ""))[1] + 1
         wait = min(START_BACKOFF_S * 2 ** (failures - 1), START_BACKOFF_MAX_S)
         self._backoff[r.job_id] = (now + wait, failures, why)
