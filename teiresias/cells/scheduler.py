@@ -150,6 +150,10 @@ class CellsPolicy:
             w.start_opportunistic(j, cells)
             start[j.job_id] = placement_of(cells)
 
+        # A migrating job's new cells were held for it through this round's passes, so that no
+        # lower-ranked job took them; like any preempted job it holds nothing in the stored state.
+        for jid in migrate:
+            w.drop(jid)
         keep = tuple(j.job_id for j in order if j.is_running and j.job_id not in preempted)
         for jid, why in preempted.items():
             reasons[jid] = why
@@ -183,7 +187,11 @@ class CellsPolicy:
         assert vc is not None
         if job.num_gpus > w.config.quota_gpus(vc.spec) - w.vc_used.get(vc.name, 0):
             return None  # the quota is used up: only evicting the VC's own jobs can help
-        if w.alone(vc.name).try_guaranteed(job) is None:
+        key = (vc.name, job.num_gpus)
+        if w.no_rebind.get(key) == w.version:
+            return None  # the same request failed since the last change: same answer (busy rounds)
+        w.no_rebind[key] = w.version
+        if not w.could_fit_alone(job):
             return None  # its own cells cannot serve it either (shape, or its own faulty cells)
 
         def cost(j: JobId) -> tuple[int, int]:

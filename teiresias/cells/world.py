@@ -87,6 +87,9 @@ class World:
     guaranteed: set[JobId] = field(init=False)
     foreign: set[JobId] = field(init=False)  # running on nodes outside the cells config
     vc_used: dict[str, int] = field(init=False)  # guaranteed GPUs per VC
+    # Changes so far (any job held or dropped), for the round's memo of failed rebinding checks.
+    version: int = field(init=False)
+    no_rebind: dict[tuple[str, int], int] = field(init=False)
     _idle_total: int | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +104,8 @@ class World:
         self.guaranteed = set()
         self.foreign = set()
         self.vc_used = {}
+        self.version = 0
+        self.no_rebind = {}
         self._idle_total = None
 
     def vc_of(self, job: Job) -> VirtualCluster | None:
@@ -193,6 +198,7 @@ class World:
     def _hold(self, job: JobId, cells: list[Cell], guaranteed: bool) -> None:
         self.job_cells[job] = cells
         self._idle_total = None
+        self.version += 1
         if guaranteed:
             self.guaranteed.add(job)
             vc = self.job_vc.get(job)
@@ -260,6 +266,7 @@ class World:
         """Release every cell of a job (preempted or evicted); returns them for a possible restore."""
         cells = self.job_cells.pop(job, [])
         self._idle_total = None
+        self.version += 1
         self.occ.vacate(job)
         if job in self.guaranteed:
             self.guaranteed.discard(job)
@@ -283,6 +290,18 @@ class World:
         return True
 
     # -- restoring a valid binding (rebind.py) -------------------------------------
+
+    def could_fit_alone(self, job: Job) -> bool:
+        """Could the job's VC serve it if no other VC held anything? (``alone``, cheap test first.)"""
+        vc = self.vc_of(job)
+        if vc is None:
+            return False
+        chains = [self.config.chains[c] for c in dict.fromkeys(v.chain for v in vc.cells)]
+        # The first cell a request takes is its largest; without a free one even the private view fails.
+        if not any(vc.can_fit(ch.name, max(lv for lv, _ in request_levels(ch, job.num_gpus)))
+                   for ch in chains if job.num_gpus > 0):
+            return False
+        return self.alone(vc.name).try_guaranteed(job) is not None
 
     def alone(self, vc_name: str) -> "World":
         """This world with only VC ``vc_name``'s bindings and guaranteed jobs: its private view.

@@ -124,10 +124,11 @@ def waits_for_others(o: Owner, plan: CellPlan, job: Job) -> bool:
     vc = o.cfg.vc_of_account(job.account)
     if vc is None or job.num_gpus <= 0:
         return False
+    if any(o.jobs[j].account == job.account for j in plan.migrate):
+        return False  # its own VC's jobs are on their way to new cells: its private view is in flux
     rank = {j: k for k, j in enumerate(plan.order)}
     mine = [jc for jc in plan.cells.jobs if jc.vc == vc and jc.guaranteed
-            and (jc.job_id in plan.keep or jc.job_id in plan.migrate
-                 or (jc.job_id in plan.start and rank[jc.job_id] < rank[job.job_id]))]
+            and (jc.job_id in plan.keep or (jc.job_id in plan.start and rank[jc.job_id] < rank[job.job_id]))]
     topo = o.policy.topology
     w = World(o.cfg, topo, frozenset(), {})
     w.load_state(CellsState(tuple(b for b in plan.cells.bindings if b.vc == vc), tuple(mine)))
