@@ -370,7 +370,8 @@ class Controller:
                 r.reason = "requeued a moment ago; starts at the next round"
                 continue
             sj = rec.slurm[job_id]
-            fitted = fit_shape(placement, sj, free, self._partition_nodes.get(sj.partition, []))
+            allowed = [n for p in sj.partition.split(",") for n in self._partition_nodes.get(p, [])]
+            fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)))
             if fitted is None:
                 r.reason = (f"waiting for {sj.num_nodes} node(s) with {sj.gpus_per_node} free GPUs each"
                             " (asked per node; its size is kept)")

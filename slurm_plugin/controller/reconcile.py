@@ -263,7 +263,10 @@ def not_waiting_reason(sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode], now
 
 def never_fits(sj: SlurmJob, nodes: list[SlurmNode]) -> str | None:
     """Why no node shape of the job's partition can ever give the job its size, or None."""
-    part = [n for n in nodes if sj.partition in n.partitions]
+    wanted = set(sj.partition.split(","))  # sbatch -p a,b: any of them
+    part = [n for n in nodes if wanted & set(n.partitions)]
+    if not part:
+        return None  # nothing known of its nodes: nothing to say
     if sj.gpus_per_node:
         able = sum(1 for n in part if n.gpus >= sj.gpus_per_node)
         if able < sj.num_nodes:

@@ -91,3 +91,11 @@ def test_array_meta_record_without_a_hold_is_held_whole():
     meta = job(9, array_job_id=9, array_tasks="0-5", held=False, priority=5, state_reason="None", admin_comment="")
     out = reconcile(CFG, {}, [meta], NODES, NOW)
     assert out.unheld_arrays == [9] and len(out.to_split) == 6 and out.snapshot.jobs == ()
+
+
+def test_a_job_of_several_partitions_is_sized_against_all_of_them():
+    nodes = [*NODES, SlurmNode("big1", frozenset({"IDLE"}), 8, 0, ("big",))]
+    assert never_fits(job(gpus=20, partition="gpu,big"), nodes) is None
+    assert "has 24 in all" in never_fits(job(gpus=30, partition="gpu,big"), nodes)
+    assert never_fits(job(gpus=8, gpus_per_node=8, partition="gpu,big"), nodes) is None
+    assert never_fits(job(gpus=100, partition="nowhere"), nodes) is None  # its nodes unknown: no verdict
