@@ -190,6 +190,10 @@ def reconcile(
             if rec.phase in (Phase.RUNNING, Phase.PREEMPTING) and rec.run_start is None:
                 # Requeued (by us, by itself at its time limit, or by Slurm): waiting again.
                 _set_phase(rec, Phase.PENDING, now)
+            if rec.phase is Phase.STARTING and sj.held and not sj.held_by_teiresias:
+                # Its owner or an admin held it after the controller released it: theirs now.
+                _set_phase(rec, Phase.PENDING, now)
+                rec.planned = None
             if rec.phase is Phase.STARTING:
                 on = ','.join(rec.planned.nodes) if rec.planned else '?'
                 if sj.state_reason in NEVER_STARTS:

@@ -99,3 +99,11 @@ def test_a_job_of_several_partitions_is_sized_against_all_of_them():
     assert "has 24 in all" in never_fits(job(gpus=30, partition="gpu,big"), nodes)
     assert never_fits(job(gpus=8, gpus_per_node=8, partition="gpu,big"), nodes) is None
     assert never_fits(job(gpus=100, partition="nowhere"), nodes) is None  # its nodes unknown: no verdict
+
+
+def test_a_job_its_owner_holds_while_starting_is_theirs():
+    r = JobRecord(job_id=1, gpus=2, submit_time=100.0, phase=Phase.STARTING, phase_since=NOW - 100,
+                  planned=Placement.of({"node1": 2}))
+    out = reconcile(CFG, {1: r}, [job(admin_comment="")], NODES, NOW)
+    assert r.phase is Phase.PENDING and r.planned is None
+    assert out.to_hold == {} and "held by its owner" in out.not_waiting[1] and out.snapshot.jobs == ()
