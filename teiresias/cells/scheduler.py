@@ -120,8 +120,8 @@ class CellsPolicy:
             if got is None:
                 got = self._rebind_for(w, j, start, preempted, migrate)
             if got is None:
-                got = self._evict_for(w, j, vc_running.get(w.vc_of(j).name, []), rank, preempted, start,
-                                      migrate)  # type: ignore[union-attr]
+                mine = vc_running.get(w.vc_of(j).name, [])  # type: ignore[union-attr]
+                got = self._evict_for(w, j, mine, rank, preempted, start, migrate)
             if got is None:
                 vc = w.vc_of(j)
                 reasons[j.job_id] = f"VC {vc.name}: no free cells for {j.num_gpus} GPUs in its quota"  # type: ignore[union-attr]
