@@ -5,6 +5,8 @@ A node that Slurm reports DOWN or DRAIN (the owner puts its GPUs in
 touching it is bound or handed out (buddy.py). Because bindings are lazy, a
 VC whose cell sat on a bad node is rebound to a healthy cell the next time it
 needs it; jobs still running on a DRAINing node keep their cells until they end.
+Once the node is back, bindings spread by the fault are repaired when a
+guaranteed request needs it (rebind.py).
 
 When the healthy free cells can no longer hold every VC's unbound virtual
 cells at once, the shortfall is the VCs' *lost guarantee*: reported per VC
