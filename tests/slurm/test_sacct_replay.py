@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.localcluster import ClusterConfig, LocalCluster, client_env
+from slurm_plugin.localcluster import ClusterConfig, LocalCluster, client_env, procs
 from slurm_plugin.localcluster.config import render_slurm_conf
 from tests.helpers import poll
 from tests.slurm.conftest import test_cluster_config
@@ -164,3 +164,26 @@ def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, t
         report.append(f"{name}: real {real_jct:.0f} s (start +{real[name][1] - t0}), replay {sim_jct:.0f} s")
         assert abs(sim_jct - real_jct) <= PER_START_S * (wave + 1), "; ".join(report)
     print("\n".join(report))  # pytest -s: how close the replay came
+
+
+def test_accounting_cluster_cli_idempotent_status_and_down_stops_everything(acct_cluster):
+    """Runs last in this module: `cluster up --accounting` again starts nothing,
+    status says sacct answers, and down stops slurmdbd and MariaDB too."""
+    cfg = acct_cluster.cfg
+    env = client_env(cfg.conf)
+    where = ["--dir", str(cfg.dir)]
+    r = _run([*TEIRESIAS, "cluster", "up", "--accounting", "-n", "2", "-g", "4", "--partitions", "gpu",
+              "-p", str(cfg.port_base), *where, "--json", "-q"], env)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["started"] == [] and res["accounting"] is True, res
+    r = _run([*TEIRESIAS, "cluster", "status", *where, "--json"], env)
+    st = json.loads(r.stdout)
+    assert r.returncode == 0 and st["accounting"] is True, st
+    pids = {p["name"]: p["pid"] for p in st["processes"] if p["alive"]}
+    assert {"slurmdbd", "mariadbd", "munged", "slurmctld"} <= set(pids), st["processes"]
+    r = _run([*TEIRESIAS, "cluster", "down", *where, "--json"], env)
+    assert r.returncode == 0, r.stderr
+    stopped = " ".join(json.loads(r.stdout)["stopped"])
+    assert "slurmdbd" in stopped and "mariadbd" in stopped, stopped
+    assert not [name for name, pid in pids.items() if procs.is_alive(pid)], "processes left after down"

@@ -173,3 +173,23 @@ def test_missing_input_and_missing_output_folder(tmp_path):
 def test_parse_errors_name_the_source():
     with pytest.raises(TraceError, match=r"^x\.txt:1: not sacct output"):
         parse_sacct("hello\n", "x.txt")
+
+
+def _newer_shape(job: dict) -> dict:
+    """The record in the shape of Slurm 23.02+'s sacct --json (OpenAPI
+    v0.0.39+): state.current a list of flags, counts as {set, infinite,
+    number}. A transform of the real 22.05 record, not real output: Debian
+    12 ships only 22.05, so no newer sacct runs here."""
+    job = json.loads(json.dumps(job))
+    job["state"]["current"] = [job["state"]["current"]]
+    for t in job["tres"]["allocated"]:
+        t["count"] = {"set": t["count"] is not None, "infinite": False, "number": t["count"] or 0}
+    return job
+
+
+def test_newer_sacct_json_shape_gives_the_same_trace():
+    data = json.loads(JSON_OUT.read_text())
+    data["jobs"] = [_newer_shape(j) for j in data["jobs"]]
+    conv = parse_sacct(json.dumps(data), "new.json")
+    assert rows(conv) == EXPECTED
+    assert conv.skipped == {"unfinished": 1, "no GPUs": 1, "never ran": 4}
