@@ -220,9 +220,11 @@ def verify_integrity(path: Path) -> None:
         raise CheckpointInvalid(f"checkpoint {path} is corrupt or unreadable ({_first_line(exc)})") from exc
 
 
-# Globals outside weights_only's own that a user may sensibly allow: types of
-# torch and numpy (rebuilding one runs no code of the file's choosing), the
-# functions numpy arrays and scalars are pickled with, and builtin containers.
+# Globals outside weights_only's own that a user may sensibly allow, because
+# rebuilding them runs no code of the file's choosing: numpy dtypes, scalars
+# and arrays (and the functions they are pickled with), torch's optimizer and
+# LR scheduler classes, builtin containers. Not "any torch or numpy class":
+# numpy.memmap(path, mode="w+") would truncate a file of the file's choosing.
 _NUMPY_REBUILDERS = frozenset(
     f"{pkg}.multiarray.{fn}" for pkg in ("numpy.core", "numpy._core") for fn in ("_reconstruct", "scalar"))
 _BUILTIN_CONTAINERS = frozenset(
@@ -244,17 +246,26 @@ def _resolve(name: str) -> Any:
 
 
 def harmless_global(name: str) -> bool:
-    """True for a global we may suggest allowing: see ``_NUMPY_REBUILDERS``.
-    Only torch and numpy modules are imported to decide (importing a module the
-    file names would run its code)."""
+    """True for a global we may suggest allowing (see above). Only numpy and
+    torch modules are imported to decide: importing a module the file names
+    would run that module's code."""
     if name in _BUILTIN_CONTAINERS or name in _NUMPY_REBUILDERS:
         return True
     if not name.startswith(("torch.", "numpy.")):
         return False
     try:
-        return isinstance(_resolve(name), type)
+        obj = _resolve(name)
     except (ImportError, AttributeError):
         return False
+    if not isinstance(obj, type):
+        return False
+    if name.startswith("numpy."):
+        import numpy as np
+
+        return obj is np.ndarray or issubclass(obj, (np.dtype, np.generic))
+    import torch
+
+    return issubclass(obj, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler))
 
 
 def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
@@ -296,10 +307,11 @@ def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
                                         f"{', '.join(sorted(need))} allowed ({_first_line(exc)})") from exc
             need.add(m.group(1))
             continue
-        if blocked:  # loaded with torch/numpy types only, to name every one of them; not used
+        if blocked:  # loaded with harmless globals only, to name every one of them; not used
             raise CheckpointRefused(
                 f"refusing checkpoint {path}: it names globals that weights_only loading does not allow "
-                f"({', '.join(blocked)}); they are torch/numpy types or builtin containers: if your optimizer "
+                f"({', '.join(blocked)}); they are numpy values, torch optimizer/scheduler classes or builtin "
+                f"containers, which rebuild without running code: if your optimizer "
                 f"or scheduler state holds them, allow them with {protocol.ENV_TRUST}={','.join(sorted(need))}")
         return data
     raise CheckpointRefused(f"checkpoint {path} needs too many globals beyond weights_only's own")

@@ -38,7 +38,7 @@ import time
 from collections import deque
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
 
@@ -253,7 +253,6 @@ class Runtime:
             return None
         older = f" (and {len(damaged) - 1} older checkpoint(s) are damaged too)" if len(damaged) > 1 else ""
         self._fail(f"no valid checkpoint: {damaged[0][1]}{older}")
-        return None
 
     def _set_aside(self, refused: list[tuple[Path, CheckpointRefused]], then: str) -> None:
         """Rank 0 renames the refused files (every rank reaches the same verdict on the same files)."""
@@ -266,7 +265,7 @@ class Runtime:
                 moved = "(already gone)"
             _say(f"warning: {exc}; set aside as {moved}, {then}")
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str) -> NoReturn:
         _say(f"error: {reason}. Nothing was loaded. Remove the file, or set "
              f"{protocol.ENV_START_FRESH}=1 to start this job from scratch.")
         raise SystemExit(2)
