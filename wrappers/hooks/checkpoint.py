@@ -117,10 +117,6 @@ class CheckpointStore:
                 out.append((int(m.group(1)), int(m.group(2)), self.dir / name))
         return sorted(out)
 
-    def latest(self) -> Path | None:
-        items = self.list()
-        return items[-1][2] if items else None
-
     # ------------------------------------------------------------------ writing
     def write(self, payload: dict[str, Any], step: int) -> Written:
         """Write ``payload`` atomically as the next checkpoint, then drop all but the last K."""
