@@ -18,12 +18,15 @@ simulator's `fifo`. The workload (submitted together, in this order):
     D 2 GPUs 6 s, E 1 GPU 4 s, F 4 GPUs 5 s     wait behind C (FIFO: D, E, F
                                                  would fit after B ends)   (wave 2)
 
-Tolerance, per job: 3 s per start on the job's chain, i.e. 3 s x (wave + 1).
-The trace holds what sacct recorded (1-s timestamps, Elapsed as run time);
-the replay starts a job the instant GPUs free up, while Slurm takes 0.1-2 s
-(measured here) to start a job after its submission or after the job it
-waited for ended, plus up to 1 s of timestamp truncation: up to 3 s per start,
-added along the chain of jobs a job waited for.
+Tolerance, per job: the replay's JCT is at most 1 s longer than the real
+one, and shorter by at most 5 s + 3 s x wave. The trace holds what sacct
+recorded (whole seconds; Elapsed as run time), and the replay starts a job
+the instant GPUs free up, so the difference is Slurm's own start delays
+along the chain of jobs a job waited for: after submission up to 3 s
+(batch_sched_delay, 3 s by default, lets Slurm defer scheduling newly
+submitted batch jobs; measured 2-3 s here), after the job it waited for
+ended about 1 s (measured); each plus 1 s of timestamp truncation and 1 s
+for a machine busy with other tests. Measured: the replay 2-5 s short.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ WORKLOAD = {
     "E": (1, ["-G", "1"], 4, 2),
     "F": (4, ["-G", "4"], 5, 2),
 }
-PER_START_S = 3.0
+FIRST_START_S, LATER_START_S = 5.0, 3.0
 FIELDS = "JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,AllocTRES"
 
 
@@ -162,7 +165,7 @@ def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, t
         real_jct = real[name][2] - real[name][0]
         sim_jct = float(sim["fifo", name]["jct"])
         report.append(f"{name}: real {real_jct:.0f} s (start +{real[name][1] - t0}), replay {sim_jct:.0f} s")
-        assert abs(sim_jct - real_jct) <= PER_START_S * (wave + 1), "; ".join(report)
+        assert -1 <= real_jct - sim_jct <= FIRST_START_S + LATER_START_S * wave, "; ".join(report)
     print("\n".join(report))  # pytest -s: how close the replay came
 
 
