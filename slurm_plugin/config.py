@@ -38,6 +38,8 @@ class PolicyConfig:
     promote_knob: float | None = None
     # Optional CSV (column 'duration') of past jobs' GPU-seconds seeding 2D-Gittins.
     gittins_samples: Path | None = None
+    # Order of gittins' last queue: "fifo" (the paper) or "gittins" (index with Delta = infinity).
+    last_queue: str = "fifo"
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def _manages(partitions: tuple[str, ...], partition: str) -> bool:
 # key -> allowed keys beneath it (None: a leaf)
 _SCHEMA: dict[str, Any] = {
     "partitions": None,
-    "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None},
+    "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None, "last_queue": None},
     "placement": None,
     "packlimit": None,
     "packlimit_learning": None,
@@ -217,7 +219,10 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         samples_path = _resolve(base, r.string("policy.gittins_samples", samples))
         if not samples_path.is_file():
             raise r.fail("policy.gittins_samples", f"file {samples_path} does not exist")
-    kw["policy"] = PolicyConfig(name, qs, knob, samples_path)  # type: ignore[arg-type]
+    last_queue = r.string("policy.last_queue", pol.get("last_queue", pd.last_queue), ("fifo", "gittins"))
+    if last_queue != "fifo" and name != "gittins":
+        raise r.fail("policy.last_queue", f"{last_queue} orders gittins' last queue; set policy.name: gittins")
+    kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue)  # type: ignore[arg-type]
 
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)

@@ -494,7 +494,7 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
     from teiresias.policy.registry import PolicyParams, build_policy
 
     params = PolicyParams(queues=config.policy.queues, promote_knob=config.policy.promote_knob,
-                          distribution=distribution, placement=config.placement,
+                          last_queue=config.policy.last_queue, distribution=distribution, placement=config.placement,
                           **({"packlimit": config.packlimit} if config.packlimit is not None else {}))
     name = config.policy.name
     if name == "gittins" and distribution is None:

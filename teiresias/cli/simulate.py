@@ -51,6 +51,9 @@ def _policy_names(text: str) -> list[str]:
               help="PROMOTEKNOB: promote a job when waiting >= X * executed. [default: off]")
 @click.option("-g", "--gittins-samples", default=None, metavar="FILE",
               help="Job GPU-time samples (CSV column 'duration'); required by gittins.")
+@click.option("-L", "--last-queue", type=click.Choice(("fifo", "gittins")), default="fifo", show_default=True,
+              help="Order of gittins' last queue: fifo by first start (the paper) or the Gittins index "
+                   "with Delta = infinity, re-ranked when a job's GPU-time crosses a sample.")
 @click.option("-P", "--placement", type=click.Choice(_PLACEMENTS), default="consolidate", show_default=True)
 @click.option("--packlimit", type=float, default=None, metavar="SKEW",
               help="PACKLIMIT for --placement profile: consolidate iff skew > SKEW. [default: 0.5]")
@@ -79,7 +82,7 @@ def _policy_names(text: str) -> list[str]:
               help="Progress bar on stderr. [default: on a terminal, once a replay runs over 2 s]")
 def simulate(
     trace_path: str, cluster_path: str, policies: str, queues: str | None, promote_knob: float | None,
-    gittins_samples: str | None, placement: str, packlimit: float | None, cells_path: str | None,
+    gittins_samples: str | None, last_queue: str, placement: str, packlimit: float | None, cells_path: str | None,
     continuous: bool,
     preempt_overhead: float, interval: float, slowdown_path: str | None, seed: int,
     json_out: str | None, jobs_csv: str | None, plot: str | None, report: str | None, progress: bool | None,
@@ -138,8 +141,11 @@ def simulate(
             "policy gittins needs --gittins-samples FILE: job GPU-time samples, one 'duration' column "
             "(e.g. the Tiresias simulator's yarn-gput1000.csv)"
         )
+    if last_queue != "fifo" and "gittins" not in names:
+        raise ConfigError(f"--last-queue {last_queue} orders gittins' last queue; add gittins to --policy "
+                          "(las has no GPU-time distribution)")
     kw: dict = {"placement": placement, "continuous": continuous, "promote_knob": promote_knob,
-                "distribution": distribution}
+                "distribution": distribution, "last_queue": last_queue}
     q = _parse_queues(queues)
     if q is not None:
         kw["queues"] = q

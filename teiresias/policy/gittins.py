@@ -153,6 +153,33 @@ class ServiceDistribution:
             g = np.where((i < n) & (denom > 0), c / denom, 0.0)
         return g
 
+    def residual_indices(self, attained: Sequence[float]) -> np.ndarray:
+        """G(a', infinity) = 1 / E[S - a' | S > a'] with a' the largest sample <= a (0 if none).
+
+        The index of the last queue (Delta = infinity) for ``policy.last_queue:
+        gittins``. Snapping ``a`` down to a sample point makes the index a step
+        function: it is constant while no sample lies between a' and a, so a
+        job re-ranks only when its attained service crosses a sample point,
+        as in the reference simulator, instead of on every round (between two
+        sample points the exact index only grows, so running jobs would churn
+        against each other for no information gained). Past the largest sample
+        the index is 0 (lowest priority, as ``index``).
+        """
+        self._arrays()
+        s, pre, n = self._np, self._np_prefix, len(self._s)
+        a = np.asarray(attained, dtype=float)
+        i = np.searchsorted(s, a, side="right")
+        snapped = np.where(i > 0, s[np.maximum(i - 1, 0)], 0.0)
+        m = n - i
+        denom = pre[n] - pre[i] - m * snapped
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where((m > 0) & (denom > 0), m / denom, 0.0)
+
+    def next_sample_after(self, attained: float) -> float:
+        """The smallest sample > ``attained`` (where ``residual_indices`` next changes); inf if none."""
+        i = bisect.bisect_right(self._s, attained)
+        return self._s[i] if i < len(self._s) else math.inf
+
     def _arrays(self) -> None:
         if self._np is None:
             self._np = np.asarray(self._s)

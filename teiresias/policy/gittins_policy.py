@@ -9,6 +9,9 @@ from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.mlfq import rank_mlfq
 
+# How the last queue is ordered: the paper's FIFO by first start, or the Gittins index with Delta = infinity.
+LAST_QUEUE_ORDERS = ("fifo", "gittins")
+
 
 class GittinsPolicy:
     """2D-Gittins: priority is the Gittins index of attained service W_J * t_J.
@@ -17,6 +20,14 @@ class GittinsPolicy:
     inside queue Q_i (i < K) jobs are sorted by G(a, Delta_i) with
     Delta_i = Q_i^hi (highest first, ties by job id); the last queue, where
     Delta_K = infinity, is FIFO by first start time (§3.2.3).
+
+    ``last_queue="gittins"`` (not the paper's default): the last queue is
+    sorted by G(a', infinity), a' the attained service snapped down to the
+    largest sample below it (``ServiceDistribution.residual_indices``), ties
+    in FIFO order. With the paper's two queues, everything past the first
+    threshold (most of the GPU-time of a heavy-tailed workload) is otherwise
+    served first-come first-served; the index lets jobs that have outlived
+    only short samples go before those deep in the tail.
 
     Continuous (``continuous=True``, Fig. 7): every job ranked by the
     supremum over Delta of Pseudocode 1's ratio, highest first, ties by job id.
@@ -38,7 +49,10 @@ class GittinsPolicy:
         thresholds: tuple[float, ...] = (3600.0,),
         promote_knob: float | None = None,
         continuous: bool = False,
+        last_queue: str = "fifo",
     ) -> None:
+        if last_queue not in LAST_QUEUE_ORDERS:
+            raise ConfigError(f"last queue order {last_queue!r}: choose one of {', '.join(LAST_QUEUE_ORDERS)}")
         if distribution is None:
             raise ConfigError(
                 "policy 'gittins' needs a GPU-time distribution; give --gittins-samples FILE"
@@ -49,10 +63,12 @@ class GittinsPolicy:
         self.thresholds = tuple(thresholds)
         self.promote_knob = promote_knob
         self.continuous = continuous
+        self.last_queue = last_queue
 
     def with_distribution(self, distribution: ServiceDistribution) -> "GittinsPolicy":
         """The same policy over a new distribution (the controller learns from completed jobs)."""
-        return GittinsPolicy(self.placement, distribution, self.thresholds, self.promote_knob, self.continuous)
+        return GittinsPolicy(self.placement, distribution, self.thresholds, self.promote_knob, self.continuous,
+                             self.last_queue)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs
@@ -64,7 +80,8 @@ class GittinsPolicy:
             return to_plan(ranked, w, index=index)
 
         ranked, queues, promoted, indices = rank_mlfq(
-            jobs, self.thresholds, self.promote_knob, snapshot.now, dist.indices
+            jobs, self.thresholds, self.promote_knob, snapshot.now, dist.indices,
+            dist.residual_indices if self.last_queue == "gittins" else None,
         )
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted, index=indices)

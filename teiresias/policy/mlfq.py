@@ -28,6 +28,7 @@ def rank_mlfq(
     promote_knob: float | None,
     now: float,
     index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
+    last_index: Callable[[Sequence[float]], Sequence[float]] | None = None,
 ) -> tuple[list[Job], dict[JobId, int], list[JobId], dict[JobId, float]]:
     """Rank jobs for discretized 2DAS: queue first, then inside the queue.
 
@@ -47,6 +48,12 @@ def rank_mlfq(
     behind running ones. A running job without a recorded start counts as
     started now.
 
+    With ``last_index`` given (``policy.last_queue: gittins``), the last queue
+    too is sorted by an index, highest first, ``last_index(attained)``
+    computing all of them at once (Delta = infinity there); equal indices keep
+    the FIFO order above, so jobs the distribution cannot tell apart are
+    never reshuffled.
+
     Lean on purpose: the simulator ranks every job on every event.
     Returns (ranked, queues, promoted, indices).
     """
@@ -60,6 +67,8 @@ def rank_mlfq(
     bisect_right = bisect.bisect_right
     # Jobs of non-last queues waiting for their Gittins index: (job, q, attained).
     to_index: list[tuple[Job, int, float]] = []
+    # Jobs of the last queue waiting for their index: (job, attained, start).
+    to_last: list[tuple[Job, float, float]] = []
     inf = math.inf
     single = len(thresholds) == 1
     t0 = thresholds[0] if single else 0.0
@@ -86,6 +95,9 @@ def rank_mlfq(
         if start is None:
             # Never started: after every started job of the queue, by submit time.
             start = now if j.state is running else inf
+        if last_index is not None and q == last:
+            to_last.append((j, attained, start))
+            continue
         add((q, start, j.submit_time, jid, j))
     if to_index:
         values = index([t[2] for t in to_index], [thresholds[t[1]] for t in to_index])
@@ -93,6 +105,12 @@ def rank_mlfq(
             g = float(g)
             indices[j.job_id] = g
             add((q, -g, j.job_id, j))
+    if to_last:
+        values = last_index([t[1] for t in to_last])
+        for (j, _, start), g in zip(to_last, values):
+            g = float(g)
+            indices[j.job_id] = g
+            add((last, -g, start, j.submit_time, j.job_id, j))
     keyed.sort()
     return [t[-1] for t in keyed], queues, promoted, indices
 

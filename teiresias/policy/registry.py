@@ -28,6 +28,8 @@ class PolicyParams:
     - ``distribution``: job GPU-time distribution, required by ``gittins``.
     - ``placement`` / ``packlimit``: placement policy and PACKLIMIT (§3.3.2).
     - ``continuous``: las/gittins with continuous priority (Fig. 7) instead of queues.
+    - ``last_queue``: order of gittins' last queue, ``fifo`` (paper) or ``gittins``
+      (index with Delta = infinity); las has no distribution and stays FIFO.
     """
 
     queues: tuple[float, ...] = (3600.0,)
@@ -36,6 +38,7 @@ class PolicyParams:
     placement: str = "consolidate"
     packlimit: float = 0.5
     continuous: bool = False
+    last_queue: str = "fifo"
 
     def __post_init__(self) -> None:
         qs = tuple(float(q) for q in self.queues)
@@ -47,6 +50,8 @@ class PolicyParams:
         object.__setattr__(self, "queues", qs)
         if self.promote_knob is not None and self.promote_knob < 0:
             raise ConfigError(f"promote knob {self.promote_knob} must be >= 0 (omit it to disable promotion)")
+        if self.last_queue not in ("fifo", "gittins"):
+            raise ConfigError(f"last queue order {self.last_queue!r}: choose fifo (the paper's) or gittins")
         if not 0.0 <= self.packlimit:
             raise ConfigError(f"packlimit {self.packlimit} must be >= 0")
 
@@ -95,6 +100,7 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
         from teiresias.policy.gittins_policy import GittinsPolicy
 
         return GittinsPolicy(
-            placement, params.distribution, params.queues, params.promote_knob, params.continuous
+            placement, params.distribution, params.queues, params.promote_knob, params.continuous,
+            params.last_queue,
         )
     raise ConfigError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")

@@ -71,3 +71,17 @@ def test_bad_config_is_one_line_naming_file_and_key(tmp_path, text, needle):
 def test_missing_file_names_the_flag(tmp_path):
     with pytest.raises(ConfigError, match="pass --config FILE"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_policy_last_queue_reaches_the_controllers_policy(tmp_path):
+    from slurm_plugin.controller.loop import default_policy
+    from teiresias.policy.gittins import ServiceDistribution
+
+    cfg = load_config(write(tmp_path, "policy: {name: gittins, last_queue: gittins}\n"))
+    assert cfg.policy.last_queue == "gittins"
+    assert default_policy(cfg, ServiceDistribution([1.0, 2.0])).last_queue == "gittins"
+    assert load_config(write(tmp_path, "policy: {name: gittins}\n")).policy.last_queue == "fifo"
+    for text, needle in [("policy: {name: gittins, last_queue: lifo}\n", "policy.last_queue: must be one of fifo, gittins"),
+                         ("policy: {name: las, last_queue: gittins}\n", "set policy.name: gittins")]:
+        with pytest.raises(ConfigError, match=needle):
+            load_config(write(tmp_path, text))

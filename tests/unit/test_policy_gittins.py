@@ -73,3 +73,46 @@ def test_with_distribution_swaps_in_learned_samples() -> None:
     q = p.with_distribution(D.extended([16]))
     assert q.distribution is not p.distribution and len(q.distribution) == 4
     assert (q.thresholds, q.promote_knob, q.placement) == (p.thresholds, p.promote_knob, p.placement)
+
+
+# -- policy.last_queue: gittins (not the paper's default) ---------------------
+D4 = ServiceDistribution.from_values([4, 8, 12, 30])
+
+
+def test_last_queue_gittins_ranks_the_last_queue_by_the_residual_index() -> None:
+    # Q2 = [10, inf). a=10 -> a'=8, survivors {12,30}: G = 2/(4+22) = 1/13;
+    # a=13 -> a'=12, survivors {30}: G = 1/18. So the job at 10 goes first although
+    # it started later (FIFO, the default, puts the early one first).
+    early = pending(4, 1, first_start_time=0.0, executed_time=13.0)
+    late = pending(5, 1, first_start_time=5.0, executed_time=10.0)
+    s = snap(cluster(1, 8), early, late, now=20.0)
+    assert gittins(distribution=D4).decide(s).order == (4, 5)
+    plan = gittins(distribution=D4, last_queue="gittins").decide(s)
+    assert plan.order == (5, 4)
+    assert plan.queues == {4: 1, 5: 1}
+    assert plan.index[4] == pytest.approx(1 / 18) and plan.index[5] == pytest.approx(1 / 13)
+
+
+def test_last_queue_index_moves_only_at_sample_points_and_ties_stay_fifo() -> None:
+    # a=10 and a=11.9 lie between the samples 8 and 12: same index, so FIFO by first start.
+    assert D4.residual_indices([10.0, 11.9, 12.0]).tolist() == pytest.approx([1 / 13, 1 / 13, 1 / 18])
+    assert D4.next_sample_after(10.0) == 12.0 and D4.next_sample_after(30.0) == float("inf")
+    first = pending(6, 1, first_start_time=0.0, executed_time=11.9)
+    second = pending(7, 1, first_start_time=1.0, executed_time=10.0)
+    plan = gittins(distribution=D4, last_queue="gittins").decide(snap(cluster(1, 8), second, first, now=20.0))
+    assert plan.order == (6, 7)
+
+
+def test_last_queue_index_preempts_a_job_deep_in_the_tail() -> None:
+    # One GPU: running job 1 has outlived every sample (G = 0); waiting job 2 at a=10 has G = 1/13.
+    deep = running(1, 1, {"s0n0": 1}, executed_time=40.0)
+    young = pending(2, 1, first_start_time=1.0, executed_time=10.0)
+    s = snap(cluster(1, 1), deep, young, now=50.0)
+    assert gittins(distribution=D4).decide(s).preempt == ()
+    plan = gittins(distribution=D4, last_queue="gittins").decide(s)
+    assert plan.preempt == (1,) and set(plan.start) == {2}
+
+
+def test_unknown_last_queue_order_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="fifo"):
+        gittins(last_queue="lifo")

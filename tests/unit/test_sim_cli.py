@@ -156,3 +156,22 @@ def test_fig7_through_the_command_line(tmp_path):
     assert r.exit_code == 0, r.output
     avg = {s["policy"]: s["avg_jct"] for s in json.loads((tmp_path / "o.json").read_text())}
     assert avg == {"srsf": pytest.approx(28 / 3), "las": pytest.approx(35 / 3)}
+
+
+def test_last_queue_gittins_through_the_command_line(files):
+    # A heavy tail and a backlog, so jobs wait in the last queue and its order matters.
+    (files / "busy.csv").write_text(HEADER + "".join(
+        f"{i},{1 + i % 4},{i * 5},10,resnet50,{200 if i % 3 else 5000 + 300 * i},20\n" for i in range(30)))
+    (files / "gput.csv").write_text("duration\n" + "".join(f"{50 * k * k}\n" for k in range(1, 60)))
+    base = ["-t", str(files / "busy.csv"), "-c", str(files / "spec.csv"), "-p", "gittins", "--queues", "400",
+            "-g", str(files / "gput.csv"), "--json", "-"]
+    fifo = invoke(*base)
+    idx = invoke(*base, "--last-queue", "gittins")
+    assert fifo.exit_code == 0 and idx.exit_code == 0, fifo.output + idx.output
+    a, b = json.loads(fifo.stdout)[0], json.loads(idx.stdout)[0]
+    assert a["policy"] == b["policy"] == "gittins"
+    assert a["avg_jct"] != b["avg_jct"]  # the last queue's order changed the schedule
+    r = invoke("-t", str(files / "trace.csv"), "-c", str(files / "spec.csv"), "-p", "las", "--last-queue", "gittins")
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "add gittins to --policy" in lines[0]
