@@ -164,8 +164,11 @@ def check(trace_path: str, cluster_path: str | None, as_json: bool) -> None:
 @click.option("-r", "--requeued", type=click.Choice(["sum", "last"]), default="sum", show_default=True,
               help="Run time of a requeued job: all its runs added (checkpointing jobs) or its last run "
                    "alone (jobs that restart from scratch).")
+@click.option("-S", "--samples", "samples_out", default=None, metavar="OUT.csv",
+              help="Also write the jobs' GPU-times (GPUs x run time) as a 'duration' column, the "
+                   "samples simulate's --gittins-samples reads (best from an earlier period).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (jobs, skipped and why, origin).")
-def from_sacct(sacct_path: str, output: str, requeued: str, as_json: bool) -> None:
+def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | None, as_json: bool) -> None:
     """Convert Slurm accounting (sacct --json or --parsable2 output) into a trace.
 
     One row per finished job that held GPUs: GPUs from AllocTRES, run time
@@ -178,8 +181,8 @@ def from_sacct(sacct_path: str, output: str, requeued: str, as_json: bool) -> No
     \b
     Example:
       sacct -a -S 2024-05-01 -E 2024-06-01 --json > may.json
-      teiresias trace from-sacct may.json -o may.csv
-      teiresias simulate -t may.csv -c etc/cluster.yaml -p fifo,las,gittins -g may-gput.csv
+      teiresias trace from-sacct may.json -o may.csv -S may-gput.csv
+      teiresias simulate -t may.csv -c etc/cluster.yaml -p fifo,las,gittins -g april-gput.csv
     \b
       # or, with --parsable2 (-D keeps the runs of requeued jobs):
       sacct -a -X -D -S 2024-05-01 --parsable2 \\
@@ -189,16 +192,25 @@ def from_sacct(sacct_path: str, output: str, requeued: str, as_json: bool) -> No
 
     from teiresias import yamlconf
     from teiresias.errors import TraceError
+    from teiresias.simulator.atomic import StagedOutputs, check_output_path
     from teiresias.simulator.sacct import parse_sacct
-    from teiresias.simulator.trace import write_trace, write_trace_to
+    from teiresias.simulator.trace import write_trace_to
 
+    outputs = ([] if output == "-" else [output]) + ([samples_out] if samples_out else [])
+    for out in outputs:
+        check_output_path(out)  # before reading a month of accounting
     path = "/dev/stdin" if sacct_path == "-" else sacct_path
     text = yamlconf.read_text(path, "sacct output", TraceError)
     conv = parse_sacct(text, "stdin" if sacct_path == "-" else sacct_path, requeued=requeued)
+    with StagedOutputs() as staged:  # the trace and the samples, both or neither
+        if output != "-":
+            with open(staged.stage(output), "w", newline="", encoding="utf-8") as fh:
+                write_trace_to(fh, conv.jobs)
+        if samples_out:
+            with open(staged.stage(samples_out), "w", newline="", encoding="utf-8") as fh:
+                fh.write("duration\n" + "".join(f"{j.num_gpus * j.duration:g}\n" for j in conv.jobs))
     if output == "-":
         write_trace_to(sys.stdout, conv.jobs)
-    else:
-        write_trace(output, conv.jobs)
     summary = _describe(conv.jobs)
     origin = datetime.fromtimestamp(conv.origin, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     if as_json:

@@ -121,7 +121,9 @@ def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, t
     acct_txt.write_text(r.stdout)
 
     trace, trace2 = tmp_path / "trace.csv", tmp_path / "trace2.csv"
-    r = _run([*TEIRESIAS, "trace", "from-sacct", str(acct_json), "-o", str(trace), "--json"], env)
+    samples = tmp_path / "gput.csv"
+    r = _run([*TEIRESIAS, "trace", "from-sacct", str(acct_json), "-o", str(trace), "-S", str(samples), "--json"],
+             env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["jobs"] == len(WORKLOAD)
     r = _run([*TEIRESIAS, "trace", "from-sacct", str(acct_txt), "-o", str(trace2)], env)
@@ -139,11 +141,12 @@ def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, t
     spec = tmp_path / "cluster.yaml"
     spec.write_text("gpus_per_node: 4\nswitches:\n  - name: s0\n    nodes: [node1, node2]\n")
     jobs_csv = tmp_path / "jobs.csv"
-    r = _run([*TEIRESIAS, "simulate", "-t", str(trace), "-c", str(spec), "-p", "fifo,las",
-              "--interval", "0", "--jobs-csv", str(jobs_csv), "--no-progress"], env)
+    # the admin's question: fifo (what Slurm did) beside las and gittins (on the site's own GPU-times)
+    r = _run([*TEIRESIAS, "simulate", "-t", str(trace), "-c", str(spec), "-p", "fifo,las,gittins",
+              "-g", str(samples), "--interval", "0", "--jobs-csv", str(jobs_csv), "--no-progress"], env)
     assert r.returncode == 0, r.stderr
     sim = {(row["policy"], name_of[int(row["job_id"])]): row for row in csv.DictReader(jobs_csv.open())}
-    assert {p for p, _ in sim} == {"fifo", "las"}
+    assert {p for p, _ in sim} == {"fifo", "las", "gittins"}
 
     real = {}
     for job in json.loads(acct_json.read_text())["jobs"]:

@@ -193,3 +193,24 @@ def test_newer_sacct_json_shape_gives_the_same_trace():
     conv = parse_sacct(json.dumps(data), "new.json")
     assert rows(conv) == EXPECTED
     assert conv.skipped == {"unfinished": 1, "no GPUs": 1, "never ran": 4}
+
+
+def test_samples_are_the_jobs_gpu_times_and_read_by_gittins(tmp_path):
+    from teiresias.policy.gittins import ServiceDistribution
+
+    out, samples = tmp_path / "t.csv", tmp_path / "gput.csv"
+    r = run(str(JSON_OUT), "-o", str(out), "-S", str(samples))
+    assert r.exit_code == 0, r.output
+    assert sorted(ServiceDistribution.from_samples_file(samples).samples) == \
+        sorted(float(g * d) for _, g, _, d in EXPECTED)
+
+
+def test_outputs_are_checked_before_reading_and_written_both_or_neither(tmp_path):
+    out = tmp_path / "t.csv"
+    _one_line_exit_2(run(str(JSON_OUT), "-o", str(out), "-S", str(tmp_path / "no" / "s.csv")), "does not exist")
+    assert not out.exists()
+    # a bad input leaves no output either, even with both asked for
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello\n")
+    _one_line_exit_2(run(str(bad), "-o", str(out), "-S", str(tmp_path / "s.csv")), "not sacct output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt"]
