@@ -41,7 +41,8 @@ from pathlib import Path
 import pytest
 
 from slurm_plugin.localcluster import ClusterConfig, LocalCluster, client_env, procs
-from slurm_plugin.localcluster.config import render_slurm_conf
+from slurm_plugin.localcluster.config import render_slurm_conf, rendered_files
+from teiresias.errors import ConfigError
 from tests.helpers import poll
 from tests.slurm.conftest import test_cluster_config
 
@@ -89,6 +90,21 @@ def test_default_test_cluster_has_no_accounting():
     cfg = test_cluster_config()
     assert not cfg.accounting
     assert "AccountingStorageType=accounting_storage/none" in render_slurm_conf(cfg)
+
+
+def test_accounting_configuration_ports_and_files(tmp_path):
+    cfg = ClusterConfig(dir=tmp_path, nodes=2, gpus_per_node=4, port_base=21000, accounting=True)
+    assert (cfg.dbd_port, cfg.mysql_port) == (21003, 21004)  # after slurmctld and the 2 nodes
+    conf = render_slurm_conf(cfg)
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+    assert "AccountingStoragePort=21003" in conf and f"AccountingStoragePass={cfg.munge_socket}" in conf
+    files = rendered_files(cfg, "pw0")
+    assert "StoragePort=21004" in files["slurmdbd.conf"] and "StoragePass=pw0" in files["slurmdbd.conf"]
+    assert "slurmdbd.conf" not in rendered_files(ClusterConfig(dir=tmp_path, nodes=2))
+    # two more ports must fit below 65536
+    ClusterConfig(dir=tmp_path, nodes=2, port_base=65535 - 3)
+    with pytest.raises(ConfigError, match="room for 5 ports"):
+        ClusterConfig(dir=tmp_path, nodes=2, port_base=65535 - 3, accounting=True)
 
 
 def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, tmp_path):
