@@ -18,8 +18,8 @@ Pure: text in, :class:`SacctTrace` out (no subprocess, no clock). The rules
   (``"last"``: for jobs that restart from scratch);
 - left out, and counted: jobs without GPUs, jobs that never started or ran
   under a second, jobs not finished yet (running, pending, or requeued and
-  waiting), job steps (``123.batch``), records of array/het meta jobs
-  without an allocation.
+  waiting), job steps (``123.batch``, only listed by ``--parsable2``
+  without ``-X``).
 
 Every problem raises :class:`TraceError` with one line naming the input (and
 line, for ``--parsable2``).
