@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Iterable, Mapping
 
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
-from slurm_plugin.backends.parse import array_task_ids
+from slurm_plugin.backends.parse import HELD_REASONS, array_task_ids
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.accounting import Segment
@@ -190,8 +190,9 @@ def reconcile(
             if rec.phase in (Phase.RUNNING, Phase.PREEMPTING) and rec.run_start is None:
                 # Requeued (by us, by itself at its time limit, or by Slurm): waiting again.
                 _set_phase(rec, Phase.PENDING, now)
-            if rec.phase is Phase.STARTING and sj.held and not sj.held_by_teiresias:
+            if rec.phase is Phase.STARTING and sj.state_reason in HELD_REASONS and not sj.held_by_teiresias:
                 # Its owner or an admin held it after the controller released it: theirs now.
+                # (Not priority 0 alone: Slurm sets that itself, e.g. with BadConstraints.)
                 _set_phase(rec, Phase.PENDING, now)
                 rec.planned = None
             if rec.phase is Phase.STARTING:

@@ -107,3 +107,11 @@ def test_a_job_its_owner_holds_while_starting_is_theirs():
     out = reconcile(CFG, {1: r}, [job(admin_comment="")], NODES, NOW)
     assert r.phase is Phase.PENDING and r.planned is None
     assert out.to_hold == {} and "held by its owner" in out.not_waiting[1] and out.snapshot.jobs == ()
+
+
+def test_slurms_own_priority_0_on_a_refused_start_is_a_failed_start_not_a_users_hold():
+    # Slurm 22.05 sets priority 0 itself on a job it cannot start (BadConstraints).
+    r = JobRecord(job_id=1, gpus=2, submit_time=100.0, phase=Phase.STARTING, phase_since=NOW - 2,
+                  planned=Placement.of({"node1": 2}))
+    out = reconcile(CFG, {1: r}, [job(admin_comment="", state_reason="BadConstraints")], NODES, NOW)
+    assert r.phase is Phase.STARTING and "BadConstraints" in out.start_failed[1] and 1 in out.to_hold
