@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -39,9 +40,9 @@ def _policy_names(text: str) -> list[str]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-t", "--trace", "trace_path", required=True, metavar="TRACE.csv",
+@click.option("-t", "--trace", "trace_path", default=None, metavar="TRACE.csv",
               help="Tiresias trace: job_id,num_gpu,submit_time,iterations,model_name,duration,interval.")
-@click.option("-c", "--cluster", "cluster_path", required=True, metavar="SPEC.csv|SPEC.yaml",
+@click.option("-c", "--cluster", "cluster_path", default=None, metavar="SPEC.csv|SPEC.yaml",
               help="Tiresias cluster_spec.csv or a YAML cluster (etc/cluster.yaml).")
 @click.option("-p", "--policy", "policies", default="las", show_default=True, metavar="NAME[,NAME...]",
               help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins.")
@@ -80,12 +81,27 @@ def _policy_names(text: str) -> list[str]:
                    "over time, preemptions per job, per-app fairness (apps = the trace's account column).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr. [default: on a terminal, once a replay runs over 2 s]")
+@click.option("--sweep", "sweep_path", default=None, metavar="SPEC.yaml",
+              help="Run every combination of the spec's traces, policies and knobs (docs/simulator.md, "
+                   "'Sweeps') in parallel, merged into one table (--json, --csv, --plot); replaces -t/-c.")
+@click.option("--on-slurm", is_flag=True,
+              help="With --sweep: run the replays as one Slurm job array (sbatch --wait) instead of local processes.")
+@click.option("--partition", default=None, metavar="NAME",
+              help="With --on-slurm: the partition of the array tasks (one the controller does not manage).")
+@click.option("--workers", type=int, default=None, metavar="N",
+              help="With --sweep: local worker processes. [default: the CPUs]")
+@click.option("--workdir", default=None, metavar="DIR",
+              help="With --sweep: where runs, synthesized traces, results and logs go (with --on-slurm on a "
+                   "file system the nodes see). [default: a new folder under the current one]")
+@click.option("--csv", "csv_out", default=None, metavar="OUT.csv", help="With --sweep: the merged table as CSV.")
 def simulate(
     trace_path: str, cluster_path: str, policies: str, queues: str | None, promote_knob: float | None,
     gittins_samples: str | None, last_queue: str, placement: str, packlimit: float | None, cells_path: str | None,
     continuous: bool,
     preempt_overhead: float, interval: float, slowdown_path: str | None, seed: int,
     json_out: str | None, jobs_csv: str | None, plot: str | None, report: str | None, progress: bool | None,
+    sweep_path: str | None = None, on_slurm: bool = False, partition: str | None = None,
+    workers: int | None = None, workdir: str | None = None, csv_out: str | None = None,
 ) -> None:
     """Replay a trace under the same policy objects the controller runs.
 
@@ -99,7 +115,18 @@ def simulate(
       teiresias simulate -t trace.csv -c etc/cluster.yaml -p las,best-effort,fifo \\
           --queues 3600 --preempt-overhead 30 --json out.json --plot out.png --report out.html
       teiresias simulate -t tenants.csv -c etc/cluster.yaml -p las --cells etc/cells.example.yaml
+      teiresias simulate --sweep sweep.yaml --on-slurm --partition other --json all.json --plot all.png
     """
+    if sweep_path is not None:
+        _sweep(sweep_path, on_slurm, partition, workers, workdir, json_out, csv_out, plot)
+        return
+    for flag, given in (("--on-slurm", on_slurm), ("--partition", partition), ("--workers", workers),
+                        ("--workdir", workdir), ("--csv", csv_out)):
+        if given:
+            raise ConfigError(f"{flag} goes with --sweep SPEC.yaml; give a sweep spec or drop {flag}")
+    if trace_path is None or cluster_path is None:
+        raise ConfigError(f"missing {'-t/--trace TRACE.csv' if trace_path is None else '-c/--cluster SPEC'}; "
+                          "give a trace and a cluster, or --sweep SPEC.yaml")
     from teiresias.clusterspec import load_cluster
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, Simulator, load_slowdown, read_trace
@@ -203,3 +230,52 @@ def simulate(
                 write_html(fh, results, trace, info)
     if to_stdout_json:
         write_json(sys.stdout, results, {"seed": seed})
+
+
+def _sweep(spec_path: str, on_slurm: bool, partition: str | None, workers: int | None, workdir: str | None,
+           json_out: str | None, csv_out: str | None, plot: str | None) -> None:
+    """``--sweep``: every run of the spec, locally or as a Slurm array, merged into one table."""
+    import json
+    import time
+
+    from teiresias.simulator import sweep
+    from teiresias.simulator.atomic import StagedOutputs, check_output_path
+
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers {workers} must be >= 1")
+    if partition is not None and not on_slurm:
+        raise ConfigError("--partition goes with --on-slurm; add --on-slurm or drop --partition")
+    for out_path in (json_out if json_out != "-" else None, csv_out, plot):
+        if out_path is not None:
+            check_output_path(out_path)
+    plot_fmt = None
+    if plot is not None:
+        from teiresias.simulator.plots import plot_format
+
+        plot_fmt = plot_format(plot)
+    spec = sweep.load_spec(spec_path)
+    wd = Path(workdir) if workdir else Path.cwd() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    runs = sweep.expand(spec, wd)
+    out = sys.stderr if json_out == "-" else sys.stdout
+    where = "a Slurm job array" + (f" on partition {partition}" if partition else "") if on_slurm else \
+        f"{min(workers or os.cpu_count() or 1, len(runs))} local process(es)"
+    click.echo(f"{Path(spec_path).name}: {len(runs)} runs on {where}", file=out)
+    if on_slurm:
+        job_id, rows = sweep.run_on_slurm(runs, wd.resolve(), partition)
+        click.echo(f"array job {job_id}: {len(rows)} results in {wd}", file=out)
+    else:
+        rows = sweep.run_local(runs, workers)
+    rows = sweep.add_ratios(rows)
+    click.echo(sweep.table(rows), file=out)
+    with StagedOutputs() as staged:
+        if json_out is not None and json_out != "-":
+            with staged.stage(json_out).open("w", encoding="utf-8") as fh:
+                json.dump(rows, fh, indent=2)
+        if csv_out is not None:
+            with staged.stage(csv_out).open("w", newline="", encoding="utf-8") as fh:
+                sweep.write_csv(fh, rows)
+        if plot is not None:
+            with staged.stage(plot).open("wb") as fh:
+                sweep.plot(fh, rows, fmt=plot_fmt or "png")
+    if json_out == "-":
+        json.dump(rows, sys.stdout, indent=2)

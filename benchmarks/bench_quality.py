@@ -1,0 +1,103 @@
+"""Schedule quality without job durations: policy x trace -> JCT, ratio to the srsf oracle, preemptions.
+
+Prints one table (nothing is asserted); docs/benchmarks.md ("Quality") records
+the full figures with their command line.
+
+Traces are Philly-like (``teiresias trace synth -k philly``): GPU-time drawn
+from Microsoft's public Philly samples (yarn-gput10000; teiresias/data/
+ATTRIBUTION.txt), Poisson arrivals at each offered load, jobs capped at one
+day. The samples are split in two halves by a seeded shuffle: one half draws
+the traces, the other is the "history" gittins learns its distribution from,
+so no policy is shown the very jobs it schedules (srsf, the oracle, reads
+their exact sizes; it is the yardstick).
+
+Rows: each policy variant, at each preemption overhead (seconds charged when a
+preempted job resumes: checkpoint restore). ``gittins+lq`` is gittins with
+``--last-queue gittins``.
+
+    .venv/bin/python benchmarks/bench_quality.py                  # small: 2-core friendly (~1 min)
+    .venv/bin/python benchmarks/bench_quality.py --jobs 2000 --loads 1,2,4.5 --overheads 0,30,60
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+
+from teiresias.domain import Cluster
+from teiresias.policy.gittins import ServiceDistribution
+from teiresias.policy.registry import PolicyParams, build_policy
+from teiresias.simulator import SimulationOptions, Simulator
+from teiresias.simulator.synth import PhillyParams, philly_like
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "teiresias" / "data" / "yarn-gput10000.csv"
+# name -> (registry name, PolicyParams overrides)
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "srsf": ("srsf", {}),
+    "fifo": ("fifo", {}),
+    "las": ("las", {}),
+    "gittins": ("gittins", {}),
+    "gittins+lq": ("gittins", {"last_queue": "gittins"}),
+}
+
+
+def split(samples: tuple[float, ...], seed: int) -> tuple[list[float], list[float]]:
+    """Two disjoint halves: (trace draws, history)."""
+    s = list(samples)
+    random.Random(seed).shuffle(s)
+    half = len(s) // 2
+    return s[:half], s[half:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=500)
+    ap.add_argument("--loads", default="1,4", help="offered loads, comma-separated")
+    ap.add_argument("--nodes", type=int, default=24, help="nodes of 8 GPUs [24: 192 GPUs]")
+    ap.add_argument("--policies", default=",".join(VARIANTS))
+    ap.add_argument("--overheads", default="0,60", help="preemption overheads in seconds (non-oracle rows)")
+    ap.add_argument("--queues", default="3600", help="MLFQ thresholds in GPU-seconds")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--samples", default=str(SAMPLES))
+    a = ap.parse_args()
+
+    draws, history = split(ServiceDistribution.from_samples_file(a.samples).samples, a.seed)
+    cluster = Cluster.from_tiresias_spec(1, a.nodes, 8)
+    queues = tuple(float(x) for x in a.queues.split(","))
+    names = a.policies.split(",")
+    overheads = [float(x) for x in a.overheads.split(",")]
+    print(f"{a.jobs} Philly-like jobs per trace on {cluster.total_gpus} GPUs, interval 60 s, queues {queues}, "
+          f"gittins history: {len(history)} held-out samples of {Path(a.samples).name}")
+    print(f"{'trace':<12} {'policy':<11} {'ovh s':>5} {'avg JCT':>9} {'median':>8} {'p95':>9} "
+          f"{'avg/srsf':>8} {'p95/las':>7} {'preempt/job':>11} {'CPU s':>6}")
+    for load in (float(x) for x in a.loads.split(",")):
+        trace = philly_like(draws, PhillyParams(num_jobs=a.jobs, cluster_gpus=cluster.total_gpus, load=load,
+                                                max_duration=86400.0), seed=a.seed)
+        label = f"load {load:g}"
+        base: dict[str, float] = {}
+        for name in names:
+            reg, over = VARIANTS[name]
+            params = PolicyParams(queues=queues, distribution=ServiceDistribution(history), **over)
+            for ovh in ([0.0] if reg in ("srsf", "fifo") else overheads):
+                opt = SimulationOptions(interval=60.0, preempt_overhead=ovh, progress=False, record_timeline=False)
+                c = time.process_time()
+                res = Simulator(trace, cluster, build_policy(reg, params), opt).run()
+                cpu = time.process_time() - c
+                s = res.summary
+                avg, tail = s.avg_jct, s.p95_jct
+                if name == "srsf":
+                    base["srsf"] = avg
+                if name == "las" and ovh == overheads[0]:
+                    base["las_p95"] = tail
+                ratio = f"{avg / base['srsf']:.2f}x" if "srsf" in base else "-"
+                vs_las = f"{tail / base['las_p95']:.2f}x" if "las_p95" in base else "-"
+                print(f"{label:<12} {name:<11} {ovh:>5.0f} {avg:>9.0f} {s.median_jct:>8.0f} "
+                      f"{tail:>9.0f} {ratio:>8} {vs_las:>7} {s.preemptions / max(s.jobs, 1):>11.2f} "
+                      f"{cpu:>6.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
