@@ -13,7 +13,8 @@ their exact sizes; it is the yardstick).
 
 Rows: each policy variant, at each preemption overhead (seconds charged when a
 preempted job resumes: checkpoint restore). ``gittins+lq`` is gittins with
-``--last-queue gittins``.
+``--last-queue gittins``; ``gittins+lq+c`` adds ``--preempt-cost`` equal to
+the overhead.
 
     .venv/bin/python benchmarks/bench_quality.py                  # small: 2-core friendly (~1 min)
     .venv/bin/python benchmarks/bench_quality.py --jobs 2000 --loads 1,2,4.5 --overheads 0,30,60
@@ -41,6 +42,8 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "las": ("las", {}),
     "gittins": ("gittins", {}),
     "gittins+lq": ("gittins", {"last_queue": "gittins"}),
+    # ... and preemption-cost aware: its cost is the replay's preemption overhead.
+    "gittins+lq+c": ("gittins", {"last_queue": "gittins", "preempt_cost": None}),
 }
 
 
@@ -80,8 +83,9 @@ def main() -> None:
         base: dict[str, float] = {}
         for name in names:
             reg, over = VARIANTS[name]
-            params = PolicyParams(queues=queues, distribution=ServiceDistribution(history), **over)
             for ovh in ([0.0] if reg in ("srsf", "fifo") else overheads):
+                knobs = {k: (ovh if k == "preempt_cost" else v) for k, v in over.items()}
+                params = PolicyParams(queues=queues, distribution=ServiceDistribution(history), **knobs)
                 opt = SimulationOptions(interval=60.0, preempt_overhead=ovh, progress=False, record_timeline=False)
                 c = time.process_time()
                 res = Simulator(trace, cluster, build_policy(reg, params), opt).run()

@@ -55,6 +55,9 @@ def _policy_names(text: str) -> list[str]:
 @click.option("-L", "--last-queue", type=click.Choice(("fifo", "gittins")), default="fifo", show_default=True,
               help="Order of gittins' last queue: fifo by first start (the paper) or the Gittins index "
                    "with Delta = infinity, re-ranked when a job's GPU-time crosses a sample.")
+@click.option("--preempt-cost", type=float, default=0.0, show_default=True, metavar="SECONDS",
+              help="With --last-queue gittins: a preemption's checkpoint + restore cost; a last-queue swap "
+                   "must gain more expected GPU-time than it costs both jobs (0 = off).")
 @click.option("-P", "--placement", type=click.Choice(_PLACEMENTS), default="consolidate", show_default=True)
 @click.option("--packlimit", type=float, default=None, metavar="SKEW",
               help="PACKLIMIT for --placement profile: consolidate iff skew > SKEW. [default: 0.5]")
@@ -96,7 +99,7 @@ def _policy_names(text: str) -> list[str]:
 @click.option("--csv", "csv_out", default=None, metavar="OUT.csv", help="With --sweep: the merged table as CSV.")
 def simulate(
     trace_path: str, cluster_path: str, policies: str, queues: str | None, promote_knob: float | None,
-    gittins_samples: str | None, last_queue: str, placement: str, packlimit: float | None, cells_path: str | None,
+    gittins_samples: str | None, last_queue: str, preempt_cost: float, placement: str, packlimit: float | None, cells_path: str | None,
     continuous: bool,
     preempt_overhead: float, interval: float, slowdown_path: str | None, seed: int,
     json_out: str | None, jobs_csv: str | None, plot: str | None, report: str | None, progress: bool | None,
@@ -171,8 +174,12 @@ def simulate(
     if last_queue != "fifo" and "gittins" not in names:
         raise ConfigError(f"--last-queue {last_queue} orders gittins' last queue; add gittins to --policy "
                           "(las has no GPU-time distribution)")
+    if preempt_cost < 0:
+        raise ConfigError(f"--preempt-cost {preempt_cost} must be >= 0 seconds")
+    if preempt_cost > 0 and last_queue != "gittins":
+        raise ConfigError("--preempt-cost weighs swaps in gittins' indexed last queue; add --last-queue gittins")
     kw: dict = {"placement": placement, "continuous": continuous, "promote_knob": promote_knob,
-                "distribution": distribution, "last_queue": last_queue}
+                "distribution": distribution, "last_queue": last_queue, "preempt_cost": preempt_cost}
     q = _parse_queues(queues)
     if q is not None:
         kw["queues"] = q

@@ -27,7 +27,9 @@ class GittinsPolicy:
     in FIFO order. With the paper's two queues, everything past the first
     threshold (most of the GPU-time of a heavy-tailed workload) is otherwise
     served first-come first-served; the index lets jobs that have outlived
-    only short samples go before those deep in the tail.
+    only short samples go before those deep in the tail. ``preempt_cost``
+    (seconds of checkpoint + restore per preemption) keeps that order from
+    swapping jobs for less expected gain than the swap costs (``rank_mlfq``).
 
     Continuous (``continuous=True``, Fig. 7): every job ranked by the
     supremum over Delta of Pseudocode 1's ratio, highest first, ties by job id.
@@ -50,6 +52,7 @@ class GittinsPolicy:
         promote_knob: float | None = None,
         continuous: bool = False,
         last_queue: str = "fifo",
+        preempt_cost: float = 0.0,
     ) -> None:
         if last_queue not in LAST_QUEUE_ORDERS:
             raise ConfigError(f"last queue order {last_queue!r}: choose one of {', '.join(LAST_QUEUE_ORDERS)}")
@@ -64,11 +67,14 @@ class GittinsPolicy:
         self.promote_knob = promote_knob
         self.continuous = continuous
         self.last_queue = last_queue
+        if preempt_cost < 0:
+            raise ConfigError(f"preemption cost {preempt_cost} must be >= 0 seconds")
+        self.preempt_cost = preempt_cost
 
     def with_distribution(self, distribution: ServiceDistribution) -> "GittinsPolicy":
         """The same policy over a new distribution (the controller learns from completed jobs)."""
         return GittinsPolicy(self.placement, distribution, self.thresholds, self.promote_knob, self.continuous,
-                             self.last_queue)
+                             self.last_queue, self.preempt_cost)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs
@@ -81,7 +87,7 @@ class GittinsPolicy:
 
         ranked, queues, promoted, indices = rank_mlfq(
             jobs, self.thresholds, self.promote_knob, snapshot.now, dist.indices,
-            dist.residual_indices if self.last_queue == "gittins" else None,
+            dist.residual_indices if self.last_queue == "gittins" else None, self.preempt_cost,
         )
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted, index=indices)

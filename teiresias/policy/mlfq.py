@@ -29,6 +29,7 @@ def rank_mlfq(
     now: float,
     index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
     last_index: Callable[[Sequence[float]], Sequence[float]] | None = None,
+    restart_cost: float = 0.0,
 ) -> tuple[list[Job], dict[JobId, int], list[JobId], dict[JobId, float]]:
     """Rank jobs for discretized 2DAS: queue first, then inside the queue.
 
@@ -52,7 +53,13 @@ def rank_mlfq(
     too is sorted by an index, highest first, ``last_index(attained)``
     computing all of them at once (Delta = infinity there); equal indices keep
     the FIFO order above, so jobs the distribution cannot tell apart are
-    never reshuffled.
+    never reshuffled. ``restart_cost`` (seconds a preemption costs a job:
+    checkpoint plus restore) makes that order preemption-cost aware: the
+    index is 1 / expected remaining GPU-time, and a running job's expected
+    remaining is lowered, a preempted waiting job's raised, by its cost in
+    GPU-seconds (cost x GPUs). So a waiting job displaces a running one only
+    if it is expected to need less GPU-time by more than what the swap costs
+    the two of them; with cost 0 nothing changes.
 
     Lean on purpose: the simulator ranks every job on every event.
     Returns (ranked, queues, promoted, indices).
@@ -109,6 +116,13 @@ def rank_mlfq(
         values = last_index([t[1] for t in to_last])
         for (j, _, start), g in zip(to_last, values):
             g = float(g)
+            if restart_cost > 0 and g > 0:
+                cost = restart_cost * j.num_gpus
+                if j.state is running:
+                    # Never below a second of GPU-time: the index stays finite.
+                    g = 1.0 / max(1.0 / g - cost, 1.0)
+                elif j.first_start_time is not None:
+                    g = 1.0 / (1.0 / g + cost)
             indices[j.job_id] = g
             add((last, -g, start, j.submit_time, j.job_id, j))
     keyed.sort()

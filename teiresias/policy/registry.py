@@ -30,6 +30,8 @@ class PolicyParams:
     - ``continuous``: las/gittins with continuous priority (Fig. 7) instead of queues.
     - ``last_queue``: order of gittins' last queue, ``fifo`` (paper) or ``gittins``
       (index with Delta = infinity); las has no distribution and stays FIFO.
+    - ``preempt_cost``: seconds a preemption costs a job (checkpoint + restore); with
+      ``last_queue="gittins"`` a last-queue swap must gain more than that (0: off).
     """
 
     queues: tuple[float, ...] = (3600.0,)
@@ -39,6 +41,7 @@ class PolicyParams:
     packlimit: float = 0.5
     continuous: bool = False
     last_queue: str = "fifo"
+    preempt_cost: float = 0.0
 
     def __post_init__(self) -> None:
         qs = tuple(float(q) for q in self.queues)
@@ -101,6 +104,6 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
 
         return GittinsPolicy(
             placement, params.distribution, params.queues, params.promote_knob, params.continuous,
-            params.last_queue,
+            params.last_queue, params.preempt_cost,
         )
     raise ConfigError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")

@@ -116,3 +116,21 @@ def test_last_queue_index_preempts_a_job_deep_in_the_tail() -> None:
 def test_unknown_last_queue_order_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="fifo"):
         gittins(last_queue="lifo")
+
+
+def test_preempt_cost_keeps_a_running_job_unless_the_swap_gains_more_than_it_costs() -> None:
+    # One GPU, last queue by index. Running job 1 at a=13: expected remaining E = 30-12 = 18 GPU-s.
+    # Waiting job 2, preempted before, at a=10: E = (4+22)/2 = 13. Gain 5 GPU-s; a swap costs
+    # each job its cost: swap iff 18 - c > 13 + c, i.e. c < 2.5 s (1 GPU each).
+    def decide(cost: float):
+        s = snap(cluster(1, 1), running(1, 1, {"s0n0": 1}, executed_time=13.0),
+                 pending(2, 1, first_start_time=1.0, executed_time=10.0), now=50.0)
+        return gittins(distribution=D4, last_queue="gittins", preempt_cost=cost).decide(s)
+
+    assert decide(0.0).preempt == (1,)
+    assert decide(2.0).preempt == (1,)
+    plan = decide(3.0)
+    assert plan.preempt == () and plan.start == {}
+    assert plan.index[1] == pytest.approx(1 / 15) and plan.index[2] == pytest.approx(1 / 16)
+    with pytest.raises(ConfigError, match="preemption cost"):
+        gittins(preempt_cost=-1.0)
