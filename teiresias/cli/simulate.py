@@ -45,7 +45,7 @@ def _policy_names(text: str) -> list[str]:
 @click.option("-c", "--cluster", "cluster_path", default=None, metavar="SPEC.csv|SPEC.yaml",
               help="Tiresias cluster_spec.csv or a YAML cluster (etc/cluster.yaml).")
 @click.option("-p", "--policy", "policies", default="las", show_default=True, metavar="NAME[,NAME...]",
-              help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins.")
+              help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins, themis.")
 @click.option("-q", "--queues", default=None, metavar="S[,S...]",
               help="MLFQ thresholds in GPU-seconds (las/gittins). [default: 3600]")
 @click.option("-k", "--promote-knob", type=float, default=None, metavar="X",
@@ -72,7 +72,7 @@ def _policy_names(text: str) -> list[str]:
 @click.option("--slowdown", "slowdown_path", default=None, metavar="FILE|none",
               help="Per-model skew/slowdown table (etc/slowdown.yaml format). [default: built-in Table 6]")
 @click.option("-s", "--seed", type=int, default=0, show_default=True,
-              help="Recorded in the JSON; the engine itself draws no random numbers.")
+              help="Recorded in the JSON; seeds themis' random order of leftover GPUs (the engine draws none).")
 @click.option("-j", "--json", "json_out", default=None, metavar="OUT.json",
               help="Write one summary object per policy ('-' = stdout, tables then go to stderr).")
 @click.option("--jobs-csv", default=None, metavar="OUT.csv", help="Per-job results of every policy.")
@@ -84,6 +84,10 @@ def _policy_names(text: str) -> list[str]:
                    "over time, preemptions per job, per-app fairness (apps = the trace's account column).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr. [default: on a terminal, once a replay runs over 2 s]")
+@click.option("--lease", type=float, default=600.0, show_default=True, metavar="SECONDS",
+              help="themis: GPU lease; at its end the GPUs are auctioned again (docs/themis.md).")
+@click.option("-f", "--fairness-knob", type=float, default=0.8, show_default=True, metavar="F",
+              help="themis: f in (0,1); the 1-f fraction of apps farthest from fair bid in each auction.")
 @click.option("--sweep", "sweep_path", default=None, metavar="SPEC.yaml",
               help="Run every combination of the spec's traces, policies and knobs (docs/simulator.md, "
                    "'Sweeps') in parallel, merged into one table (--json, --csv, --plot); replaces -t/-c.")
@@ -103,6 +107,7 @@ def simulate(
     continuous: bool,
     preempt_overhead: float, interval: float, slowdown_path: str | None, seed: int,
     json_out: str | None, jobs_csv: str | None, plot: str | None, report: str | None, progress: bool | None,
+    lease: float = 600.0, fairness_knob: float = 0.8,
     sweep_path: str | None = None, on_slurm: bool = False, partition: str | None = None,
     workers: int | None = None, workdir: str | None = None, csv_out: str | None = None,
 ) -> None:
@@ -134,7 +139,8 @@ def simulate(
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, Simulator, load_slowdown, read_trace
     from teiresias.simulator.atomic import StagedOutputs, check_output_path
-    from teiresias.simulator.report import normalised_table, summary_table, write_jobs_csv, write_json
+    from teiresias.simulator.report import (app_rho_table, fairness_table, normalised_table, summary_table,
+                                            write_jobs_csv, write_json)
     from teiresias.simulator.slowdown import SlowdownTable
 
     # Validate every input before simulating anything.
@@ -179,7 +185,8 @@ def simulate(
     if preempt_cost > 0 and last_queue != "gittins":
         raise ConfigError("--preempt-cost weighs swaps in gittins' indexed last queue; add --last-queue gittins")
     kw: dict = {"placement": placement, "continuous": continuous, "promote_knob": promote_knob,
-                "distribution": distribution, "last_queue": last_queue, "preempt_cost": preempt_cost}
+                "distribution": distribution, "last_queue": last_queue, "preempt_cost": preempt_cost,
+                "lease": lease, "fairness_knob": fairness_knob, "seed": seed}
     q = _parse_queues(queues)
     if q is not None:
         kw["queues"] = q
@@ -204,6 +211,11 @@ def simulate(
                f"{cluster.total_gpus} GPUs, interval {interval:g} s, preemption overhead {preempt_overhead:g} s",
                file=out)
     click.echo(summary_table(results), file=out)
+    if any(r.summary.app_rho for r in results):
+        click.echo("", file=out)
+        click.echo(fairness_table(results), file=out)
+        click.echo("", file=out)
+        click.echo(app_rho_table(results), file=out)
     if len(results) > 1:
         click.echo("", file=out)
         click.echo(normalised_table(results), file=out)

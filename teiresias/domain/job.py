@@ -49,6 +49,14 @@ class Job:
     # Oracle knowledge: run time when running alone and consolidated. Only the
     # simulator and the srtf/srsf oracles may read it; None on a live cluster.
     duration: float | None = None
+    # The app (Themis §2: a group of related jobs, e.g. one hyper-parameter
+    # search) when the owner knows it explicitly: ``tsbatch --app``, a trace's
+    # ``app`` column. Empty: the policy derives it (teiresias.policy.themis.apps).
+    app: str = ""
+    # When a RUNNING job's GPU lease ends (Themis §3.3.2), as the owner stored
+    # it from the last Plan's ``leases``; None: no lease (started by another
+    # policy, or before a restart), so the GPUs are up for auction.
+    lease_end: float | None = None
 
     @property
     def attained_service(self) -> float:

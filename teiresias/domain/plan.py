@@ -23,6 +23,10 @@ class Plan:
       the controller turns it into Slurm priorities, ``teiresias queue`` shows it.
     - ``reasons``: for each job left waiting, why (shown as "why pending").
     - ``index``: the 2D-Gittins index of each job where the policy computed one.
+    - ``leases``: for leasing policies (themis), when each job running after
+      this round loses its GPUs unless it wins them again; the owner stores
+      it in ``Job.lease_end`` before the next round (like ``promote``).
+    - ``rho``: finish-time fairness of each job's app (themis), for display.
     """
 
     start: Mapping[JobId, Placement] = field(default_factory=dict)
@@ -33,6 +37,8 @@ class Plan:
     order: tuple[JobId, ...] = ()
     reasons: Mapping[JobId, str] = field(default_factory=dict)
     index: Mapping[JobId, float] = field(default_factory=dict)
+    leases: Mapping[JobId, float] = field(default_factory=dict)
+    rho: Mapping[JobId, float] = field(default_factory=dict)
 
     @property
     def is_empty(self) -> bool:

@@ -11,7 +11,7 @@ from teiresias.policy.base import PlacementPolicy, SchedulingPolicy
 if TYPE_CHECKING:
     from teiresias.policy.gittins import ServiceDistribution
 
-POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins")
+POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins", "themis")
 PLACEMENT_NAMES = ("consolidate", "spread", "profile")
 # Oracles: they read Job.duration, which only the simulator knows. A live
 # controller should refuse them at start-up rather than fail every round.
@@ -32,6 +32,10 @@ class PolicyParams:
       (index with Delta = infinity); las has no distribution and stays FIFO.
     - ``preempt_cost``: seconds a preemption costs a job (checkpoint + restore); with
       ``last_queue="gittins"`` a last-queue swap must gain more than that (0: off).
+    - ``lease``: themis GPU lease in seconds (Themis §3.3.2; default 10 min).
+    - ``fairness_knob``: themis f in (0, 1): the 1 - f fraction of apps farthest
+      from fair bid in each auction (Themis §3.3.2; default 0.8).
+    - ``seed``: themis' random order of leftover GPUs (seeded with the round's time too).
     """
 
     queues: tuple[float, ...] = (3600.0,)
@@ -42,6 +46,9 @@ class PolicyParams:
     continuous: bool = False
     last_queue: str = "fifo"
     preempt_cost: float = 0.0
+    lease: float = 600.0
+    fairness_knob: float = 0.8
+    seed: int = 0
 
     def __post_init__(self) -> None:
         qs = tuple(float(q) for q in self.queues)
@@ -57,6 +64,10 @@ class PolicyParams:
             raise ConfigError(f"last queue order {self.last_queue!r}: choose fifo (the paper's) or gittins")
         if not 0.0 <= self.packlimit:
             raise ConfigError(f"packlimit {self.packlimit} must be >= 0")
+        if not (self.lease > 0 and self.lease < float("inf")):
+            raise ConfigError(f"lease {self.lease} must be a positive number of seconds, e.g. --lease 600")
+        if not 0.0 < self.fairness_knob < 1.0:
+            raise ConfigError(f"fairness knob {self.fairness_knob} must be in (0, 1), e.g. --fairness-knob 0.8")
 
 
 def build_placement(name: str, packlimit: float = 0.5) -> PlacementPolicy:
@@ -106,4 +117,8 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
             placement, params.distribution, params.queues, params.promote_knob, params.continuous,
             params.last_queue, params.preempt_cost,
         )
+    if name == "themis":
+        from teiresias.policy.themis.policy import ThemisPolicy
+
+        return ThemisPolicy(placement, params.lease, params.fairness_knob, params.queues, params.seed)
     raise ConfigError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")

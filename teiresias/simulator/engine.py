@@ -50,6 +50,7 @@ from typing import Sequence
 from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.errors import TeiresiasError
 from teiresias.policy.base import SchedulingPolicy
+from teiresias.policy.themis.apps import app_of
 from teiresias.simulator.clock import Clock, SimulatedClock
 from teiresias.simulator.metrics import JobRecord, SimulationResult, summarize
 from teiresias.simulator.simjob import SimJob, SimTime
@@ -277,6 +278,8 @@ class Simulator:
                 overhead=j.overhead,
                 slowed=j.slowed,
                 nodes=j.nodes,
+                app=app_of(j),
+                work=j.trace.duration,
             )
         )
 
@@ -388,6 +391,10 @@ class Simulator:
             if j is not None:
                 j.executed_time = 0.0  # Tiresias §3.2.3: t_J and delta_J reset on promotion
                 j.waiting_time = 0.0
+        for jid, end in plan.leases.items():
+            j = active.get(jid)
+            if j is not None:
+                j.lease_end = end  # leasing policies (themis): carried to the next round on the job
         # Every job's queue_index now reads from this mapping (SimJob.queue_index): O(1).
         self._time.queues = self._queues
         if self._quiet is not None and not plan.start and not plan.preempt and not plan.promote:

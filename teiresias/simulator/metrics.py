@@ -7,6 +7,14 @@
 - GPU utilisation: allocated GPU-seconds over ``total GPUs x makespan``
   (GPUs held during a restore after preemption count as allocated).
 - Makespan: last completion minus first submission.
+- Finish-time fairness per app (Themis §3.2, docs/themis.md "Reported rho"):
+  rho = T_shared / T_independent, with T_shared the app's last completion
+  minus its first submission and T_independent its finish time alone on a
+  1/N_avg share of the GPUs (N_avg: average number of apps with work over its
+  lifetime), linear speedup up to its demand and no slowdown, and never
+  before its last job could end on its own (last submission + duration).
+  ``max_rho``, ``jain_rho`` (Jain's index of the rhos) and ``share_rho_le_1``
+  (fraction of apps with rho <= 1) summarise them for every policy.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ class JobRecord:
     overhead: float  # preemption overhead charged to this job (s)
     slowed: bool  # ran at least once unconsolidated with a slowdown > 1
     nodes: tuple[str, ...]  # nodes of its last placement
+    app: str = ""  # its app (teiresias.policy.themis.apps.app_of)
+    work: float = 0.0  # run time alone and consolidated (the trace's duration), s
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,10 @@ class Summary:
     gpu_utilization: float
     wall_seconds: float
     rounds: int
+    max_rho: float = 0.0
+    jain_rho: float = 1.0
+    share_rho_le_1: float = 1.0
+    app_rho: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -98,6 +112,8 @@ def summarize(
     avg_jct, med_jct, p95_jct = _stats([r.jct for r in records])
     avg_q, med_q, p95_q = _stats([r.queue_delay for r in records])
     util = busy_gpu_seconds / (total_gpus * makespan) if makespan > 0 and total_gpus > 0 else 0.0
+    rhos = app_rho(records, total_gpus)
+    rho_values = list(rhos.values())
     summary = Summary(
         policy=policy,
         jobs=len(records),
@@ -113,6 +129,53 @@ def summarize(
         gpu_utilization=util,
         wall_seconds=wall_seconds,
         rounds=rounds,
+        max_rho=max(rho_values, default=0.0),
+        jain_rho=jain_index(rho_values),
+        share_rho_le_1=(sum(1 for r in rho_values if r <= 1.0 + 1e-9) / len(rho_values)) if rho_values else 1.0,
+        app_rho=rhos,
     )
     tt, tb = timeline if timeline is not None else ([], [])
     return SimulationResult(summary, records, list(tt), list(tb), total_gpus)
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n at worst."""
+    if not values:
+        return 1.0
+    a = np.asarray(values, dtype=float)
+    sq = float((a * a).sum())
+    return float(a.sum() ** 2 / (len(a) * sq)) if sq > 0 else 1.0
+
+
+def app_rho(records: Sequence[JobRecord], total_gpus: int) -> dict[str, float]:
+    """Finish-time fairness rho of every app of a finished replay (module docstring), by app name."""
+    apps: dict[str, list[JobRecord]] = {}
+    for r in records:
+        apps.setdefault(r.app, []).append(r)
+    if not apps or total_gpus <= 0:
+        return {}
+    spans = {a: (min(r.submit for r in rs), max(r.end for r in rs)) for a, rs in apps.items()}
+    # Number of apps with work as a step function of time; its integral F(t) is piecewise
+    # linear, so the average over any app's lifetime is (F(end) - F(start)) / (end - start).
+    edges = sorted({t for s, e in spans.values() for t in (s, e)})
+    xs = np.asarray(edges, dtype=float)
+    count = np.zeros(len(xs))
+    index = {t: i for i, t in enumerate(edges)}
+    for s, e in spans.values():
+        count[index[s]] += 1
+        count[index[e]] -= 1
+    active = np.cumsum(count)[:-1]  # apps with work on [xs[i], xs[i+1])
+    integral = np.concatenate(([0.0], np.cumsum(active * np.diff(xs))))
+    out: dict[str, float] = {}
+    for a, rs in sorted(apps.items()):
+        s, e = spans[a]
+        t_shared = e - s
+        n_avg = float((np.interp(e, xs, integral) - np.interp(s, xs, integral)) / t_shared) if t_shared > 0 else 1.0
+        n_avg = max(n_avg, 1.0)
+        work = sum(r.gpus * r.work for r in rs)
+        demand = sum(r.gpus for r in rs)
+        rate = min(total_gpus / n_avg, demand) if demand > 0 else 0.0
+        t_ind = work / rate if rate > 0 else 0.0
+        t_ind = max(t_ind, max(r.submit - s + r.work for r in rs))
+        out[a] = t_shared / t_ind if t_ind > 0 else 1.0
+    return out

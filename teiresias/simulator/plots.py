@@ -2,7 +2,9 @@
 image format the output file's suffix names (.png, .pdf, .svg, ...).
 
 Left: JCT CDF of every policy on a log x axis (Tiresias Fig. 13).
-Right: allocated-GPU utilisation over time per policy (Tiresias Fig. 11).
+Middle: allocated-GPU utilisation over time per policy (Tiresias Fig. 11).
+Right: CDF of the apps' finish-time fairness rho (Themis Fig. 8-like; rho <= 1
+is sharing incentive).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.5))
     for res in results:
         jct = np.sort(np.asarray([r.jct for r in res.records], dtype=float))
         if len(jct):
@@ -65,6 +67,10 @@ def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str =
         t, u = _smoothed_utilisation(res)
         if len(t):
             ax2.plot((t - t[0]) / 3600.0, 100 * np.asarray(u), label=res.policy, linewidth=1)
+        rho = np.sort(np.asarray(list(res.summary.app_rho.values()), dtype=float))
+        if len(rho):
+            ax3.step(rho, np.arange(1, len(rho) + 1) / len(rho), where="post",
+                     label=f"{res.policy} (max {rho[-1]:.2f})")
     ax1.set_xscale("log")
     ax1.set_xlabel("JCT (seconds, log scale)")
     ax1.set_ylabel("fraction of jobs")
@@ -77,6 +83,12 @@ def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str =
     ax2.set_title("GPU utilisation")
     ax2.grid(True, alpha=0.3)
     ax2.legend()
+    ax3.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax3.set_xlabel("finish-time fairness rho of an app")
+    ax3.set_ylabel("fraction of apps")
+    ax3.set_title("rho CDF (apps)")
+    ax3.grid(True, alpha=0.3)
+    ax3.legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -39,6 +39,27 @@ def summary_table(results: Sequence[SimulationResult]) -> str:
     return _grid(rows)
 
 
+def fairness_table(results: Sequence[SimulationResult]) -> str:
+    """Finish-time fairness per policy (Themis §3.2): max rho, Jain's index of rho, share of apps with rho <= 1."""
+    rows = [("policy", "apps", "max rho", "Jain rho", "rho<=1")]
+    for r in results:
+        s = r.summary
+        rows.append((s.policy, str(len(s.app_rho)), f"{s.max_rho:.2f}", f"{s.jain_rho:.3f}",
+                     f"{100 * s.share_rho_le_1:.0f}%"))
+    return _grid(rows)
+
+
+def app_rho_table(results: Sequence[SimulationResult], limit: int = 20) -> str:
+    """rho of each app (rows) under each policy (columns), the ``limit`` apps with the highest max first."""
+    apps = sorted({a for r in results for a in r.summary.app_rho},
+                  key=lambda a: (-max(r.summary.app_rho.get(a, 0.0) for r in results), a))
+    rows = [("app", *(r.policy for r in results))]
+    for a in apps[:limit]:
+        rows.append((a or "(none)", *(f"{r.summary.app_rho[a]:.2f}" if a in r.summary.app_rho else "-"
+                                      for r in results)))
+    return _grid(rows)
+
+
 def normalised_table(results: Sequence[SimulationResult], baseline: str = "las") -> str:
     """Table 5 form: JCT of each policy over that of ``baseline`` (first policy if absent)."""
     base = next((r for r in results if r.policy == baseline), results[0])

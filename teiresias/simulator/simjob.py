@@ -78,6 +78,7 @@ class SimJob(Job):
             submit_time=trace.submit_time,
             user=trace.user,
             account=trace.account,
+            app=trace.app,
             model_name=trace.model_name,
             skew=skew,
             duration=trace.duration,

@@ -8,7 +8,8 @@ side by side with it::
 ``duration`` is the run time in seconds when the job runs alone and
 consolidated; ``interval`` is the gap to the next arrival (carried through,
 unused). Optional extra columns ``user`` and ``account`` name the owner (used
-by virtual clusters); any other extra column is ignored.
+by virtual clusters), ``app`` the Themis app a job belongs to
+(docs/themis.md); any other extra column is ignored.
 
 Every problem raises :class:`TraceError` with one line ``FILE:LINE: problem``
 so a user can open the file at that line.
@@ -29,7 +30,7 @@ from teiresias.errors import TraceError
 from teiresias.simulator.atomic import atomic_writer
 
 TRACE_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
-OPTIONAL_COLUMNS = ("user", "account")
+OPTIONAL_COLUMNS = ("user", "account", "app")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class TraceJob:
     interval: float = 0.0
     user: str = ""
     account: str = ""
+    app: str = ""  # the Themis app (a group of related jobs); empty: derived from account and name
 
 
 def _num(path: Path, line: int, col: str, raw: str, *, integer: bool, minimum: float, strict: bool) -> float:
@@ -123,6 +125,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
                     interval=interval,
                     user=row[idx["user"]].strip() if "user" in idx else "",
                     account=row[idx["account"]].strip() if "account" in idx else "",
+                    app=row[idx["app"]].strip() if "app" in idx else "",
                 )
             )
     if not jobs:

@@ -16,7 +16,7 @@ from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES, PolicyParams, build_policy
 
 DIST = ServiceDistribution.from_values([10, 40, 90, 300, 1200, 5000])
-PREEMPTIVE = {"sjf", "srtf", "srsf", "las", "gittins"}
+PREEMPTIVE = {"sjf", "srtf", "srsf", "las", "gittins", "themis"}
 
 
 def random_snapshot(rng: random.Random) -> Snapshot:

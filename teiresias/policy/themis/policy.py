@@ -1,0 +1,182 @@
+"""The Themis round (Pseudocode 1, ROUNDBYROUND AUCTIONS) as a pure policy: snapshot in, plan out.
+
+State between rounds is carried the contract's way, like a promotion: the
+plan's ``leases`` says when each running job's GPUs go back to auction, the
+owner (simulator or controller) stores it in ``Job.lease_end``, and the next
+snapshot brings it back. rho needs no history: it is recomputed from the
+jobs' counters every round (teiresias.policy.themis.rho).
+
+A round:
+
+1. Group jobs into apps (``apps.app_of``); inside an app its jobs go in
+   2D-LAS order (the app's own rule, Tiresias' discretized queues).
+2. Running jobs whose lease has not ended keep their GPUs and are out of the
+   auction. If no job is pending, every ended lease is renewed (nobody else
+   wants the GPUs).
+3. Otherwise the GPUs on auction are the idle ones plus those of jobs whose
+   lease ended. Apps are sorted by current rho; the 1 - f fraction farthest
+   from fair (highest rho) bid rho for each level of their job order; the
+   partial-allocation auction (``auction.auction``) gives each winner c_i of
+   its proportional-fair share.
+4. The ranking handed to the shared allocation walk: leased jobs, then the
+   winners' jobs (within their granted GPUs), then the leftovers: the
+   unfiltered apps in a random order seeded from ``seed`` and the round's
+   time, then the filtered apps' remaining jobs. The walk starts jobs on idle
+   GPUs first and preempts only jobs ranked below (ended leases), lowest
+   first; a preempted job goes through the owner's checkpoint/requeue path.
+5. Every job started, or whose lease ended and that still runs, gets a new
+   lease of ``lease`` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Mapping
+
+from teiresias.domain import Job, JobId, Plan, Snapshot
+from teiresias.policy.allocate import to_plan, walk
+from teiresias.policy.base import PlacementPolicy
+from teiresias.policy.mlfq import rank_mlfq
+from teiresias.policy.themis.apps import app_of
+from teiresias.policy.themis.auction import Bid, auction, bid_levels
+from teiresias.policy.themis.rho import SLOWDOWNS, AppRho, Topology, app_rho, current_rho
+
+_EPS = 1e-6
+
+
+class ThemisPolicy:
+    """Finish-time fair scheduling by round-by-round partial-allocation auctions (Themis, NSDI'20)."""
+
+    name = "themis"
+    # Ranks by app-level auctions, not by a key of each job alone: the simulator
+    # must show it every job (no pruned rounds).
+    idle_first = False
+    preemptive = True
+
+    def __init__(
+        self,
+        placement: PlacementPolicy,
+        lease: float = 600.0,
+        fairness_knob: float = 0.8,
+        thresholds: tuple[float, ...] = (3600.0,),
+        seed: int = 0,
+        slowdowns: tuple[float, float, float] = SLOWDOWNS,
+        min_remaining: float = 60.0,
+        misreport: Mapping[str, float] | None = None,
+    ) -> None:
+        self.placement = placement
+        self.lease = float(lease)
+        self.fairness_knob = float(fairness_knob)
+        self.thresholds = tuple(thresholds)
+        self.seed = int(seed)
+        self.slowdowns = slowdowns
+        self.min_remaining = float(min_remaining)
+        # Experiments only (strategy-proofness, Themis §3.3 / Fig. 18): app -> factor its
+        # reported rho is multiplied by, in filtering and in its bids. Never set from a config.
+        self.misreport = dict(misreport or {})
+
+    # -- rho -----------------------------------------------------------------
+    def app_rhos(self, snapshot: Snapshot) -> tuple[dict[str, list[Job]], dict[str, AppRho], dict[str, float]]:
+        """Apps (jobs in the app's own order), their Equation 1 inputs, and their current rho."""
+        ranked, _, _, _ = rank_mlfq(snapshot.jobs, self.thresholds, None, snapshot.now)
+        apps: dict[str, list[Job]] = {}
+        for j in ranked:
+            apps.setdefault(app_of(j), []).append(j)
+        cluster = snapshot.cluster
+        usable = sum(max(n.gpus - snapshot.unavailable.get(n.name, 0), 0) for n in cluster.nodes)
+        share = usable / len(apps) if apps else float(usable)
+        topo = Topology.of(cluster, self.slowdowns)
+        inputs = {a: app_rho(a, js, snapshot.now, share, self.lease, topo, self.min_remaining)
+                  for a, js in apps.items()}
+        now_rho = {a: current_rho(inputs[a], apps[a], topo, cluster) for a in apps}
+        return apps, inputs, now_rho
+
+    # -- the round ---------------------------------------------------------
+    def decide(self, snapshot: Snapshot) -> Plan:
+        now = snapshot.now
+        apps, inputs, now_rho = self.app_rhos(snapshot)
+        rho_by_job = {j.job_id: now_rho[a] for a, js in apps.items() for j in js}
+        leased = [j for js in apps.values() for j in js
+                  if j.is_running and j.lease_end is not None and j.lease_end > now + _EPS]
+        leased_ids = {j.job_id for j in leased}
+        if not any(not j.is_running for j in snapshot.jobs):
+            ranked = [j for js in apps.values() for j in js]
+            w = walk(snapshot, ranked, self.placement, preemptive=False, policy_name=self.name)
+            return self._plan(snapshot, ranked, w, leased_ids, rho_by_job)
+
+        reported = {a: r * self.misreport.get(a, 1.0) for a, r in now_rho.items()}
+        by_unfairness = sorted(apps, key=lambda a: (-reported[a], a))
+        n_filter = math.ceil((1.0 - self.fairness_knob) * len(apps) - 1e-9)
+        filtered = by_unfairness[:n_filter]
+        # GPUs on auction per node: idle ones plus those of running jobs whose lease ended.
+        capacity = {n: max(v, 0) for n, v in snapshot.free_gpus().items()}
+        for js in apps.values():
+            for j in js:
+                if j.is_running and j.job_id not in leased_ids and j.placement is not None:
+                    for a in j.placement.allocations:
+                        capacity[a.node] = capacity.get(a.node, 0) + a.gpus
+        on_auction = sum(capacity.values())
+        # Each app's jobs up for auction, in its own order.
+        offer = {a: [j for j in js if j.job_id not in leased_ids] for a, js in apps.items()}
+        bids: list[Bid] = []
+        bid_jobs: dict[str, list[list[Job]]] = {}
+        topo = Topology.of(snapshot.cluster, self.slowdowns)
+        for a in filtered:
+            js = offer[a]
+            if not js:
+                continue
+            levels: list[tuple[int, float]] = []
+            g = 0
+            weighted = 0.0
+            for j in js:
+                g += j.num_gpus
+                weighted += j.num_gpus * topo.best(j.num_gpus)
+                levels.append((g, weighted / g if g else 1.0))
+            chosen = bid_levels(levels, on_auction)
+            if not chosen:
+                continue
+            factor = self.misreport.get(a, 1.0)
+            # GPUs the app already keeps on lease count in every level's allocation.
+            held = sum(j.num_gpus for j in apps[a] if j.job_id in leased_ids)
+            gpus = [0] + [levels[i][0] for i in chosen]
+            rho = [inputs[a].rho(held, 1.0) * factor] + [
+                inputs[a].rho(held + levels[i][0], levels[i][1]) * factor for i in chosen]
+            bids.append(Bid(a, tuple(gpus), tuple(max(r, 1e-12) for r in rho)))
+            bid_jobs[a] = [js[: i + 1] for i in chosen]
+        outcome = auction(bids, capacity)
+
+        ranked: list[Job] = list(leased)
+        placed: set[JobId] = set(leased_ids)
+        for b in bids:
+            keep = outcome.granted[b.app]
+            won: list[Job] = []
+            for prefix in bid_jobs[b.app]:
+                if sum(j.num_gpus for j in prefix) <= keep:
+                    won = prefix
+            # Winners' jobs already running first, so a winner never preempts its own.
+            for j in sorted(won, key=lambda j: not j.is_running):
+                ranked.append(j)
+                placed.add(j.job_id)
+        unfiltered = [a for a in by_unfairness if a not in set(filtered)]
+        random.Random(f"{self.seed}:{now!r}").shuffle(unfiltered)
+        for a in unfiltered + filtered:
+            for j in offer[a]:
+                if j.job_id not in placed:
+                    ranked.append(j)
+                    placed.add(j.job_id)
+        w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
+        return self._plan(snapshot, ranked, w, leased_ids, rho_by_job)
+
+    def _plan(self, snapshot: Snapshot, ranked: list[Job], w, leased_ids: set[JobId],
+              rho_by_job: dict[JobId, float]) -> Plan:
+        now = snapshot.now
+        end = now + self.lease
+        leases: dict[JobId, float] = {jid: end for jid in w.start}
+        by_id = {j.job_id: j for j in snapshot.jobs}
+        for jid in w.keep:
+            j = by_id[jid]
+            leases[jid] = j.lease_end if jid in leased_ids and j.lease_end is not None else end
+        plan = to_plan(ranked, w)
+        return Plan(start=plan.start, preempt=plan.preempt, keep=plan.keep, promote=(), queues=plan.queues,
+                    order=plan.order, reasons=plan.reasons, index={}, leases=leases, rho=rho_by_job)

@@ -1,0 +1,83 @@
+"""Themis in the simulator beside las and fifo: finish-time fairness, the f knob, strategy-proofness,
+and the ``teiresias simulate`` interface (--lease, --fairness-knob, rho keys in --json, the rho CDF)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from teiresias.cli import cli
+from teiresias.domain import Cluster
+from teiresias.policy.placement import ConsolidatePlacement
+from teiresias.policy.registry import build_policy
+from teiresias.policy.themis.policy import ThemisPolicy
+from teiresias.simulator import SimulationOptions, Simulator
+from teiresias.simulator.trace import TraceJob, write_trace
+
+CLUSTER = Cluster.from_tiresias_spec(1, 2, 8)
+OPT = SimulationOptions(record_timeline=False)
+
+
+def multi_app_trace() -> list[TraceJob]:
+    """Six apps arriving over the first hour: every third a few 8-GPU jobs, the others 16-trial searches."""
+    rng = random.Random(7)
+    jobs: list[TraceJob] = []
+    for a in range(6):
+        t0 = rng.uniform(0, 3000)
+        big = a % 3 == 0
+        for k in range(3 if big else 16):
+            dur = rng.uniform(3000, 9000) if big else rng.uniform(600, 3000)
+            jobs.append(TraceJob(len(jobs), 8 if big else 1, t0 + 10 * k, dur, model_name="m", app=f"app{a}"))
+    return jobs
+
+
+def test_themis_lowers_max_rho_against_las_and_fifo_at_equal_utilisation():
+    res = {n: Simulator(multi_app_trace(), CLUSTER, build_policy(n), OPT).run().summary
+           for n in ("themis", "las", "fifo")}
+    assert res["themis"].max_rho < 0.8 * res["las"].max_rho
+    assert res["themis"].max_rho < 0.5 * res["fifo"].max_rho
+    assert res["themis"].jain_rho > res["las"].jain_rho > res["fifo"].jain_rho
+    assert res["themis"].gpu_utilization >= res["las"].gpu_utilization - 0.01
+    assert len(res["themis"].app_rho) == 6
+
+
+@pytest.mark.parametrize("app", ["app0", "app1"])
+def test_an_app_that_halves_its_reported_rho_does_not_gain(app):
+    def rho(factor: float) -> float:
+        pol = ThemisPolicy(ConsolidatePlacement(), misreport={app: factor})
+        return Simulator(multi_app_trace(), CLUSTER, pol, OPT).run().summary.app_rho[app]
+
+    assert rho(0.5) >= rho(1.0)
+
+
+def test_simulate_cli_reports_rho_for_every_policy_and_plots_its_cdf(tmp_path: Path):
+    write_trace(tmp_path / "apps.csv", multi_app_trace())
+    (tmp_path / "c.yaml").write_text("num_switch: 1\nnum_node_p_switch: 2\nnum_gpu_p_node: 8\n")
+    r = CliRunner().invoke(cli, ["simulate", "-t", str(tmp_path / "apps.csv"), "-c", str(tmp_path / "c.yaml"),
+                                 "-p", "themis,las,fifo", "--lease", "300", "--fairness-knob", "0.7",
+                                 "--json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "p.svg")])
+    assert r.exit_code == 0, r.output
+    assert "max rho" in r.output and "app0" in r.output
+    rows = json.loads((tmp_path / "s.json").read_text())
+    assert [row["policy"] for row in rows] == ["themis", "las", "fifo"]
+    for row in rows:
+        assert {"max_rho", "jain_rho", "share_rho_le_1", "avg_jct"} <= set(row)
+        assert row["max_rho"] == max(row["app_rho"].values())
+    assert "rho CDF" in (tmp_path / "p.svg").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lease", "0"], "lease 0.0 must be a positive number of seconds"),
+    (["--fairness-knob", "1.5"], "fairness knob 1.5 must be in (0, 1)"),
+])
+def test_bad_themis_knobs_are_one_line_exit_2(tmp_path: Path, args, message):
+    write_trace(tmp_path / "apps.csv", multi_app_trace())
+    (tmp_path / "c.yaml").write_text("num_switch: 1\nnum_node_p_switch: 2\nnum_gpu_p_node: 8\n")
+    r = CliRunner().invoke(cli, ["simulate", "-t", str(tmp_path / "apps.csv"), "-c", str(tmp_path / "c.yaml"),
+                                 "-p", "themis", *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
