@@ -14,6 +14,7 @@ Where a job's files live
     ``<jobdir>/checkpoints.jsonl``  one line per checkpoint written: step, bytes, seconds
     ``<jobdir>/runs.jsonl``     each run's measured iteration time (``RunRecord``), rank 0
     ``<jobdir>/profile/``       communication profiler records (profiler/)
+    ``<jobdir>/usage.<node>.json``  the latest resource sample of the job on that node (``UsageSample``)
 
 Preemption (two-phase, issue 3)
     1. The controller sends ``PREEMPT_SIGNAL`` to the whole job
@@ -47,6 +48,13 @@ Iteration time (PACKLIMIT from history, Tiresias §3.3.2): rank 0 appends a
 ``RunRecord`` to ``runs.jsonl`` (periodically, at every checkpoint and at
 exit); the last line of a run is its figure. The controller reads them with
 ``read_runs(jobdir)`` when the run has ended.
+
+Resource usage (GPU truth): on each node the hooks of the node's first process
+(SLURM_LOCALID 0) rewrite ``usage.<node>.json`` every few seconds with a
+``UsageSample``: NVML utilization and memory of the job's own GPUs (None
+without NVML), psutil CPU and RSS of the job's process tree. Written whole
+(rename), not fsynced: a lost sample is replaced by the next one. The
+controller reads them with ``read_usage(jobdir)``.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ ENV_START_FRESH = "TEIRESIAS_START_FRESH"  # "1": refused checkpoints are set as
 ENV_TRUST = "TEIRESIAS_TRUST_CHECKPOINT"  # "mod.Name,...": globals allowed beyond weights_only's own
 ENV_GRACE = "TEIRESIAS_TIMELIMIT_GRACE"  # seconds before the time limit for TIMELIMIT_SIGNAL
 ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the Nth write
+ENV_USAGE_EVERY = "TEIRESIAS_USAGE_EVERY"  # seconds between usage samples (default 5; 0: off)
 
 CHECKPOINT_RECORDS = "checkpoints.jsonl"
 RUN_RECORDS = "runs.jsonl"
@@ -255,4 +264,65 @@ def read_runs(jobdir: Path) -> dict[int, RunRecord]:
             continue
         if r.steps > 0 and r.median_step_s > 0:
             out[r.restart_count] = r  # later lines of a run cover more steps
+    return out
+
+
+@dataclass(frozen=True)
+class UsageSample:
+    """What one node of a job used at ``time`` (a ``usage.<node>.json`` file).
+
+    GPU fields cover the job's own GPUs on that node (CUDA_VISIBLE_DEVICES):
+    ``gpu_util`` the mean NVML utilization in percent, ``gpu_mem_used`` /
+    ``gpu_mem_total`` bytes summed over them. All three are None when NVML
+    cannot be used (no driver, no GPU: the normal case off a GPU node);
+    ``gpu_note`` then says why. ``cpu_percent`` (100 = one core) and
+    ``rss_bytes`` cover the job's processes on the node.
+    """
+
+    job_id: int
+    restart_count: int
+    node: str
+    time: float
+    gpus: int
+    gpu_util: float | None
+    gpu_mem_used: int | None
+    gpu_mem_total: int | None
+    cpu_percent: float
+    rss_bytes: int
+    processes: int
+    gpu_note: str = ""
+
+
+USAGE_GLOB = "usage.*.json"
+
+
+def usage_path(jobdir: Path, node: str) -> Path:
+    return jobdir / f"usage.{node}.json"
+
+
+def write_usage(jobdir: Path, sample: UsageSample) -> None:
+    """Whole file or nothing (rename), without fsync: samples are cheap and replaced."""
+    path = usage_path(jobdir, sample.node)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=jobdir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(sample), f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_usage(jobdir: Path) -> list[UsageSample]:
+    """The latest sample of every node of the job; [] when none (or unreadable)."""
+    out: list[UsageSample] = []
+    try:
+        paths = sorted(jobdir.glob(USAGE_GLOB))
+    except OSError:
+        return []
+    for path in paths:
+        try:
+            out.append(UsageSample(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
     return out

@@ -44,6 +44,7 @@ import torch
 
 from wrappers import protocol
 from wrappers.hooks import state as st
+from wrappers.hooks import usage
 from wrappers.hooks.checkpoint import (
     FORMAT,
     CheckpointDirUnusable,
@@ -186,6 +187,9 @@ class Runtime:
                 if self.rank() == 0:
                     _say(f"warning: checkpoints disabled, the job runs without them: {exc} "
                          f"(choose another directory with tsbatch --checkpoint-dir)")
+            else:
+                # GPU/CPU usage for the controller (wrappers/hooks/usage.py); one sampler per node.
+                usage.start(self.env, self.jobdir, self.job_id, self.restart_count)
         return self.enabled
 
     # ------------------------------------------------------------------ resume
