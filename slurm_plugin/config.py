@@ -40,6 +40,11 @@ class PolicyConfig:
     gittins_samples: Path | None = None
     # Order of gittins' last queue: "fifo" (the paper) or "gittins" (index with Delta = infinity).
     last_queue: str = "fifo"
+    # themis (docs/themis.md): GPU lease in seconds, the fairness knob f, and apps named by
+    # the admin: (account, app) pairs, so every job of such an account belongs to that app.
+    lease: float = 600.0
+    fairness_knob: float = 0.8
+    apps: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,8 @@ def _manages(partitions: tuple[str, ...], partition: str) -> bool:
 # key -> allowed keys beneath it (None: a leaf)
 _SCHEMA: dict[str, Any] = {
     "partitions": None,
-    "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None, "last_queue": None},
+    "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None, "last_queue": None,
+               "lease": None, "fairness_knob": None, "apps": None},
     "placement": None,
     "packlimit": None,
     "packlimit_learning": None,
@@ -222,7 +228,24 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     last_queue = r.string("policy.last_queue", pol.get("last_queue", pd.last_queue), ("fifo", "gittins"))
     if last_queue != "fifo" and name != "gittins":
         raise r.fail("policy.last_queue", f"{last_queue} orders gittins' last queue; set policy.name: gittins")
-    kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue)  # type: ignore[arg-type]
+    lease = r.number("policy.lease", pol.get("lease", pd.lease))
+    fknob = r.number("policy.fairness_knob", pol.get("fairness_knob", pd.fairness_knob))
+    if not 0.0 < fknob < 1.0:  # type: ignore[operator]
+        raise r.fail("policy.fairness_knob", f"must be in (0, 1), e.g. 0.8; got {fknob}")
+    apps_raw = pol.get("apps") or {}
+    if not isinstance(apps_raw, Mapping):
+        raise r.fail("policy.apps", "must map each app name to a list of accounts, e.g. {search: [alice]}")
+    apps: list[tuple[str, str]] = []
+    owner: dict[str, str] = {}
+    for app, accounts in apps_raw.items():
+        app = r.string("policy.apps", app)
+        for acct in r.strings(f"policy.apps.{app}", accounts):
+            if acct in owner:
+                raise r.fail(f"policy.apps.{app}", f"account {acct} is already in app {owner[acct]}")
+            owner[acct] = app
+            apps.append((acct, app))
+    kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,  # type: ignore[arg-type]
+                                tuple(apps))
 
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)

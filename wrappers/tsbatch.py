@@ -12,6 +12,7 @@ code come back as they are.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -44,6 +45,9 @@ tsbatch options (before the script; they have no short forms):
       --checkpoint-every=N    also checkpoint every N optimizer steps (default 0: only
                               on preemption, time limit and SIGTERM)
       --no-checkpoint         submit through teiresias without the in-job hooks
+      --app=NAME              the app (e.g. hyper-parameter search) this job belongs to, for
+                              the themis policy's finish-time fairness (default: account
+                              + job name stem; docs/themis.md)
       --profile, --no-profile profile the first run's communication for teiresias'
                               placement (default: on for a job of more than one GPU
                               whose model, its job name, the controller has not profiled
@@ -107,6 +111,7 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     if not grace_text.isdigit() or int(grace_text) < 1:
         raise ConfigError(f"{protocol.ENV_GRACE} must be a whole number of seconds >= 1, not {grace_text!r}")
     _profile_flag(p)
+    _app(p)
     return JobSetup(
         hook_site=None if "no-checkpoint" in p.own else str(HOOK_SITE),
         base=base,
@@ -117,10 +122,23 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     )
 
 
-def build_comment(setup: JobSetup, user_comment: str | None) -> str:
+def _app(p: Parsed) -> str:
+    """``--app NAME`` checked: it goes into the job comment, whose items ';' and '=' separate."""
+    app = p.own.get("app", "")
+    if "app" in p.own and not _APP_NAME.fullmatch(app):
+        raise ConfigError(f"--app {app!r}: use letters, digits, '.', '_' or '-' only, e.g. --app lr-search")
+    return app
+
+
+_APP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def build_comment(setup: JobSetup, user_comment: str | None, app: str = "") -> str:
     items = {"dir": setup.base, "profile": "1" if setup.profile else "0"}
     if setup.every:
         items["every"] = str(setup.every)
+    if app:
+        items["app"] = app  # the themis app (controller/leases.py reads it back)
     if user_comment:
         items["note"] = quote(user_comment, safe=" /:,.-_@+")
     return protocol.format_comment(items)
@@ -259,7 +277,7 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
     except NotABatchScript:
         return _sbatch(p.passthrough, stdin=text.encode("utf-8", "surrogateescape") if p.script is None else None)
     comment = p.comment if p.comment is not None else _option_value(header, "--comment", None)
-    ours = ["--requeue", f"--comment={build_comment(setup, comment)}"]
+    ours = ["--requeue", f"--comment={build_comment(setup, comment, _app(p))}"]
     if not p.has_signal and not _has_option(header, "--signal", None):
         ours.append(f"--signal=B:{protocol.TIMELIMIT_SIGNAL}@{setup.grace}")
     # sbatch names a job after its script file; ours is a temporary file.

@@ -19,6 +19,7 @@ from profiler.packlimit import PackLimitFit
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, preemption
+from slurm_plugin.controller import leases
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action, Enactor, fit_shape, priority_for
 from slurm_plugin.controller.packlimit import HISTORY_WINDOW, current_packlimit, packlimit_json, run_outcomes
@@ -203,13 +204,20 @@ class Controller:
         t2 = time.perf_counter()
         policy = self.policy()
         cells_state = None
+        themis_state = None  # themis' leases and rho, stored for the next round (controller/leases.py)
         if isinstance(policy, CellsPolicy):
             # HiveD's virtual->physical binding outlives a round: it comes from the store.
             raw = self.store.get_meta(CELLS_META_KEY)
             plan = policy.decide_cells(rec.snapshot, CellsState.from_json(json.loads(raw)) if raw else None)
             cells_state = json.dumps(plan.cells.to_json())
         else:
+            themis = getattr(policy, "name", "") == "themis"
+            if themis:
+                carried = leases.load(self.store.get_meta(leases.META_KEY))
+                leases.prepare(self.config, rec.snapshot, rec.records, carried)
             plan = policy.decide(rec.snapshot)
+            if themis and not self.dry_run:
+                themis_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
         t3 = time.perf_counter()
         notes = self._bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
@@ -227,6 +235,8 @@ class Controller:
                 self.store.set_meta("last_round", str(now))
                 if cells_state is not None:
                     self.store.set_meta(CELLS_META_KEY, cells_state)
+                if themis_state is not None:
+                    self.store.set_meta(leases.META_KEY, themis_state)
         return RoundResult(now, n, self.dry_run, plan, enactor.actions, notes, len(rec.snapshot.jobs),
                            {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
                             "enact_s": t4 - t3, "total_s": t4 - t0},
@@ -495,6 +505,7 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
 
     params = PolicyParams(queues=config.policy.queues, promote_knob=config.policy.promote_knob,
                           last_queue=config.policy.last_queue, distribution=distribution, placement=config.placement,
+                          lease=config.policy.lease, fairness_knob=config.policy.fairness_knob,
                           **({"packlimit": config.packlimit} if config.packlimit is not None else {}))
     name = config.policy.name
     if name == "gittins" and distribution is None:

@@ -9,11 +9,13 @@ two controller rounds.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.state import JobRecord, Phase
+from teiresias.domain import Job, JobId
+from teiresias.policy.themis.apps import app_of
 
 
 @dataclass(frozen=True)
@@ -40,15 +42,26 @@ class QueueRow:
     final_state: str | None
     ckpt_seconds: float | None
     ckpt_bytes: int | None
+    app: str = ""                   # its app (docs/themis.md), under any policy
+    rho: float | None = None        # its app's finish-time fairness at the last round (themis)
+    lease_ends: float | None = None  # when its GPU lease ends (themis, running jobs)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def build_rows(records: Iterable[JobRecord], now: float,
-               slurm: Mapping[int, SlurmJob] | None = None) -> list[QueueRow]:
-    """Rows ordered like the policy ranks them: running first, then waiting jobs by rank."""
+               slurm: Mapping[int, SlurmJob] | None = None,
+               themis: Mapping[str, Mapping[int, Any]] | None = None,
+               app_for: Callable[[JobRecord], str] | None = None) -> list[QueueRow]:
+    """Rows ordered like the policy ranks them: running first, then waiting jobs by rank.
+
+    ``themis``: the last round's stored apps, rho and leases (controller/leases.py);
+    ``app_for``: a record's explicit app (tsbatch --app, the config's apps), '' if none.
+    """
     rows = []
+    themis = themis or {}
+    t_apps, t_rho, t_leases = themis.get("apps", {}), themis.get("rho", {}), themis.get("leases", {})
     for r in records:
         sj = slurm.get(r.job_id) if slurm is not None else None
         live = (Phase.STARTING, Phase.RUNNING, Phase.PREEMPTING)
@@ -64,6 +77,10 @@ def build_rows(records: Iterable[JobRecord], now: float,
             rank=r.rank, attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
             executed_seconds=round(accounting.total_executed(r, now), 1), gittins_index=r.gittins,
             preemptions=r.preemptions, placement=alloc, reason=r.reason, skew=r.skew,
+            app=t_apps.get(r.job_id) or (app_for(r) if app_for else "") or app_of(
+                Job(JobId(r.job_id), r.gpus, r.submit_time, user=r.user, account=r.account, model_name=r.name)),
+            rho=t_rho.get(r.job_id) if r.active else None,
+            lease_ends=t_leases.get(r.job_id) if r.phase in live else None,
             submit_time=r.submit_time, first_start_time=r.first_start_time, end_time=r.end_time,
             final_state=r.final_state, ckpt_seconds=r.ckpt_seconds, ckpt_bytes=r.ckpt_bytes,
         ))
