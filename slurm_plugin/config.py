@@ -45,6 +45,9 @@ class PolicyConfig:
     lease: float = 600.0
     fairness_knob: float = 0.8
     apps: tuple[tuple[str, str], ...] = ()
+    # policy.queues: auto: thresholds fitted to the GPU-time samples (teiresias/policy/thresholds.py)
+    # and refitted as finished jobs add samples; ``queues`` holds the paper's until there are samples.
+    queues_auto: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,8 +216,11 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     # Checked here, not at the first round: a typo must stop the start, even with Slurm down.
     name = r.string("policy.name", pol.get("name", pd.name), POLICY_NAMES)
     queues = pol.get("queues", list(pd.queues))
+    queues_auto = queues == "auto"
+    if queues_auto:
+        queues = list(pd.queues)
     if not isinstance(queues, list) or not queues:
-        raise r.fail("policy.queues", f"must be a non-empty list of GPU-second thresholds, got {queues!r}")
+        raise r.fail("policy.queues", f"must be a non-empty list of GPU-second thresholds or auto, got {queues!r}")
     qs = tuple(r.number(f"policy.queues[{i}]", q) for i, q in enumerate(queues))
     if any(b <= a for a, b in zip(qs, qs[1:])):  # type: ignore[operator]
         raise r.fail("policy.queues", f"thresholds must be strictly increasing, got {list(queues)}")
@@ -244,8 +250,10 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
                 raise r.fail(f"policy.apps.{app}", f"account {acct} is already in app {owner[acct]}")
             owner[acct] = app
             apps.append((acct, app))
+    if queues_auto and name not in ("las", "gittins"):
+        raise r.fail("policy.queues", f"auto fits las/gittins queue thresholds; policy {name} has no queues to fit")
     kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,  # type: ignore[arg-type]
-                                tuple(apps))
+                                tuple(apps), queues_auto=queues_auto)
 
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)

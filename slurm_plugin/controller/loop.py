@@ -108,7 +108,7 @@ class Controller:
         self.dry_run = dry_run
         self._policy_factory = policy_factory or default_policy
         self._seed: Any = None
-        if config.policy.name == "gittins" and config.policy.gittins_samples is not None:
+        if (config.policy.name == "gittins" or config.policy.queues_auto) and config.policy.gittins_samples is not None:
             from teiresias.policy.gittins import ServiceDistribution
 
             self._seed = ServiceDistribution.from_samples_file(config.policy.gittins_samples)
@@ -137,7 +137,7 @@ class Controller:
         """Rebuilt when its inputs learned from history change: new finished jobs change
         the Gittins distribution (only that policy reads it), new run outcomes the
         PACKLIMIT (Tiresias §3.3.2)."""
-        uses_samples = self.config.policy.name == "gittins"
+        uses_samples = self.config.policy.name == "gittins" or self.config.policy.queues_auto
         count = self.store.sample_count() if uses_samples else 0
         packlimit = self.packlimit()
         key = (count, packlimit.packlimit)
@@ -500,10 +500,24 @@ class Controller:
             stop.wait(min(1.0, self.config.poll_interval) if result.requeued else self.config.poll_interval)
 
 
+def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, ...]:
+    """The queue thresholds in force: with ``policy.queues: auto`` fitted to the GPU-time samples
+    (teiresias/policy/thresholds.py; refitted whenever the policy is rebuilt for new samples),
+    the configured ones otherwise and while there are no samples yet."""
+    if not config.policy.queues_auto or distribution is None:
+        return config.policy.queues
+    from teiresias.policy.thresholds import fit_thresholds
+
+    fit = fit_thresholds(distribution)
+    log.info("queue thresholds fitted to %d GPU-time samples: %s GPU-s", fit.samples,
+             ", ".join(f"{q:.0f}" for q in fit.thresholds))
+    return fit.thresholds
+
+
 def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPolicy:
     from teiresias.policy.registry import PolicyParams, build_policy
 
-    params = PolicyParams(queues=config.policy.queues, promote_knob=config.policy.promote_knob,
+    params = PolicyParams(queues=fitted_queues(config, distribution), promote_knob=config.policy.promote_knob,
                           last_queue=config.policy.last_queue, distribution=distribution, placement=config.placement,
                           lease=config.policy.lease, fairness_knob=config.policy.fairness_knob,
                           **({"packlimit": config.packlimit} if config.packlimit is not None else {}))

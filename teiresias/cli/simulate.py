@@ -47,7 +47,8 @@ def _policy_names(text: str) -> list[str]:
 @click.option("-p", "--policy", "policies", default="las", show_default=True, metavar="NAME[,NAME...]",
               help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins, themis.")
 @click.option("-q", "--queues", default=None, metavar="S[,S...]",
-              help="MLFQ thresholds in GPU-seconds (las/gittins). [default: 3600]")
+              help="MLFQ thresholds in GPU-seconds (las/gittins), or auto: fitted to --gittins-samples. "
+                   "[default: 3600]")
 @click.option("-k", "--promote-knob", type=float, default=None, metavar="X",
               help="PROMOTEKNOB: promote a job when waiting >= X * executed. [default: off]")
 @click.option("-g", "--gittins-samples", default=None, metavar="FILE",
@@ -187,7 +188,17 @@ def simulate(
     kw: dict = {"placement": placement, "continuous": continuous, "promote_knob": promote_knob,
                 "distribution": distribution, "last_queue": last_queue, "preempt_cost": preempt_cost,
                 "lease": lease, "fairness_knob": fairness_knob, "seed": seed}
-    q = _parse_queues(queues)
+    if queues is not None and queues.strip() == "auto":
+        if distribution is None:
+            raise ConfigError("--queues auto fits the thresholds to job GPU-time samples; give --gittins-samples FILE")
+        from teiresias.policy.thresholds import fit_thresholds
+
+        fit = fit_thresholds(distribution)
+        q: tuple[float, ...] | None = fit.thresholds
+        click.echo(f"--queues auto: {','.join(f'{x:.0f}' for x in fit.thresholds)} GPU-s, fitted to "
+                   f"{fit.samples} GPU-time samples (docs/policies.md)", err=True)
+    else:
+        q = _parse_queues(queues)
     if q is not None:
         kw["queues"] = q
     if packlimit is not None:

@@ -85,3 +85,21 @@ def test_policy_last_queue_reaches_the_controllers_policy(tmp_path):
                          ("policy: {name: las, last_queue: gittins}\n", "set policy.name: gittins")]:
         with pytest.raises(ConfigError, match=needle):
             load_config(write(tmp_path, text))
+
+
+def test_policy_queues_auto_fits_the_thresholds_to_the_samples(tmp_path):
+    from slurm_plugin.controller.loop import default_policy, fitted_queues
+    from teiresias.policy.gittins import ServiceDistribution
+    from teiresias.policy.thresholds import fit_thresholds
+
+    cfg = load_config(write(tmp_path, "policy: {name: las, queues: auto}\n"))
+    assert cfg.policy.queues_auto and cfg.policy.queues == (3600.0,)
+    # No samples yet: the paper's hour. With samples: the fit, for las too.
+    assert fitted_queues(cfg, None) == (3600.0,)
+    d = ServiceDistribution.from_samples_file(REPO / "teiresias" / "data" / "yarn-gput1000.csv")
+    assert default_policy(cfg, d).thresholds == fit_thresholds(d).thresholds != (3600.0,)
+    assert default_policy(load_config(write(tmp_path, "policy: {name: las}\n")), d).thresholds == (3600.0,)
+    with pytest.raises(ConfigError, match="policy.queues: auto fits las/gittins"):
+        load_config(write(tmp_path, "policy: {name: fifo, queues: auto}\n"))
+    with pytest.raises(ConfigError, match="or auto, got 'automatic'"):
+        load_config(write(tmp_path, "policy: {queues: automatic}\n"))
