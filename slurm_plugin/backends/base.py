@@ -11,6 +11,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from teiresias.errors import SlurmError
+
 
 @dataclass(frozen=True, slots=True)
 class SlurmJob:
@@ -120,8 +122,14 @@ class SlurmBackend(ABC):
         """Pin a pending job to exactly these nodes (and that node count)."""
 
     @abstractmethod
-    def signal(self, job_id: int, signal: str) -> None:
-        """Send a signal to the batch shell and all its children (``--full``)."""
+    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
+        """Send a signal: ``full`` the batch shell and all its children
+        (``--full``), ``batch`` the batch shell only, ``steps`` the job steps only
+        (where Slurm sends a ``--signal`` with and without ``B:``)."""
+
+    def batch_script(self, job_id: int | str) -> str:
+        """The job's batch script as submitted (its ``#SBATCH`` lines included)."""
+        raise SlurmError(f"{type(self).__name__} cannot read batch scripts; use the CLI backend")
 
     @abstractmethod
     def requeue(self, job_id: int, hold: bool = True) -> None:

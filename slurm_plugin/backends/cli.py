@@ -137,11 +137,17 @@ class CliBackend(SlurmBackend):
         n = len(nodes)
         self._scontrol(job_id, "update", f"jobid={job_id}", f"nodelist={','.join(nodes)}", f"numnodes={n}-{n}")
 
-    def signal(self, job_id: int, signal: str) -> None:
-        """``scancel --signal=SIG --full``: the batch shell and all its children
-        (without --full only job steps would get it)."""
+    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
+        """``scancel --signal=SIG --full``: the batch shell and all its children;
+        ``--batch``: the batch shell only; no flag: the job steps only."""
         sig = signal.upper().removeprefix("SIG")
-        self._scancel(job_id, f"--signal={sig}", "--full")
+        flags = {"full": ("--full",), "batch": ("--batch",), "steps": ()}[scope]
+        self._scancel(job_id, f"--signal={sig}", *flags)
+
+    def batch_script(self, job_id: int | str) -> str:
+        """``scontrol write batch_script J -`` (Slurm shows a job's --signal nowhere else in 22.05)."""
+        return self.run("scontrol", "write", "batch_script", str(job_id), "-",
+                        job_id=int(str(job_id).split("_")[0]))
 
     def requeue(self, job_id: int, hold: bool = True) -> None:
         """Requeue a running job (PENDING again, restart count +1, a ~120 s

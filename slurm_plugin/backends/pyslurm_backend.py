@@ -159,9 +159,10 @@ class PyslurmBackend(SlurmBackend):
     def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
         self._modify(job_id, required_nodes=",".join(nodes), nodes=len(nodes))
 
-    def signal(self, job_id: int, signal: str) -> None:
+    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
         sig = signal.upper() if signal.upper().startswith("SIG") else "SIG" + signal.upper()
-        self._do(job_id, self._job(job_id).send_signal, sig, steps="all")
+        steps = {"full": "all", "batch": "batch", "steps": "children"}[scope]
+        self._do(job_id, self._job(job_id).send_signal, sig, steps=steps)
 
     def requeue(self, job_id: int, hold: bool = True) -> None:
         self._do(job_id, self._job(job_id).requeue, hold=hold)

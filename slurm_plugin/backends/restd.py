@@ -140,7 +140,10 @@ class RestdBackend(SlurmBackend):
         n = len(nodes)
         self._update(job_id, {"nodelist": ",".join(nodes), "nodes": f"{n}-{n}"} if nodes else {"nodelist": ""})
 
-    def signal(self, job_id: int, signal: str) -> None:
+    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
+        if scope != "full":
+            raise SlurmError(f"slurmrestd's openapi v0.0.38 signals the whole job only, not {scope}:"
+                             " use the CLI backend (backend: cli)")
         # 22.05's DELETE /job/{id}?signal= reaches the batch shell and its
         # children, like `scancel --signal --full` (tests/slurm/test_backend_restd.py)
         self._call("DELETE", f"/job/{job_id}?signal={signal.upper().removeprefix('SIG')}", None, job_id)

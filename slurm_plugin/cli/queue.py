@@ -83,7 +83,8 @@ def _visible(config: ControllerConfig, slurm: dict[int, SlurmJob] | None) -> Cal
 def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, ...], show_all: bool,
           no_slurm: bool, as_json: bool) -> None:
     """List managed jobs: queue (Q1..QK), attained GPU-time, Gittins index,
-    state, placement, preemptions, why pending.
+    state, placement, preemptions, measured GPU use (GPU_UTIL, GPU_MEM: n/a
+    without NVML), why pending.
 
     Reads the controller's state DB (and Slurm for live states when it answers).
 

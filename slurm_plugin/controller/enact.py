@@ -149,14 +149,18 @@ class Enactor:
         return self._do(rec, "start", reason, self._start_calls(rec, placement, priority, sj, now),
                         restart_count=sj.restart_count, before=before, detail=detail)
 
-    def signal(self, rec: JobRecord, reason: str, now: float) -> Action:
+    def signal(self, rec: JobRecord, reason: str, now: float, *, signal: str = PREEMPT_SIGNAL,
+               scope: str = "full") -> Action:
+        """``scope``: "full" (tsbatch jobs: the batch shell and all its children),
+        "batch" or "steps" (a self-requeueing job's own --signal, B: or not)."""
         def before() -> None:
             rec.phase, rec.phase_since = Phase.PREEMPTING, now
             rec.signal_time = now
             rec.signal_restart = rec.restart_count
-        return self._do(rec, "signal", reason, lambda: self.backend.signal(self._t(rec.job_id), PREEMPT_SIGNAL),
+        return self._do(rec, "signal", reason,
+                        lambda: self.backend.signal(self._t(rec.job_id), signal, scope=scope),
                         restart_count=rec.restart_count, before=before,
-                        detail={"signal": PREEMPT_SIGNAL})
+                        detail={"signal": signal, **({"scope": scope} if scope != "full" else {})})
 
     def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None) -> None:
         seg = accounting.close_run(rec, when, "controller")

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from profiler.packlimit import PackLimitFit
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting, preemption
+from slurm_plugin.controller import accounting, preemption, usage
 from slurm_plugin.controller import leases
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action, Enactor, fit_shape, priority_for
@@ -127,6 +127,10 @@ class Controller:
         # after a restart a failing job is tried once more, then backed off again.
         self._backoff: dict[int, tuple[float, int, str]] = {}
         self._partition_nodes: dict[str, list[str]] = {}  # partition -> its nodes
+        self._usage_read: dict[int, float] = {}  # job -> when its usage files were last read
+        # Non-tsbatch jobs: the signal their batch script asks for (they checkpoint and
+        # requeue themselves on it), None when it asks for none. Read once per job.
+        self._own_signals: dict[int, preemption.SignalSpec | None] = {}
         # Run once, at the first round that reaches Slurm, before any record is touched:
         # checks the config against Slurm (ConfigError) and tells the store its cluster
         # (runtime.make_controller; controller/startup.py). Returns notes to log.
@@ -184,6 +188,7 @@ class Controller:
         enactor = Enactor(self.config, self.backend, self.store, self.audit, self.dry_run)
         records = self._records if self._records is not None else self.store.jobs()
         self._records = None  # until this round has completed
+        self._refresh_usage(records, now)
         managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
         enactor.targets = {j: sj.target for j, sj in managed.items()}
         enactor.recover(records, managed, now)
@@ -349,6 +354,11 @@ class Controller:
                     continue
                 if preemption.speaks_protocol(r):
                     enactor.signal(r, why, now)
+                elif (own := self._own_signal(r, rec.slurm[job_id])) is not None:
+                    # submitit, Lightning auto_requeue, NeMo: their signal, then they
+                    # checkpoint and requeue themselves (docs/job-states.md).
+                    enactor.signal(r, f"{why}; it checkpoints itself on {own.spec}", now,
+                                   signal=own.signal, scope=own.scope)
                 else:
                     # A plain sbatch job has no checkpoint hook: USR1 would just kill
                     # it (FAILED, not requeueable). Requeue it right away instead.
@@ -363,7 +373,8 @@ class Controller:
                 sj = rec.slurm.get(job_id)
                 if sj is None or sj.restart_count != r.signal_restart:
                     continue
-                due = preemption.requeue_due(r, now, self.config.preemption.grace_seconds)
+                due = preemption.requeue_due(r, now, self.config.preemption.grace_seconds,
+                                             None if preemption.speaks_protocol(r) else self._own_signal(r, sj))
                 if due is not None:
                     act = enactor.requeue(r, due, now)
                     if act.ok:
@@ -400,6 +411,33 @@ class Controller:
                                 sj, f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
             if act.ok is False:
                 self._back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
+
+    def _refresh_usage(self, records: dict[int, JobRecord], now: float) -> None:
+        """Measured use of running tsbatch jobs (controller/usage.py), read before
+        reconcile so this round's Snapshot carries it; at most every READ_EVERY_S per job."""
+        for r in records.values():
+            if r.phase in (Phase.RUNNING, Phase.PREEMPTING) and \
+                    now - self._usage_read.get(r.job_id, 0.0) >= usage.READ_EVERY_S:
+                self._usage_read[r.job_id] = now
+                usage.set_usage(r, usage.read_for(r))
+        self._usage_read = {j: t for j, t in self._usage_read.items() if j in records}
+        self._own_signals = {j: v for j, v in self._own_signals.items() if j in records}
+
+    def _own_signal(self, r: JobRecord, sj: SlurmJob) -> preemption.SignalSpec | None:
+        """The signal a self-requeueing job asks for in its batch script (read
+        once per job; Slurm 22.05 shows a job's --signal nowhere else)."""
+        if r.job_id not in self._own_signals:
+            if not sj.requeue:
+                return None
+            try:
+                script = self.backend.batch_script(sj.target)
+            except SlurmUnreachable:
+                raise
+            except SlurmError as exc:
+                log.warning("[job %d] batch script unreadable (%s): preempted as a plain job", r.job_id, exc)
+                script = ""
+            self._own_signals[r.job_id] = preemption.signal_spec(script)
+        return self._own_signals[r.job_id]
 
     def _back_off(self, r: JobRecord, why: str, now: float) -> None:
         """A start that failed is not retried at once: the GPUs promised to it

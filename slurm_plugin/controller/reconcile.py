@@ -26,7 +26,7 @@ from typing import Iterable, Mapping
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import HELD_REASONS, array_task_ids
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting
+from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.accounting import Segment
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
@@ -170,6 +170,8 @@ def reconcile(
         rec.comment = sj.comment or rec.comment
         rec.gpus = sj.gpus or rec.gpus
         running = state in RUNNING_STATES
+        if not running and rec.usage_time is not None:
+            usage.set_usage(rec, None)  # figures of a run that is over
         segs, notes = accounting.observe_run(rec, sj, now, running)
         out.segments += [(job_id, s) for s in segs]
         out.notes += [(job_id, n) for n in notes]
@@ -187,6 +189,16 @@ def reconcile(
                                                      and sj.restart_count > rec.signal_restart):
                 _set_phase(rec, Phase.RUNNING, now)
         elif state == "PENDING":
+            requeued_itself = False
+            if rec.phase is Phase.PREEMPTING and rec.signal_restart is not None \
+                    and sj.restart_count > rec.signal_restart:
+                # Signalled, and it requeued itself (a job that checkpoints on its own
+                # --signal: submitit, Lightning, NeMo): the preemption is done.
+                rec.preemptions += 1
+                rec.signal_time = rec.signal_restart = None
+                rec.planned = None
+                requeued_itself = True
+                out.notes.append((job_id, "requeued itself after the preemption signal"))
             if rec.phase in (Phase.RUNNING, Phase.PREEMPTING) and rec.run_start is None:
                 # Requeued (by us, by itself at its time limit, or by Slurm): waiting again.
                 _set_phase(rec, Phase.PENDING, now)
@@ -206,7 +218,9 @@ def reconcile(
                     out.to_hold[job_id] = out.start_failed[job_id]
                     out.not_waiting[job_id] = out.start_failed[job_id]
             elif not sj.held:
-                out.to_hold[job_id] = "pending without a hold (outside the controller's control)"
+                out.to_hold[job_id] = ("requeued itself after the preemption signal; held for the policy"
+                                       if requeued_itself else
+                                       "pending without a hold (outside the controller's control)")
             elif why := not_waiting_reason(sj, rec, slurm_nodes, now, (backoff or {}).get(job_id)):
                 out.not_waiting[job_id] = why
         else:
@@ -292,6 +306,7 @@ def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placem
         executed_time=accounting.executed_time(rec, now), waiting_time=accounting.waiting_time(rec, now),
         total_executed_time=accounting.total_executed(rec, now), queue_index=rec.queue,
         preemptions=rec.preemptions, skew=rec.skew, placement=placement,
+        usage=usage.of_record(rec) if state is JobState.RUNNING else None,
     )
 
 

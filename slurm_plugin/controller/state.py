@@ -83,6 +83,18 @@ class JobRecord:
     # ClusterName, and the SubmitTime Slurm showed last (a requeue moves it).
     cluster: str = ""
     slurm_submit_time: float | None = None
+    # Measured use of the current run (wrappers/hooks/usage.py, summed over its
+    # nodes; controller/usage.py): mean GPU utilization %, GPU memory used and
+    # total in bytes (None without NVML: no GPU there), CPU % (100 = one core),
+    # RSS bytes, the sample's time, and why GPU figures are missing.
+    # None / "" while the job does not run or before its first sample.
+    gpu_util: float | None = None
+    gpu_mem_used: int | None = None
+    gpu_mem_total: int | None = None
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    usage_time: float | None = None
+    usage_note: str = ""
 
     @property
     def active(self) -> bool:
@@ -138,9 +150,9 @@ _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
 _REAL = {"slurm_submit_time", "submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
          "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
-         "ckpt_seconds", "end_time"}
+         "ckpt_seconds", "end_time", "gpu_util", "cpu_percent", "usage_time"}
 _INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue", "rank",
-        "preemptions", "signal_restart", "ckpt_bytes"}
+        "preemptions", "signal_restart", "ckpt_bytes", "gpu_mem_used", "gpu_mem_total", "rss_bytes"}
 
 
 def _col_type(name: str) -> str:
@@ -279,7 +291,7 @@ class StateStore:
         kw = dict(zip(_JOB_FIELDS, row))
         kw["phase"] = Phase(kw["phase"])
         kw["planned"] = _placement_from_json(kw["planned"])
-        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster"):
+        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note"):
             kw[k] = kw[k] or ""
         return JobRecord(**kw)
 

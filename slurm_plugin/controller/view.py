@@ -42,6 +42,15 @@ class QueueRow:
     final_state: str | None
     ckpt_seconds: float | None
     ckpt_bytes: int | None
+    # Measured use of the running job (controller/usage.py); None while it does
+    # not run, and GPU figures None without NVML (usage_note says why).
+    gpu_util: float | None = None
+    gpu_mem_used: int | None = None
+    gpu_mem_total: int | None = None
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    usage_time: float | None = None
+    usage_note: str = ""
     app: str = ""                   # its app (docs/themis.md), under any policy
     rho: float | None = None        # its app's finish-time fairness at the last round (themis)
     lease_ends: float | None = None  # when its GPU lease ends (themis, running jobs)
@@ -83,6 +92,8 @@ def build_rows(records: Iterable[JobRecord], now: float,
             lease_ends=t_leases.get(r.job_id) if r.phase in live else None,
             submit_time=r.submit_time, first_start_time=r.first_start_time, end_time=r.end_time,
             final_state=r.final_state, ckpt_seconds=r.ckpt_seconds, ckpt_bytes=r.ckpt_bytes,
+            gpu_util=r.gpu_util, gpu_mem_used=r.gpu_mem_used, gpu_mem_total=r.gpu_mem_total,
+            cpu_percent=r.cpu_percent, rss_bytes=r.rss_bytes, usage_time=r.usage_time, usage_note=r.usage_note,
         ))
     order = {Phase.RUNNING.value: 0, Phase.PREEMPTING.value: 0, Phase.STARTING.value: 1,
              Phase.PENDING.value: 2, Phase.FINISHED.value: 3}
@@ -98,10 +109,28 @@ def _fmt_gpu_time(s: float) -> str:
     return f"{s / 3600:.1f}h"
 
 
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n}B"
+
+
+def usage_cells(r: QueueRow) -> tuple[str, str]:
+    """GPU_UTIL and GPU_MEM: "-" for a job that does not run or has no sample
+    yet, "n/a" where the job's GPUs could not be measured (no NVML: no GPU)."""
+    if r.usage_time is None:
+        return "-", "-"
+    util = "n/a" if r.gpu_util is None else f"{r.gpu_util:.0f}%"
+    mem = "n/a" if r.gpu_mem_used is None else (
+        _fmt_bytes(r.gpu_mem_used) + (f"/{_fmt_bytes(r.gpu_mem_total)}" if r.gpu_mem_total else ""))
+    return util, mem
+
+
 def format_table(rows: list[QueueRow]) -> str:
     """squeue-like text table."""
     head = ["JOBID", "USER", "NAME", "GPUS", "STATE", "QUEUE", "ATTAINED", "GITTINS", "PREEMPT", "NODES", "SKEW",
-            "WHY"]
+            "GPU_UTIL", "GPU_MEM", "WHY"]
     lines = [head]
     for r in rows:
         nodes = ",".join(f"{p['node']}:{p['gpus']}" if p["gpus"] is not None else p["node"] for p in r.placement)
@@ -110,7 +139,7 @@ def format_table(rows: list[QueueRow]) -> str:
                       _fmt_gpu_time(r.attained_gpu_seconds),
                       "-" if r.gittins_index is None else f"{r.gittins_index:.3g}",
                       str(r.preemptions), nodes or "-", "-" if r.skew is None else f"{r.skew:.2f}",
-                      r.reason or ""])
+                      *usage_cells(r), r.reason or ""])
     widths = [max(len(row[i]) for row in lines) for i in range(len(head) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1]
                      for row in lines).rstrip() + "\n"

@@ -11,6 +11,7 @@ from teiresias.domain.job import Job, JobId, JobState
 from teiresias.domain.placement import Allocation, Placement
 from teiresias.domain.plan import Plan
 from teiresias.domain.snapshot import Snapshot
+from teiresias.domain.usage import JobUsage
 
 __all__ = [
     "Allocation",
@@ -18,6 +19,7 @@ __all__ = [
     "Job",
     "JobId",
     "JobState",
+    "JobUsage",
     "Node",
     "Placement",
     "Plan",

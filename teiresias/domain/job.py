@@ -7,6 +7,7 @@ from enum import Enum
 from typing import NewType
 
 from teiresias.domain.placement import Placement
+from teiresias.domain.usage import JobUsage
 
 JobId = NewType("JobId", int)
 
@@ -57,6 +58,9 @@ class Job:
     # it from the last Plan's ``leases``; None: no lease (started by another
     # policy, or before a restart), so the GPUs are up for auction.
     lease_end: float | None = None
+    # Measured GPU/CPU use of the current run (live controller, tsbatch jobs);
+    # None: not running, not measured yet, or a simulated job.
+    usage: JobUsage | None = None
 
     @property
     def attained_service(self) -> float:

@@ -1,0 +1,26 @@
+"""What a running job really uses, as measured inside it (wrappers/hooks/usage.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class JobUsage:
+    """The job's current run, summed over its nodes at ``time`` (the oldest node's sample).
+
+    ``gpu_util`` is the mean NVML utilization of the job's GPUs in percent and
+    ``gpu_mem_used`` / ``gpu_mem_total`` their memory in bytes; all three are
+    None where NVML could not be read (no driver, no GPU), never a guess.
+    ``cpu_percent`` (100 = one core) and ``rss_bytes`` cover the job's processes.
+
+    For packing (Gandiva-style: two jobs that leave a GPU mostly idle may share
+    it). No policy reads it yet; the Gandiva policy that will is not built.
+    """
+
+    time: float
+    gpu_util: float | None
+    gpu_mem_used: int | None
+    gpu_mem_total: int | None
+    cpu_percent: float
+    rss_bytes: int
