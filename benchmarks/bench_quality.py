@@ -14,7 +14,8 @@ their exact sizes; it is the yardstick).
 Rows: each policy variant, at each preemption overhead (seconds charged when a
 preempted job resumes: checkpoint restore). ``gittins+lq`` is gittins with
 ``--last-queue gittins``; ``gittins+lq+c`` adds ``--preempt-cost`` equal to
-the overhead.
+the overhead; ``+auto`` rows use queue thresholds fitted to the history
+(``--queues auto``) instead of ``--queues``.
 
     .venv/bin/python benchmarks/bench_quality.py                  # small: 2-core friendly (~1 min)
     .venv/bin/python benchmarks/bench_quality.py --jobs 2000 --loads 1,2,4.5 --overheads 0,30,60
@@ -30,6 +31,7 @@ from pathlib import Path
 from teiresias.domain import Cluster
 from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.registry import PolicyParams, build_policy
+from teiresias.policy.thresholds import fit_thresholds
 from teiresias.simulator import SimulationOptions, Simulator
 from teiresias.simulator.synth import PhillyParams, philly_like
 
@@ -44,6 +46,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "gittins+lq": ("gittins", {"last_queue": "gittins"}),
     # ... and preemption-cost aware: its cost is the replay's preemption overhead.
     "gittins+lq+c": ("gittins", {"last_queue": "gittins", "preempt_cost": None}),
+    # Queue thresholds fitted to the history (--queues auto; teiresias/policy/thresholds.py).
+    "las+auto": ("las", {"queues": "auto"}),
+    "gittins+auto": ("gittins", {"queues": "auto"}),
+    "gittins+lq+auto": ("gittins", {"last_queue": "gittins", "queues": "auto"}),
+    "gittins+lq+c+auto": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "queues": "auto"}),
 }
 
 
@@ -69,11 +76,13 @@ def main() -> None:
 
     draws, history = split(ServiceDistribution.from_samples_file(a.samples).samples, a.seed)
     cluster = Cluster.from_tiresias_spec(1, a.nodes, 8)
+    fitted = fit_thresholds(ServiceDistribution(history)).thresholds
     queues = tuple(float(x) for x in a.queues.split(","))
     names = a.policies.split(",")
     overheads = [float(x) for x in a.overheads.split(",")]
     print(f"{a.jobs} Philly-like jobs per trace on {cluster.total_gpus} GPUs, interval 60 s, queues {queues}, "
-          f"gittins history: {len(history)} held-out samples of {Path(a.samples).name}")
+          f"gittins history: {len(history)} held-out samples of {Path(a.samples).name}; "
+          f"auto queues fitted to it: {', '.join(f'{q:.0f}' for q in fitted)}")
     print(f"{'trace':<12} {'policy':<11} {'ovh s':>5} {'avg JCT':>9} {'median':>8} {'p95':>9} "
           f"{'avg/srsf':>8} {'p95/las':>7} {'preempt/job':>11} {'CPU s':>6}")
     for load in (float(x) for x in a.loads.split(",")):
@@ -85,7 +94,8 @@ def main() -> None:
             reg, over = VARIANTS[name]
             for ovh in ([0.0] if reg in ("srsf", "fifo") else overheads):
                 knobs = {k: (ovh if k == "preempt_cost" else v) for k, v in over.items()}
-                params = PolicyParams(queues=queues, distribution=ServiceDistribution(history), **knobs)
+                knobs["queues"] = fitted if knobs.get("queues") == "auto" else queues
+                params = PolicyParams(distribution=ServiceDistribution(history), **knobs)
                 opt = SimulationOptions(interval=60.0, preempt_overhead=ovh, progress=False, record_timeline=False)
                 c = time.process_time()
                 res = Simulator(trace, cluster, build_policy(reg, params), opt).run()

@@ -130,3 +130,24 @@ def test_newcomers_that_fit_extend_a_quiet_round():
     sim, fast = replay(trace, cluster, params, "las", opt)
     _, full = replay(trace, cluster, params, "las", replace(opt, prune_rounds=False, skip_quiet_ticks=False))
     assert fast.records == full.records and sim.extended_rounds > 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=jobs_st,
+    overhead=st.sampled_from([0.0, 7.0]),
+    interval=st.sampled_from([0.0, 10.0, 60.0]),
+    cost=st.sampled_from([0.0, 7.0, 300.0]),
+)
+def test_pruned_replay_equals_full_replay_with_the_indexed_last_queue(rows, overhead, interval, cost):
+    # The last queue's key (the index, lowered/raised by the preemption cost) is still each job's own:
+    # the `idle_first` promise the pruned rounds rely on holds.
+    cluster = Cluster.from_tiresias_spec(2, 2, 4)
+    trace = [TraceJob(i, g, float(s), float(d), "vgg16" if i % 2 else "resnet50") for i, (g, s, d) in enumerate(rows)]
+    params = PolicyParams(queues=(100.0,), last_queue="gittins", preempt_cost=cost,
+                          distribution=ServiceDistribution([50, 200, 800, 2000, 5000]))
+    opt = SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False)
+    _, full = replay(trace, cluster, params, "gittins", replace(opt, prune_rounds=False, skip_quiet_ticks=False))
+    _, fast = replay(trace, cluster, params, "gittins", opt)
+    assert fast.records == full.records
+    assert fast.summary.preemptions == full.summary.preemptions
