@@ -59,6 +59,13 @@ class PreemptionConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    # Loopback by default: the metrics name no job or user, but the queue's size is still the site's business.
+    address: str = "127.0.0.1"
+    port: int = 9464
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     path: Path | None = None
     partitions: tuple[str, ...] = ("gpu",)
@@ -89,6 +96,8 @@ class ControllerConfig:
     # Group that may read the state DB and audit log (files 0640, folders 0750);
     # None: only the controller's user (0600 / 0700). docs/controller.md "Files".
     file_group: str | None = None
+    # Prometheus /metrics (controller/metrics.py); None: not served.
+    metrics: MetricsConfig | None = None
 
     def switch_of(self, node: str) -> str:
         for switch, nodes in self.topology.items():
@@ -131,6 +140,7 @@ _SCHEMA: dict[str, Any] = {
     "topology": {"switches": None},
     "cells": None,
     "file_group": None,
+    "metrics": {"address": None, "port": None},
 }
 
 
@@ -314,6 +324,13 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         except KeyError:
             raise r.fail("file_group", f"no group named {group!r} on this host; create it or remove the key") from None
         kw["file_group"] = group
+    if "metrics" in data:
+        m = data["metrics"] or {}
+        md = MetricsConfig()
+        port = r.integer("metrics.port", m.get("port", md.port))
+        if port > 65535:
+            raise r.fail("metrics.port", f"must be a TCP port (1-65535), got {port}")
+        kw["metrics"] = MetricsConfig(r.string("metrics.address", m.get("address", md.address)), port)
     return ControllerConfig(**{**d.__dict__, **kw})
 
 

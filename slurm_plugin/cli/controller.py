@@ -6,13 +6,14 @@ import json
 import logging
 import signal
 import threading
+from typing import Any
 
 import click
 
 from slurm_plugin.config import ControllerConfig, load_config
 from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.lock import ControllerLock
-from slurm_plugin.controller.loop import RoundResult
+from slurm_plugin.controller.loop import Controller, RoundResult
 from slurm_plugin.controller.runtime import make_controller, setup_logging
 from slurm_plugin.controller.startup import unreachable_line
 from teiresias.errors import ConfigError, SlurmUnreachable
@@ -113,12 +114,35 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
             ctl.audit.close()
         return
 
+    server = None
+    if config.metrics is not None:
+        server = _serve_metrics(ctl, config)
     log.info("controller started: partitions %s, policy %s, poll every %gs, state %s%s",
              ",".join(config.partitions), config.policy.name, config.poll_interval, config.state_db,
              " (dry run)" if dry_run else "")
     try:
         ctl.run(stop, emit)
     finally:
+        if server is not None:
+            server.shutdown()
         ctl.store.close()
         ctl.audit.close()
         log.info("controller stopped")
+
+
+def _serve_metrics(ctl: Controller, config: ControllerConfig) -> Any:
+    """/metrics on the configured address (not with --once: nobody could scrape one round)."""
+    from slurm_plugin.controller.metrics import ControllerMetrics, serve
+
+    assert config.metrics is not None
+    ctl.metrics = ControllerMetrics(config.policy.queues)
+    addr, port = config.metrics.address, config.metrics.port
+    try:
+        server = serve(ctl.metrics, addr, port)
+    except OSError as exc:
+        ctl.store.close()
+        ctl.audit.close()
+        raise ConfigError(f"{config.path or 'config'}: metrics: cannot listen on {addr}:{port}"
+                          f" ({exc.strerror or exc}); choose another metrics.port or address") from None
+    log.info("metrics served on http://%s:%d/metrics", addr, port)
+    return server

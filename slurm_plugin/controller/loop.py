@@ -22,6 +22,9 @@ from slurm_plugin.controller import accounting, preemption, usage
 from slurm_plugin.controller import leases
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action, Enactor, fit_shape, priority_for
+from slurm_plugin.controller.explain import META_KEY as EXPLAIN_META_KEY
+from slurm_plugin.controller.explain import round_summary, vc_rows
+from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import HISTORY_WINDOW, current_packlimit, packlimit_json, run_outcomes
 from slurm_plugin.controller.profiles import SkewBook
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile, same_job
@@ -131,6 +134,8 @@ class Controller:
         # Non-tsbatch jobs: the signal their batch script asks for (they checkpoint and
         # requeue themselves on it), None when it asks for none. Read once per job.
         self._own_signals: dict[int, preemption.SignalSpec | None] = {}
+        # Prometheus metrics (controller/metrics.py), set by `controller run` when served.
+        self.metrics: ControllerMetrics | None = None
         # Run once, at the first round that reaches Slurm, before any record is touched:
         # checks the config against Slurm (ConfigError) and tells the store its cluster
         # (runtime.make_controller; controller/startup.py). Returns notes to log.
@@ -149,6 +154,8 @@ class Controller:
             dist = build_distribution(self._seed, self.store.samples()) if uses_samples else None
             config = replace(self.config, packlimit=packlimit.packlimit) if packlimit.source == "history" \
                 else self.config
+            if self._policy is not None and self.metrics is not None and key[0] != (self._policy_key or key)[0]:
+                self.metrics.refits.inc()
             self._policy = self._policy_factory(config, dist)
             self._policy_key = key
         return self._policy
@@ -235,17 +242,26 @@ class Controller:
         self._records = {j: r for j, r in records.items() if r.active}
         n = int(self.store.get_meta("rounds", "0") or 0) + 1
         if not self.dry_run:
+            # What `teiresias explain` (another process) needs beyond the job records.
+            previous = self.store.get_meta(EXPLAIN_META_KEY)
+            summary = round_summary(self.config, rec.snapshot, plan, n, json.loads(previous) if previous else None)
             with self.store.transaction():
                 self.store.set_meta("rounds", str(n))
                 self.store.set_meta("last_round", str(now))
+                self.store.set_meta(EXPLAIN_META_KEY, json.dumps(summary))
                 if cells_state is not None:
                     self.store.set_meta(CELLS_META_KEY, cells_state)
                 if themis_state is not None:
                     self.store.set_meta(leases.META_KEY, themis_state)
-        return RoundResult(now, n, self.dry_run, plan, enactor.actions, notes, len(rec.snapshot.jobs),
-                           {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
-                            "enact_s": t4 - t3, "total_s": t4 - t0},
-                           packlimit_json(self._packlimit) if self._packlimit is not None else None)
+        result = RoundResult(now, n, self.dry_run, plan, enactor.actions, notes, len(rec.snapshot.jobs),
+                             {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
+                              "enact_s": t4 - t3, "total_s": t4 - t0},
+                             packlimit_json(self._packlimit) if self._packlimit is not None else None)
+        if self.metrics is not None:
+            self.metrics.observe_round(result, rec.records, [rec.records[j] for j in rec.finished], now,
+                                       [(v["name"], v["quota_gpus"], v["guaranteed_gpus"], v["opportunistic_gpus"])
+                                        for v in vc_rows(plan)], getattr(plan, "migrate", {}))
+        return result
 
     def _archive_reused_ids(self, rec: Reconciled) -> None:
         """A job id seen before belongs to another job now (new or reset cluster):
@@ -310,8 +326,10 @@ class Controller:
             if not self.dry_run:
                 r.skew = self._skews.learn(r) or r.skew
             gpu_s = accounting.attained_gpu_seconds(r, now)
-            self.audit.write(job_id, "finished", r.final_state or "", jct=round((r.end_time or now) - r.submit_time, 3),
-                             attained_gpu_seconds=round(gpu_s, 1))
+            jct = (r.end_time or now) - r.submit_time
+            self.audit.write(job_id, "finished", r.final_state or "", jct=round(jct, 3),
+                             attained_gpu_seconds=round(gpu_s, 1),
+                             queueing_delay=round(max(0.0, jct - accounting.total_executed(r, r.end_time or now)), 3))
             if not self.dry_run and gpu_s > 0:
                 self.store.add_sample(job_id, gpu_s)  # the site's own prior for 2D-Gittins
         # Runs that ended since the last round (finished, requeued by themselves or by Slurm).
@@ -516,6 +534,8 @@ class Controller:
             try:
                 result = self.round()
             except SlurmUnreachable as exc:
+                if self.metrics is not None:
+                    self.metrics.observe_failure("slurm-unreachable")
                 if down_since is None:
                     down_since = time.time()
                     log.warning("%s; retrying every %.0fs at most", unreachable_line(exc), max_backoff)
@@ -526,6 +546,8 @@ class Controller:
             except SlurmError as exc:
                 # Slurm refused something unexpected: the state is journalled, the next round retries.
                 log.error("round failed: %s; retrying next round", exc)
+                if self.metrics is not None:
+                    self.metrics.observe_failure("slurm-error")
                 stop.wait(self.config.poll_interval)
                 continue
             if down_since is not None:

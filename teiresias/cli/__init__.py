@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cluster": "slurm_plugin.cli.cluster:cluster",
     "controller": "slurm_plugin.cli.controller:controller",
     "queue": "slurm_plugin.cli.queue:queue",
+    "explain": "slurm_plugin.cli.explain:explain_cmd",
     "demo": "slurm_plugin.cli.demo:demo",
     "sbatch": "wrappers.cli:sbatch",
     "profile": "profiler.cli:profile",

@@ -1,0 +1,85 @@
+"""`teiresias explain` against a real controller process on the real local Slurm cluster:
+a job pending behind running ones, a placed job, and a preempted one, each explanation's
+facts checked against Slurm and the audit log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from slurm_plugin.controller.state import Phase
+from tests.helpers import poll
+from tests.slurm.controller_support import REPO, TEIRESIAS, submit_protocol_job
+
+pytestmark = pytest.mark.slurm
+
+
+def explain(cluster, ctl, job: int, *extra: str) -> dict:
+    p = subprocess.run([*TEIRESIAS, "explain", str(job), "-c", str(ctl.config), "--json", *extra],
+                       capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_pending_placed_and_preempted_jobs_explained(cluster, make_controller, tmp_path):
+    # 40 GPU-s: a 4-GPU job leaves Q1 after 10 s, long enough to look at the waiting job.
+    ctl = make_controller(policy={"name": "las", "queues": [40]}).start()
+    old = [submit_protocol_job(cluster, tmp_path, 4, name=f"old{i}") for i in range(4)]
+    late = submit_protocol_job(cluster, tmp_path, 4, name="late")
+    running = {j: cluster.wait_for(j, "RUNNING", timeout=30) for j in old}
+    poll("a round that saw all four run", lambda: all(
+        (r := ctl.rec(j)) is not None and r.phase is Phase.RUNNING for j in old), 30)
+
+    # 1. Pending behind running ones: every GPU is held by the four jobs ahead of it, all in Q1.
+    e = explain(cluster, ctl, late)
+    if e["state"] == "PENDING" and ctl.rec(old[0]).queue == 0:
+        assert e["queue"] == "Q1" and e["rank"] == 5 and e["ranked"] == 5
+        assert e["slurm_state"] == "PENDING"
+        ahead = {a["job"]: a for a in e["ahead"]}
+        assert set(ahead) == set(old) and e["ahead_hidden"] == {"jobs": 0, "gpus_held": 0}
+        for j in old:  # the GPUs they hold are where Slurm runs them
+            assert {h["node"] for h in ahead[j]["holds"]} == set(running[j].nodes)
+            assert sum(h["gpus"] for h in ahead[j]["holds"]) == 4
+        assert [n["free"] for n in e["nodes"]] == [0, 0, 0, 0] and e["gpus"] == 4
+        assert e["next_event"]["what"].startswith("job ") and "drops to Q2 at 40 GPU-s" in e["next_event"]["what"]
+        assert e["next_event"]["at"] > e["plan_time"]
+        text = subprocess.run([*TEIRESIAS, "explain", str(late), "-c", str(ctl.config)], capture_output=True,
+                              text=True, env=cluster.env, cwd=REPO, timeout=60)
+        assert text.returncode == 0 and f"job {late} waits in Q1 at rank 5 of 5" in text.stdout
+    else:  # the machine was too slow to look within the 10 s window: say so rather than pass quietly
+        pytest.fail(f"job {late} was no longer waiting behind Q1 jobs when explained: {e['summary']}")
+
+    # 2. The olds drop to Q2; the late job (Q1) preempts one of them and is placed.
+    sj = cluster.wait_for(late, "RUNNING", timeout=60)
+    poll("the controller saw it run", lambda: ctl.rec(late).phase is Phase.RUNNING, 30)
+    e = explain(cluster, ctl, late)
+    assert e["state"] == "RUNNING" and e["slurm_state"] == "RUNNING"
+    assert {p["node"] for p in e["placement"]} == set(sj.nodes) and sum(p["gpus"] for p in e["placement"]) == 4
+    start = ctl.audit(late, "start")[0]
+    assert start["reason"].endswith("placed on " + ",".join(p["node"] for p in e["placement"]))
+
+    # 3. The preempted job: why (the audit's signal reason), and that it now waits.
+    victim = poll("a preempted job", lambda: next((j for j in old if ctl.rec(j).preemptions == 1), None), 30)
+    poll("it is pending again", lambda: ctl.rec(victim).phase is Phase.PENDING
+         and ctl.rec(victim).preemptions == 1, 30)
+    e = explain(cluster, ctl, victim)
+    (signal,) = ctl.audit(victim, "signal")
+    assert e["preemptions"] == 1 and e["last_preemption"]["reason"] == signal["reason"]
+    assert signal["reason"] == f"preempted by higher-priority job {late}"
+    assert e["last_preemption"]["time"] <= signal["time"]
+    if e["state"] == "PENDING":  # until the late job drops to Q2 too
+        assert e["queue"] == "Q2" and e["threshold_crossed"] == 40.0 and e["next_threshold"] is None
+        assert late in {a["job"] for a in e["ahead"]}
+    assert ctl.audit(victim, "queue")[0]["reason"] == "Q1 -> Q2"
+    assert ctl.alive()
+
+
+def test_unknown_job_is_exit_2_and_one_line(cluster, make_controller, tmp_path):
+    ctl = make_controller()
+    subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once"], capture_output=True,
+                   text=True, env=cluster.env, cwd=REPO, timeout=60, check=True)
+    p = subprocess.run([*TEIRESIAS, "explain", "999999", "-c", str(ctl.config)], capture_output=True, text=True,
+                       env=cluster.env, cwd=REPO, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "999999: no such managed job" in p.stderr
