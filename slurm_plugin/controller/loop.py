@@ -375,7 +375,7 @@ class Controller:
                 elif (own := self._own_signal(r, rec.slurm[job_id])) is not None:
                     # submitit, Lightning auto_requeue, NeMo: their signal, then they
                     # checkpoint and requeue themselves (docs/job-states.md).
-                    enactor.signal(r, f"{why}; it checkpoints itself on {own.spec}", now,
+                    enactor.signal(r, f"{why}; it checkpoints itself on {own}", now,
                                    signal=own.signal, scope=own.scope)
                 else:
                     # A plain sbatch job has no checkpoint hook: USR1 would just kill
