@@ -5,13 +5,18 @@ facts checked against Slurm and the audit log."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from slurm_plugin.controller.state import Phase
 from tests.helpers import poll
-from tests.slurm.controller_support import REPO, TEIRESIAS, submit_protocol_job
+from tests.slurm.controller_support import REPO, TEIRESIAS, submit_protocol_job, submit_sleep
+# The real non-root users and helpers of the queue's privacy test (same rules for explain).
+from tests.slurm.test_controller_ops_live import GROUP, USER, as_user, once, one_line, real_users, variant  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 
@@ -83,3 +88,51 @@ def test_unknown_job_is_exit_2_and_one_line(cluster, make_controller, tmp_path):
     p = subprocess.run([*TEIRESIAS, "explain", "999999", "-c", str(ctl.config)], capture_output=True, text=True,
                        env=cluster.env, cwd=REPO, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "999999: no such managed job" in p.stderr
+
+
+def test_a_real_user_explains_only_what_queue_shows_them(cluster, real_users, make_controller):
+    """Under PrivateData=jobs a non-root user explains their own job, sees root's job
+    ahead of it only as a count, and gets the unknown-job answer for root's job."""
+    base = Path(f"/var/tmp/tt-observe-explain-{os.getpid()}")
+    base.mkdir(mode=0o755)
+    os.chmod(base, 0o755)
+    conf_text = cluster.conf.read_text()
+    try:
+        ctl = make_controller()
+        shared = base / "teiresias.yaml"
+        shutil.copy(variant(ctl, "shared.yaml", state_db=str(base / "lib" / "state.db"),
+                            audit_log=str(base / "log" / "audit.jsonl"), file_group=GROUP), shared)
+        os.chmod(shared, 0o644)
+        mine = submit_sleep(cluster, 2)  # root's, ranked first
+        theirs = int(as_user(cluster, USER, "sbatch", "--parsable", "-p", "gpu", "--gpus=1", "-t", "10",
+                             "-D", "/tmp", "-o", "/dev/null", "--wrap", "sleep 600").stdout.strip())
+        cluster.conf.write_text(conf_text + "PrivateData=jobs\n")
+        subprocess.run(["scontrol", "reconfigure"], env=cluster.env, check=True, timeout=30)
+        poll("PrivateData in force", lambda: as_user(cluster, USER, "squeue", "-h", "-o", "%i").stdout.split()
+             == [str(theirs)], 30)
+        old = os.umask(0)
+        try:
+            assert once(cluster, shared).returncode == 0
+        finally:
+            os.umask(old)
+
+        def user_explain(job: int, *extra: str) -> subprocess.CompletedProcess:
+            return as_user(cluster, USER, "/usr/bin/python3", "-m", "teiresias", "explain", str(job), "-c",
+                           str(shared), *extra)
+
+        p = user_explain(theirs, "--json")
+        assert p.returncode == 0, p.stderr
+        e = json.loads(p.stdout)
+        assert e["job_id"] == theirs and e["rank"] == 2 and e["ahead"] == []
+        assert e["ahead_hidden"]["jobs"] == 1  # root's job: counted, not named
+        assert "root" not in p.stdout and f"job {mine}" not in p.stdout
+        denied = user_explain(mine)
+        unknown = user_explain(999999)
+        assert denied.returncode == unknown.returncode == 2
+        assert one_line(denied) == one_line(unknown).replace("999999", str(mine))
+        # root sees both, named.
+        assert {a["job"] for a in explain(cluster, ctl, theirs, "-c", str(shared))["ahead"]} == {mine}
+    finally:
+        cluster.conf.write_text(conf_text)
+        subprocess.run(["scontrol", "reconfigure"], env=cluster.env, timeout=30)
+        shutil.rmtree(base, ignore_errors=True)
