@@ -72,6 +72,9 @@ def _policy_names(text: str) -> list[str]:
               help="Scheduling interval (rounds also run on arrivals and completions); 0 = events only.")
 @click.option("--slowdown", "slowdown_path", default=None, metavar="FILE|none",
               help="Per-model skew/slowdown table (etc/slowdown.yaml format). [default: built-in Table 6]")
+@click.option("--sharing-slowdown", "sharing_path", default=None, metavar="FILE",
+              help="sjf-bsbf/sjf-ffs: GPU-sharing interference ratios and memory footprints (etc/sharing.yaml; "
+                   "docs/sjf-bsbf.md). [default: xi = 1.5 for every job, memory never binding]")
 @click.option("-s", "--seed", type=int, default=0, show_default=True,
               help="Recorded in the JSON; seeds themis' random order of leftover GPUs (the engine draws none).")
 @click.option("-j", "--json", "json_out", default=None, metavar="OUT.json",
@@ -111,6 +114,7 @@ def simulate(
     lease: float = 600.0, fairness_knob: float = 0.8,
     sweep_path: str | None = None, on_slurm: bool = False, partition: str | None = None,
     workers: int | None = None, workdir: str | None = None, csv_out: str | None = None,
+ sharing_path: str | None = None,
 ) -> None:
     """Replay a trace under the same policy objects the controller runs.
 
@@ -203,6 +207,14 @@ def simulate(
         kw["queues"] = q
     if packlimit is not None:
         kw["packlimit"] = packlimit
+    if sharing_path is not None:
+        from teiresias.policy.registry import SHARING_NAMES
+        from teiresias.simulator.sharing import load_sharing_model
+
+        if not set(names) & set(SHARING_NAMES):
+            raise ConfigError(f"--sharing-slowdown is read by the sharing policies; add one of "
+                              f"{', '.join(SHARING_NAMES)} to --policy")
+        kw["sharing"] = load_sharing_model(sharing_path)
     params = PolicyParams(**kw)
     built = [build_policy(n, params) for n in names]
     if cells_path is not None:

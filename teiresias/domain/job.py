@@ -61,6 +61,12 @@ class Job:
     # Measured GPU/CPU use of the current run (live controller, tsbatch jobs);
     # None: not running, not measured yet, or a simulated job.
     usage: JobUsage | None = None
+    # GPU sharing (SJF-BSBF): the job sharing this RUNNING job's GPUs (either
+    # side of the pair), and this job's sub-batch and gradient-accumulation
+    # steps when it runs with a smaller batch than asked (None / 1: full batch).
+    shared_with: JobId | None = None
+    sub_batch: int | None = None
+    accumulation: int = 1
 
     @property
     def attained_service(self) -> float:

@@ -10,6 +10,27 @@ from teiresias.domain.placement import Placement
 
 
 @dataclass(frozen=True)
+class Sharing:
+    """How a started job shares a running partner's GPUs, and why (Theorem 1's numbers).
+
+    ``slowdown`` / ``partner_slowdown``: xi, the factor on each one's iteration
+    time while both run; ``alone_slowdown``: the started job's iteration time
+    at ``sub_batch`` relative to its full batch (it keeps the sub-batch after
+    the partner ends). The averages are the pair's mean completion time in
+    seconds from now, shared and one after the other.
+    """
+
+    partner: JobId
+    sub_batch: int
+    accumulation: int
+    slowdown: float
+    partner_slowdown: float
+    alone_slowdown: float
+    shared_avg_jct: float
+    sequential_avg_jct: float
+
+
+@dataclass(frozen=True)
 class Plan:
     """The decisions of one round.
 
@@ -27,6 +48,9 @@ class Plan:
       this round loses its GPUs unless it wins them again; the owner stores
       it in ``Job.lease_end`` before the next round (like ``promote``).
     - ``rho``: finish-time fairness of each job's app (themis), for display.
+    - ``sharing``: for a started job that shares a kept job's GPUs (SJF-BSBF),
+      the pair's settings; its placement is a subset of the partner's GPUs,
+      which stay held by the partner (docs/sjf-bsbf.md).
     """
 
     start: Mapping[JobId, Placement] = field(default_factory=dict)
@@ -37,6 +61,7 @@ class Plan:
     order: tuple[JobId, ...] = ()
     reasons: Mapping[JobId, str] = field(default_factory=dict)
     index: Mapping[JobId, float] = field(default_factory=dict)
+    sharing: Mapping[JobId, "Sharing"] = field(default_factory=dict)
     leases: Mapping[JobId, float] = field(default_factory=dict)
     rho: Mapping[JobId, float] = field(default_factory=dict)
 

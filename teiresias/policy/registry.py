@@ -10,12 +10,16 @@ from teiresias.policy.base import PlacementPolicy, SchedulingPolicy
 
 if TYPE_CHECKING:
     from teiresias.policy.gittins import ServiceDistribution
+    from teiresias.policy.sjf_bsbf.model import SharingModel
 
-POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins", "themis")
+POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins", "themis", "sjf-bsbf", "sjf-ffs")
 PLACEMENT_NAMES = ("consolidate", "spread", "profile")
 # Oracles: they read Job.duration, which only the simulator knows. A live
 # controller should refuse them at start-up rather than fail every round.
 ORACLE_NAMES = ("srtf", "srsf")
+# GPU-sharing policies (docs/sjf-bsbf.md): a started job may share a running job's GPUs
+# (Plan.sharing), so their starts are not all on idle GPUs.
+SHARING_NAMES = ("sjf-bsbf", "sjf-ffs")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class PolicyParams:
     continuous: bool = False
     last_queue: str = "fifo"
     preempt_cost: float = 0.0
+    # sjf-bsbf / sjf-ffs: the interference and memory model (None: SharingModel's defaults).
+    sharing: "SharingModel | None" = None
     lease: float = 600.0
     fairness_knob: float = 0.8
     seed: int = 0
@@ -121,4 +127,9 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
         from teiresias.policy.themis.policy import ThemisPolicy
 
         return ThemisPolicy(placement, params.lease, params.fairness_knob, params.queues, params.seed)
+    if name in SHARING_NAMES:
+        from teiresias.policy.sjf_bsbf.policy import SjfBsbfPolicy, SjfFfsPolicy
+
+        cls = SjfBsbfPolicy if name == "sjf-bsbf" else SjfFfsPolicy
+        return cls(placement, params.sharing, params.distribution)
     raise ConfigError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
+from teiresias.domain.plan import Sharing
 from teiresias.errors import TeiresiasError
 from teiresias.policy.base import SchedulingPolicy
 from teiresias.policy.themis.apps import app_of
@@ -154,6 +155,8 @@ class Simulator:
         self._last_progress = t0  # last time some job's useful work was known to advance
         self.preemptions = 0
         self.overhead_total = 0.0
+        # GPU sharing (Plan.sharing): guest -> (host, guest's rate alone at its sub-batch, host's rate before)
+        self._share: dict[JobId, tuple[JobId, float, float]] = {}
 
     # -- bookkeeping ----------------------------------------------------------
     def _set_busy(self, t: float, delta: int) -> None:
@@ -238,6 +241,9 @@ class Simulator:
         self._set_busy(now, -j.num_gpus)
 
     def _preempt(self, j: SimJob, now: float) -> None:
+        if j.shared_with is not None:
+            raise SimulationError(f"policy {self.policy.name} preempted job {j.job_id}, which shares GPUs"
+                                  " (sharing policies are non-preemptive)")
         self._stop(j, now)
         if j.work_left < j.work_at_start:
             self._last_progress = now
@@ -256,7 +262,8 @@ class Simulator:
         self._pending_gpus += j.num_gpus
 
     def _complete(self, j: SimJob, now: float) -> None:
-        self._stop(j, now)
+        if not self._leave_pair(j, now):
+            self._stop(j, now)
         self._last_progress = now
         j.work_left = 0.0
         j.total_executed_time = j.trace.duration  # exact, whatever the float residue
@@ -282,6 +289,84 @@ class Simulator:
                 work=j.trace.duration,
             )
         )
+
+    # -- GPU sharing (sjf-bsbf / sjf-ffs; docs/sjf-bsbf.md) -------------------
+    # A guest runs on a subset of its host's GPUs, which stay counted as the
+    # host's (free, held, busy); both progress at 1/xi of their alone rate
+    # while paired. When one ends, the survivor runs alone again: a host at its
+    # old rate, a guest at its sub-batch's rate, now holding its own GPUs.
+    def _push(self, j: SimJob, now: float) -> None:
+        end = now + j.restore_left + j.work_left / j.rate
+        self._seq += 1
+        heapq.heappush(self._events, (end, self._seq, j.version, j.job_id))
+
+    def _start_shared(self, j: SimJob, placement: Placement, sh: Sharing, now: float) -> None:
+        host = self._running.get(sh.partner)
+        name = self.policy.name
+        if host is None or host.shared_with is not None or host.placement is None:
+            raise SimulationError(f"policy {name} shared job {j.job_id} with job {sh.partner}, which is not"
+                                  " running alone")
+        on = {a.node: a.gpus for a in host.placement.allocations}
+        if placement.num_gpus != j.num_gpus or any(a.gpus > on.get(a.node, 0) for a in placement.allocations):
+            raise SimulationError(f"policy {name} placed job {j.job_id} on GPUs its partner {sh.partner} does not hold"
+                                  f" ({j.num_gpus} needed)")
+        if min(sh.slowdown, sh.partner_slowdown, sh.alone_slowdown) <= 0:
+            raise SimulationError(f"policy {name} gave job {j.job_id} a non-positive slowdown")
+        self._pending_gpus -= j.num_gpus
+        j.settle()
+        del self._pending[j.job_id]
+        self._running[j.job_id] = j
+        j.state = JobState.RUNNING
+        j.placement = placement
+        if j.first_start_time is None:
+            j.first_start_time = now
+        alone = 1.0 / sh.alone_slowdown
+        j.rate = alone / sh.slowdown
+        j.nodes = placement.nodes
+        j.work_at_start = j.work_left
+        j.shared_with, j.sub_batch, j.accumulation = host.job_id, sh.sub_batch, sh.accumulation
+        host.settle()
+        self._share[j.job_id] = (host.job_id, alone, host.rate)
+        host.rate /= sh.partner_slowdown
+        host.shared_with = j.job_id
+        host.version += 1
+        self._push(host, now)
+        self._push(j, now)
+
+    def _leave_pair(self, j: SimJob, now: float) -> bool:
+        """Settle a pair when one of its jobs ends; True if ``j``'s GPUs were handled here."""
+        if j.shared_with is None:
+            return False
+        if j.job_id in self._share:  # the guest ends: its GPUs were the host's all along
+            host_id, _, host_rate = self._share.pop(j.job_id)
+            j.settle()
+            del self._running[j.job_id]
+            j.version += 1
+            j.placement = None
+            j.shared_with = None
+            host = self._running[host_id]
+            host.settle()
+            host.rate = host_rate
+            host.shared_with = None
+            host.version += 1
+            self._push(host, now)
+            return True
+        guest = self._running[j.shared_with]  # the host ends: the guest takes over its own GPUs
+        j.shared_with = None
+        self._stop(j, now)
+        _, alone, _ = self._share.pop(guest.job_id)
+        guest.settle()
+        assert guest.placement is not None
+        for a in guest.placement.allocations:
+            self._free[a.node] -= a.gpus
+            self._held[a.node] = self._held.get(a.node, 0) + a.gpus
+        self._free_total -= guest.num_gpus
+        self._set_busy(now, guest.num_gpus)
+        guest.rate = alone
+        guest.shared_with = None
+        guest.version += 1
+        self._push(guest, now)
+        return True
 
     def _pruned_plan(self, now: float) -> Plan | None:
         """The round's plan from a snapshot of the pending jobs alone, where that is provably the plan.
@@ -385,7 +470,10 @@ class Simulator:
             j = self._pending.get(jid)
             if j is None:
                 raise SimulationError(f"policy {self.policy.name} started job {jid}, which is not pending")
-            self._start(j, placement, now)
+            if jid in plan.sharing:
+                self._start_shared(j, placement, plan.sharing[jid], now)
+            else:
+                self._start(j, placement, now)
         for jid in plan.promote:
             j = active.get(jid)
             if j is not None:

@@ -91,9 +91,18 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
     for jid in plan.keep:
         for a in by_id[jid].placement.allocations:
             kept[a.node] += a.gpus
+    partners = [sh.partner for sh in plan.sharing.values()]
+    assert len(set(partners)) == len(partners), "a GPU holds at most two jobs"
     for jid, pl in plan.start.items():
         assert pl.num_gpus == by_id[jid].num_gpus
         assert len(set(pl.nodes)) == len(pl.nodes)
+        if jid in plan.sharing:
+            # A shared start (sjf-bsbf, sjf-ffs) sits on GPUs of one kept job that shared with nobody.
+            host = by_id[plan.sharing[jid].partner]
+            assert host.job_id in plan.keep and host.shared_with is None
+            on = {a.node: a.gpus for a in host.placement.allocations}
+            assert all(0 < a.gpus <= on.get(a.node, 0) for a in pl.allocations)
+            continue
         for a in pl.allocations:
             assert a.node in snap.cluster and a.gpus > 0
             started[a.node] += a.gpus

@@ -1,0 +1,104 @@
+"""Theorem 1 (one job pair) and Algorithm 2 (sub-batch search); docs/sjf-bsbf.md §3-4.
+
+A running job 1 (the host) has ``t1`` seconds of work left when alone; a new
+job 2 (the guest) needs ``t2`` seconds alone at its full batch, ``t2 * r(b)``
+at sub-batch b (gradient accumulation, SharingProfile.iteration_time).
+Shared, their iteration times grow by xi1 and xi2 (eq. 5-6). Start the guest
+at tau in [0, t1]: the sum of the two completion times is piecewise linear in
+tau with slope +1 where the guest ends first and 2 - xi1 (2 - 1/xi2) where the
+host ends first, so its minimum is at tau = 0 (share now) or tau = t1 (run
+one after the other), never in between (Theorem 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from teiresias.policy.sjf_bsbf.model import SharingModel
+
+
+@dataclass(frozen=True, slots=True)
+class PairTimes:
+    """Completion times (seconds from now) of host and guest."""
+
+    host_end: float
+    guest_end: float
+
+    @property
+    def average(self) -> float:
+        return (self.host_end + self.guest_end) / 2.0
+
+
+def overlapped(t1: float, t2b: float, xi1: float, xi2: float) -> PairTimes:
+    """Both run from now; the survivor goes on alone (the guest keeps its sub-batch)."""
+    if xi1 * t1 <= xi2 * t2b:
+        end1 = xi1 * t1
+        return PairTimes(end1, end1 + t2b - end1 / xi2)
+    end2 = xi2 * t2b
+    return PairTimes(t1 + end2 * (1.0 - 1.0 / xi1), end2)
+
+
+def sequential(t1: float, t2: float) -> PairTimes:
+    """The guest waits for the host's GPUs and then runs alone at its full batch."""
+    return PairTimes(t1, t1 + t2)
+
+
+def inserted_at(tau: float, t1: float, t2b: float, xi1: float, xi2: float) -> PairTimes:
+    """The guest starts after ``tau`` seconds (0 <= tau <= t1): Fig. 1 (c), for the proof's tests."""
+    rest = overlapped(t1 - tau, t2b, xi1, xi2)
+    return PairTimes(tau + rest.host_end, tau + rest.guest_end)
+
+
+@dataclass(frozen=True, slots=True)
+class PairDecision:
+    """Algorithm 2's answer for one (host, guest) pair, with the numbers behind it."""
+
+    share: bool
+    sub_batch: int
+    accumulation: int
+    xi_host: float
+    xi_guest: float
+    guest_slowdown_alone: float  # r(b): the guest's iteration time at b relative to its full batch
+    shared: PairTimes
+    sequential: PairTimes
+
+    @property
+    def best_average(self) -> float:
+        return self.shared.average if self.share else self.sequential.average
+
+
+def decide_pair(
+    model: SharingModel,
+    host_model: str,
+    host_sub_batch: int | None,
+    t1: float,
+    guest_model: str,
+    t2: float,
+    *,
+    first_fit: bool = False,
+) -> PairDecision | None:
+    """Best sub-batch and share-or-wait for a guest on a host's GPUs; None if no sub-batch fits memory.
+
+    ``first_fit`` (SJF-FFS): share with the largest sub-batch that fits,
+    whatever Theorem 1 says.
+    """
+    xi1, xi2 = model.interference(host_model, guest_model)
+    guest = model.profile(guest_model)
+    seq = sequential(t1, t2)
+    best: PairDecision | None = None
+    for b in guest.sub_batches(model.min_sub_batch):
+        if not model.fits(host_model, host_sub_batch, guest_model, b):
+            continue
+        r = guest.iteration_time(b)
+        times = overlapped(t1, t2 * r, xi1, xi2)
+        cand = PairDecision(
+            share=first_fit or times.average < seq.average,
+            sub_batch=b, accumulation=-(-guest.batch // b), xi_host=xi1, xi_guest=xi2,
+            guest_slowdown_alone=r, shared=times, sequential=seq,
+        )
+        if first_fit:
+            return cand
+        # Strictly better only: ties keep the larger sub-batch (fewer accumulation steps).
+        if best is None or times.average < best.shared.average:
+            best = cand
+    return best
