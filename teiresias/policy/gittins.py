@@ -153,6 +153,19 @@ class ServiceDistribution:
             g = np.where((i < n) & (denom > 0), c / denom, 0.0)
         return g
 
+    def finish_probabilities(self, attained: Sequence[float], deltas: Sequence[float]) -> np.ndarray:
+        """P(S - a <= delta | S > a) for many jobs: the numerator of ``indices`` (so that
+        index = probability / expected GPU-time spent within the quantum); 0 past every sample."""
+        self._arrays()
+        s, n = self._np, len(self._s)
+        a = np.asarray(attained, dtype=float)
+        d = np.asarray(deltas, dtype=float)
+        i = np.searchsorted(s, a, side="right")
+        finite = np.isfinite(d)
+        j = np.where(finite, np.searchsorted(s, a + np.where(finite, d, 0.0), side="right"), n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(i < n, (j - i) / np.maximum(n - i, 1), 0.0)
+
     def residual_indices(self, attained: Sequence[float]) -> np.ndarray:
         """G(a', infinity) = 1 / E[S - a' | S > a'] with a' the largest sample <= a (0 if none).
 

@@ -27,9 +27,11 @@ class GittinsPolicy:
     in FIFO order. With the paper's two queues, everything past the first
     threshold (most of the GPU-time of a heavy-tailed workload) is otherwise
     served first-come first-served; the index lets jobs that have outlived
-    only short samples go before those deep in the tail. ``preempt_cost``
-    (seconds of checkpoint + restore per preemption) keeps that order from
-    swapping jobs for less expected gain than the swap costs (``rank_mlfq``).
+    only short samples go before those deep in the tail.
+
+    ``preempt_cost`` (seconds of checkpoint + restore per preemption; 0 off,
+    the paper's): in every queue ranked by an index, jobs swap only for more
+    expected gain than the swap costs them (``rank_mlfq``).
 
     Continuous (``continuous=True``, Fig. 7): every job ranked by the
     supremum over Delta of Pseudocode 1's ratio, highest first, ties by job id.
@@ -88,6 +90,7 @@ class GittinsPolicy:
         ranked, queues, promoted, indices = rank_mlfq(
             jobs, self.thresholds, self.promote_knob, snapshot.now, dist.indices,
             dist.residual_indices if self.last_queue == "gittins" else None, self.preempt_cost,
+            dist.finish_probabilities,
         )
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted, index=indices)

@@ -30,6 +30,7 @@ def rank_mlfq(
     index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
     last_index: Callable[[Sequence[float]], Sequence[float]] | None = None,
     restart_cost: float = 0.0,
+    finish_prob: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
 ) -> tuple[list[Job], dict[JobId, int], list[JobId], dict[JobId, float]]:
     """Rank jobs for discretized 2DAS: queue first, then inside the queue.
 
@@ -53,13 +54,17 @@ def rank_mlfq(
     too is sorted by an index, highest first, ``last_index(attained)``
     computing all of them at once (Delta = infinity there); equal indices keep
     the FIFO order above, so jobs the distribution cannot tell apart are
-    never reshuffled. ``restart_cost`` (seconds a preemption costs a job:
-    checkpoint plus restore) makes that order preemption-cost aware: the
-    index is 1 / expected remaining GPU-time, and a running job's expected
-    remaining is lowered, a preempted waiting job's raised, by its cost in
-    GPU-seconds (cost x GPUs). So a waiting job displaces a running one only
-    if it is expected to need less GPU-time by more than what the swap costs
-    the two of them; with cost 0 nothing changes.
+    never reshuffled.
+
+    ``restart_cost`` (seconds a preemption costs a job: checkpoint plus
+    restore) makes every index-ranked queue preemption-cost aware. An index
+    is P / E: the chance to finish within the quantum over the expected
+    GPU-time spent in it (Delta = infinity: P = 1, E the expected remaining
+    GPU-time). A running job's E is lowered, a waiting job's that must
+    restore raised, by its cost in GPU-seconds (cost x GPUs;
+    ``finish_prob(attained, quanta)`` gives P). So a waiting job displaces a
+    running one only for more expected gain than the swap costs the two of
+    them; with cost 0 nothing changes.
 
     Lean on purpose: the simulator ranks every job on every event.
     Returns (ranked, queues, promoted, indices).
@@ -107,9 +112,14 @@ def rank_mlfq(
             continue
         add((q, start, j.submit_time, jid, j))
     if to_index:
-        values = index([t[2] for t in to_index], [thresholds[t[1]] for t in to_index])
-        for (j, q, _), g in zip(to_index, values):
+        att, quanta = [t[2] for t in to_index], [thresholds[t[1]] for t in to_index]
+        values = index(att, quanta)
+        probs = finish_prob(att, quanta) if restart_cost > 0 and finish_prob is not None else None
+        for k, ((j, q, _), g) in enumerate(zip(to_index, values)):
             g = float(g)
+            if probs is not None and g > 0:
+                # index = P / E (E: expected GPU-time within the quantum): the cost joins E.
+                g = _with_cost(g, float(probs[k]), restart_cost * j.num_gpus, j)
             indices[j.job_id] = g
             add((q, -g, j.job_id, j))
     if to_last:
@@ -117,16 +127,22 @@ def rank_mlfq(
         for (j, _, start), g in zip(to_last, values):
             g = float(g)
             if restart_cost > 0 and g > 0:
-                cost = restart_cost * j.num_gpus
-                if j.state is running:
-                    # Never below a second of GPU-time: the index stays finite.
-                    g = 1.0 / max(1.0 / g - cost, 1.0)
-                elif j.first_start_time is not None:
-                    g = 1.0 / (1.0 / g + cost)
+                g = _with_cost(g, 1.0, restart_cost * j.num_gpus, j)
             indices[j.job_id] = g
             add((last, -g, start, j.submit_time, j.job_id, j))
     keyed.sort()
     return [t[-1] for t in keyed], queues, promoted, indices
+
+
+def _with_cost(g: float, p: float, cost: float, j: Job) -> float:
+    """Index g = p / E with a preemption's cost (GPU-seconds) taken off E for a running job
+    (a swap would cost it that) and added for a waiting job that must restore."""
+    if j.state is JobState.RUNNING:
+        # Never below a second of GPU-time: the index stays finite.
+        return p / max(p / g - cost, 1.0)
+    if j.first_start_time is not None:
+        return p / (p / g + cost)
+    return g
 
 
 def mlfq_quiet_until(jobs: Sequence[Job], thresholds: Sequence[float], promote_knob: float | None,

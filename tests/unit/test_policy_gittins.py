@@ -134,3 +134,17 @@ def test_preempt_cost_keeps_a_running_job_unless_the_swap_gains_more_than_it_cos
     assert plan.index[1] == pytest.approx(1 / 15) and plan.index[2] == pytest.approx(1 / 16)
     with pytest.raises(ConfigError, match="preemption cost"):
         gittins(preempt_cost=-1.0)
+
+
+def test_preempt_cost_also_weighs_swaps_inside_the_indexed_upper_queues() -> None:
+    # Q1, Delta = 10, D = {4, 8, 12}. Running job 1 at a=0: P = 2/3, E[min(S,10)] = 22/3 (G = 1/11).
+    # Waiting job 2 (preempted before) at a=8: P = 1, E = 4 (G = 1/4). With cost k (1 GPU each):
+    # (2/3) / (22/3 - k) < 1 / (4 + k)  iff  k < 2.8: the swap happens below that cost only.
+    def decide(cost: float):
+        s = snap(cluster(1, 1), running(1, 1, {"s0n0": 1}),
+                 pending(2, 1, first_start_time=0.0, executed_time=8.0))
+        return gittins(preempt_cost=cost).decide(s)
+
+    assert decide(0.0).preempt == (1,) and decide(2.0).preempt == (1,)
+    assert decide(3.0).preempt == ()
+    assert decide(3.0).index[2] == pytest.approx(1 / 7) and decide(3.0).index[1] == pytest.approx((2 / 3) / (22 / 3 - 3))
