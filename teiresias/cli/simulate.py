@@ -57,8 +57,8 @@ def _policy_names(text: str) -> list[str]:
               help="Order of gittins' last queue: fifo by first start (the paper) or the Gittins index "
                    "with Delta = infinity, re-ranked when a job's GPU-time crosses a sample.")
 @click.option("--preempt-cost", type=float, default=0.0, show_default=True, metavar="SECONDS",
-              help="With --last-queue gittins: a preemption's checkpoint + restore cost; a last-queue swap "
-                   "must gain more expected GPU-time than it costs both jobs (0 = off).")
+              help="gittins: a preemption's checkpoint + restore cost; jobs ranked by the index swap only "
+                   "when the gain in expected GPU-time outweighs what the swap costs both (0 = off).")
 @click.option("-P", "--placement", type=click.Choice(_PLACEMENTS), default="consolidate", show_default=True)
 @click.option("--packlimit", type=float, default=None, metavar="SKEW",
               help="PACKLIMIT for --placement profile: consolidate iff skew > SKEW. [default: 0.5]")
@@ -187,8 +187,8 @@ def simulate(
                           "(las has no GPU-time distribution)")
     if preempt_cost < 0:
         raise ConfigError(f"--preempt-cost {preempt_cost} must be >= 0 seconds")
-    if preempt_cost > 0 and last_queue != "gittins":
-        raise ConfigError("--preempt-cost weighs swaps in gittins' indexed last queue; add --last-queue gittins")
+    if preempt_cost > 0 and "gittins" not in names:
+        raise ConfigError("--preempt-cost weighs swaps between jobs ranked by the Gittins index; add gittins to --policy")
     kw: dict = {"placement": placement, "continuous": continuous, "promote_knob": promote_knob,
                 "distribution": distribution, "last_queue": last_queue, "preempt_cost": preempt_cost,
                 "lease": lease, "fairness_knob": fairness_knob, "seed": seed}

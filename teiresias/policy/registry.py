@@ -34,8 +34,8 @@ class PolicyParams:
     - ``continuous``: las/gittins with continuous priority (Fig. 7) instead of queues.
     - ``last_queue``: order of gittins' last queue, ``fifo`` (paper) or ``gittins``
       (index with Delta = infinity); las has no distribution and stays FIFO.
-    - ``preempt_cost``: seconds a preemption costs a job (checkpoint + restore); with
-      ``last_queue="gittins"`` a last-queue swap must gain more than that (0: off).
+    - ``preempt_cost``: seconds a preemption costs a job (checkpoint + restore); gittins
+      swaps two jobs only when the index gain outweighs it for both (0: off).
     - ``lease``: themis GPU lease in seconds (Themis §3.3.2; default 10 min).
     - ``fairness_knob``: themis f in (0, 1): the 1 - f fraction of apps farthest
       from fair bid in each auction (Themis §3.3.2; default 0.8).
