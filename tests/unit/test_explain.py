@@ -123,3 +123,30 @@ def test_cli_bad_and_unknown_job_ids_are_exit_2_and_one_line(tmp_path):
         assert "Traceback" not in p.stderr
     h = _cli("--help", cwd=tmp_path)
     assert h.returncode == 0 and "teiresias explain 42" in h.stdout and "--json" in h.stdout
+
+
+def test_vc_quota_and_lease_from_the_summary():
+    summary = {**SUMMARY, "leases": {"1": 1003.0},
+               "vcs": [{"name": "vision", "accounts": ["cv"], "quota_gpus": 8, "guaranteed_gpus": 4,
+                        "opportunistic_gpus": 2, "guaranteed_jobs": [1], "opportunistic_jobs": []}]}
+    recs = records()
+    recs[1].account = "cv"
+    e = explain(1, recs, summary, 1000.0, lambda r: True)
+    assert e.vc == {"name": "vision", "quota_gpus": 8, "guaranteed_gpus": 4, "opportunistic_gpus": 2,
+                    "this_job": "guaranteed"}
+    # The lease (3 s) ends before its demotion (5 s): that is the next event.
+    assert e.lease_end == 1003.0 and e.next_event is not None and e.next_event.at == 1003.0
+    assert "lease ends" in e.next_event.what
+    assert explain(3, recs, summary, 1000.0, lambda r: True).vc is None  # account in no VC
+    text = format_text(e, 1000.0)
+    assert "vision: 4/8 guaranteed GPUs used" in text and "lease" in text
+
+
+def test_a_job_the_plan_starts_waits_for_preempted_gpus():
+    summary = {**SUMMARY, "start": {"3": [["n2", 2]]}}
+    recs = records()
+    recs[3].reason = "waiting for preempted jobs to release 1 GPU(s) on n2"
+    e = explain(3, recs, summary, 1000.0, lambda r: True)
+    assert e.waiting_for_start == ("the last plan starts it on 2 GPU(s) on n2; waiting for preempted jobs to"
+                                   " release 1 GPU(s) on n2")
+    assert [n["planned_for_it"] for n in e.nodes] == [0, 2]
