@@ -14,8 +14,9 @@ combination is one run::
       seeds: [0, 1]
     gittins_samples: history.csv       # needed when gittins is swept
     policies: [srsf, las, gittins]
-    queues: [[3600], [3600, 36000]]    # each item one set of thresholds
+    queues: [[3600], [3600, 36000], auto]  # each item one set of thresholds, or auto
     last_queue: [fifo, gittins]
+    preempt_cost: [0, 60]              # gittins only
     promote_knob: [null, 4]
     preempt_overhead: [0, 60]
     interval: 60
@@ -23,8 +24,10 @@ combination is one run::
 
 Every axis but ``traces``/``synth`` and ``policies`` is optional (defaults:
 ``teiresias simulate``'s). A knob a policy does not read is not multiplied
-out for it (``last_queue`` only for gittins; ``queues`` and ``promote_knob``
-only for las and gittins), so the table has no duplicate rows.
+out for it (``last_queue`` and ``preempt_cost`` only for gittins; ``queues``
+and ``promote_knob`` only for las and gittins), so the table has no duplicate
+rows. ``auto`` thresholds are fitted to ``gittins_samples`` in each run
+(teiresias.policy.thresholds; the row's ``queues`` shows the fitted ones).
 
 Where runs go: a local process pool (``run_local``), or a Slurm job array on
 the site's own cluster (``run_on_slurm``): one array task per run, each
@@ -49,7 +52,7 @@ from teiresias import yamlconf
 from teiresias.errors import ConfigError, TeiresiasError
 
 _KEYS = ("cluster", "traces", "synth", "gittins_samples", "policies", "queues", "last_queue", "promote_knob",
-         "preempt_overhead", "interval", "placement")
+         "preempt_overhead", "preempt_cost", "interval", "placement")
 _SYNTH_KEYS = ("samples", "jobs", "loads", "seeds", "max_duration")
 # Policies that read queues / promote_knob; only gittins reads last_queue.
 _MLFQ = ("las", "gittins")
@@ -68,10 +71,11 @@ class SweepRun:
     trace_label: str
     cluster: str
     policy: str
-    queues: tuple[float, ...] = (3600.0,)
+    queues: tuple[float, ...] | str = (3600.0,)  # or "auto"
     last_queue: str = "fifo"
     promote_knob: float | None = None
     preempt_overhead: float = 0.0
+    preempt_cost: float = 0.0
     interval: float = 60.0
     placement: str = "consolidate"
     gittins_samples: str | None = None
@@ -94,8 +98,9 @@ class SweepSpec:
     synth: SynthSpec | None
     gittins_samples: Path | None
     policies: tuple[str, ...]
-    queues: tuple[tuple[float, ...], ...]
+    queues: tuple[tuple[float, ...] | str, ...]
     last_queue: tuple[str, ...]
+    preempt_cost: tuple[float, ...]
     promote_knob: tuple[float | None, ...]
     preempt_overhead: tuple[float, ...]
     interval: float
@@ -172,9 +177,12 @@ def load_spec(path: str | Path) -> SweepSpec:
         policies.append(p)
     queues = []
     raw_q = data.get("queues", [[3600]])
-    if isinstance(raw_q, list) and raw_q and not isinstance(raw_q[0], list):
+    if isinstance(raw_q, list) and raw_q and all(isinstance(q, (int, float)) for q in raw_q):
         raw_q = [raw_q]  # one set of thresholds written flat: [3600, 36000]
     for i, qs in enumerate(_nonempty(src, "queues", raw_q)):
+        if qs == "auto":
+            queues.append("auto")
+            continue
         got = tuple(yamlconf.number(src, f"queues[{i}]", q, minimum=1e-9) for q in _nonempty(src, f"queues[{i}]", qs))
         if any(b <= a for a, b in zip(got, got[1:])):
             raise ConfigError(f"{src}: queues[{i}]: thresholds must be strictly increasing, got {list(got)}")
@@ -186,6 +194,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         last.append(x)
     knobs = [None if k is None else yamlconf.number(src, f"promote_knob[{i}]", k, minimum=0)
              for i, k in enumerate(_nonempty(src, "promote_knob", data.get("promote_knob", [None])))]
+    costs = [yamlconf.number(src, f"preempt_cost[{i}]", x, minimum=0)
+             for i, x in enumerate(_nonempty(src, "preempt_cost", data.get("preempt_cost", [0])))]
     overheads = [yamlconf.number(src, f"preempt_overhead[{i}]", x, minimum=0)
                  for i, x in enumerate(_nonempty(src, "preempt_overhead", data.get("preempt_overhead", [0])))]
     interval = yamlconf.number(src, "interval", data.get("interval", 60.0), minimum=0)
@@ -193,11 +203,11 @@ def load_spec(path: str | Path) -> SweepSpec:
     if placement not in PLACEMENT_NAMES:
         raise ConfigError(f"{src}: placement: must be one of {', '.join(PLACEMENT_NAMES)}, got {placement!r}")
     samples = _file(src, "gittins_samples", data["gittins_samples"]) if data.get("gittins_samples") else None
-    if "gittins" in policies and samples is None:
-        raise ConfigError(f"{src}: gittins_samples: missing; policy gittins needs job GPU-time samples "
+    if samples is None and ("gittins" in policies or "auto" in queues):
+        raise ConfigError(f"{src}: gittins_samples: missing; gittins and queues: auto need job GPU-time samples "
                           "(a CSV with a 'duration' column)")
     return SweepSpec(src, cluster, traces, synth, samples, tuple(policies), tuple(queues), tuple(last),
-                     tuple(knobs), tuple(overheads), interval, placement)
+                     tuple(costs), tuple(knobs), tuple(overheads), interval, placement)
 
 
 # -- expanding it into runs -----------------------------------------------------
@@ -232,17 +242,18 @@ def expand(spec: SweepSpec, workdir: Path) -> list[SweepRun]:
     samples_path = str(spec.gittins_samples.resolve()) if spec.gittins_samples else None
     for (trace, label), policy in itertools.product(traces, spec.policies):
         mlfq = policy in _MLFQ
-        for queues, last, knob, ovh in itertools.product(
-            spec.queues if mlfq else spec.queues[:1],
+        for queues, last, cost, knob, ovh in itertools.product(
+            spec.queues if mlfq else ((3600.0,),),
             spec.last_queue if policy == "gittins" else ("fifo",),
+            spec.preempt_cost if policy == "gittins" else (0.0,),
             spec.promote_knob if mlfq else (None,),
             spec.preempt_overhead,
         ):
             runs.append(SweepRun(
                 index=len(runs), trace=trace, trace_label=label, cluster=str(spec.cluster.resolve()),
-                policy=policy, queues=queues if mlfq else (3600.0,), last_queue=last, promote_knob=knob,
+                policy=policy, queues=queues, last_queue=last, preempt_cost=cost, promote_knob=knob,
                 preempt_overhead=ovh, interval=spec.interval, placement=spec.placement,
-                gittins_samples=samples_path if policy == "gittins" else None,
+                gittins_samples=samples_path if policy == "gittins" or queues == "auto" else None,
             ))
     return runs
 
@@ -259,13 +270,20 @@ def run_one(run: SweepRun) -> dict:
     cluster = load_cluster(run.cluster)
     trace = read_trace(run.trace, cluster)
     dist = ServiceDistribution.from_samples_file(run.gittins_samples) if run.gittins_samples else None
-    params = PolicyParams(queues=run.queues, promote_knob=run.promote_knob, distribution=dist,
-                          placement=run.placement, last_queue=run.last_queue)
+    queues = run.queues
+    if queues == "auto":
+        from teiresias.policy.thresholds import fit_thresholds
+
+        assert dist is not None  # load_spec requires gittins_samples for auto
+        queues = fit_thresholds(dist).thresholds
+    params = PolicyParams(queues=queues, promote_knob=run.promote_knob, distribution=dist,
+                          placement=run.placement, last_queue=run.last_queue, preempt_cost=run.preempt_cost)
     opt = SimulationOptions(interval=run.interval, preempt_overhead=run.preempt_overhead, progress=False,
                             record_timeline=False)
     s = Simulator(trace, cluster, build_policy(run.policy, params), opt).run().summary
     row = {k: v for k, v in asdict(run).items() if k not in ("cluster", "gittins_samples")}
-    row["queues"] = list(run.queues)
+    row["queues"] = list(queues)
+    row["queues_auto"] = run.queues == "auto"
     row.update(s.as_json())
     row["preemptions_per_job"] = s.preemptions / s.jobs if s.jobs else 0.0
     return row
@@ -293,7 +311,8 @@ def write_runs(runs: Sequence[SweepRun], workdir: Path) -> Path:
 def array_task(workdir: Path, index: int) -> Path:
     """One Slurm array task: run ``index`` of ``workdir/runs.json``, its row to ``results/<index>.json``."""
     raw = json.loads((workdir / "runs.json").read_text(encoding="utf-8"))[index]
-    raw["queues"] = tuple(raw["queues"])
+    if raw["queues"] != "auto":
+        raw["queues"] = tuple(raw["queues"])
     row = run_one(SweepRun(**raw))
     out = workdir / "results" / f"{index}.json"
     tmp = out.with_suffix(".tmp")
@@ -347,7 +366,8 @@ def run_on_slurm(runs: Sequence[SweepRun], workdir: Path, partition: str | None 
 
 
 # -- merging ----------------------------------------------------------------------
-COLUMNS = ("index", "trace_label", "policy", "queues", "last_queue", "promote_knob", "preempt_overhead",
+COLUMNS = ("index", "trace_label", "policy", "queues", "queues_auto", "last_queue", "preempt_cost", "promote_knob",
+           "preempt_overhead",
            "interval", "placement", "jobs", "avg_jct", "median_jct", "p95_jct", "avg_queue_delay", "makespan",
            "preemptions", "preemptions_per_job", "gpu_utilization", "avg_jct_vs_srsf", "wall_seconds", "trace")
 
@@ -375,11 +395,13 @@ def label(r: dict) -> str:
     """A run's knobs in a few characters (table and plot)."""
     parts = [r["policy"]]
     if r["policy"] in _MLFQ:
-        parts.append("q" + "/".join(f"{q:g}" for q in r["queues"]))
+        parts.append("qauto" if r.get("queues_auto") else "q" + "/".join(f"{q:g}" for q in r["queues"]))
         if r["promote_knob"] is not None:
             parts.append(f"k{r['promote_knob']:g}")
     if r["last_queue"] != "fifo":
         parts.append(f"lq-{r['last_queue']}")
+    if r.get("preempt_cost"):
+        parts.append(f"c{r['preempt_cost']:g}")
     if r["preempt_overhead"]:
         parts.append(f"o{r['preempt_overhead']:g}")
     return " ".join(parts)

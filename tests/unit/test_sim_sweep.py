@@ -90,3 +90,20 @@ def test_sweep_flags_without_a_sweep_and_a_missing_trace_are_one_line(args, need
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], r.output
+
+
+def test_auto_queues_and_preempt_cost_are_axes(tmp_path):
+    (tmp_path / "s.yaml").write_text(SPEC.replace("policies: [srsf, las, gittins]", "policies: [las, gittins]")
+                                     .replace("last_queue: [fifo, gittins]", "queues: [[3600], auto]\npreempt_cost: [0, 30]")
+                                     .replace("loads: [1, 2, 4]", "loads: [4]"))
+    runs = sweep.expand(sweep.load_spec(tmp_path / "s.yaml"), tmp_path / "wd")
+    # las: 2 queue settings; gittins: 2 queue settings x 2 costs.
+    assert [(r.policy, r.queues, r.preempt_cost) for r in runs] == [
+        ("las", (3600.0,), 0.0), ("las", "auto", 0.0),
+        ("gittins", (3600.0,), 0.0), ("gittins", (3600.0,), 30.0), ("gittins", "auto", 0.0), ("gittins", "auto", 30.0)]
+    from teiresias.policy.gittins import ServiceDistribution
+    from teiresias.policy.thresholds import fit_thresholds
+
+    row = sweep.run_one(runs[1])
+    assert row["queues_auto"] and tuple(row["queues"]) == fit_thresholds(
+        ServiceDistribution.from_samples_file(SAMPLES)).thresholds
