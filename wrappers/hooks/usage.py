@@ -18,9 +18,10 @@ everything below its leader (tsbatch runs the script in a group of its own,
 so that is the script, torchrun's agent and its workers), else our own process
 and its children.
 
-Cost (docs/benchmarks.md "Usage sampling"): one sample of a 5-process tree,
-file written, takes ~1.9 ms of CPU without NVML; every 5 s that is ~0.04% of
-one core (the NVML reads on a real GPU are not measured here: no GPU).
+Cost (docs/benchmarks.md "Usage sampling", benchmarks/bench_usage.py): one
+sample, file written, takes 2-4 ms of CPU for 1-20 processes without NVML;
+every 5 s that is 0.04-0.08% of one core (the NVML reads on a real GPU are
+not measured here: no GPU).
 """
 
 from __future__ import annotations
