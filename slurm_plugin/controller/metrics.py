@@ -17,6 +17,7 @@ id or user name, so the series stay few and the metrics leak no job.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
@@ -154,9 +155,11 @@ class ControllerMetrics:
 
     def observe_round(self, result: "RoundResult", records: Mapping[int, JobRecord],
                       finished: Iterable[JobRecord], now: float, vcs: list[tuple[str, int, int, int]] | None = None,
-                      migrated: Iterable[int] = ()) -> None:
+                      migrated: Iterable[int] = (), ended: float | None = None) -> None:
         """``records``: every record the round saw (finished ones included); ``finished``: those
-        that ended in this round; ``vcs``: (name, quota, guaranteed, opportunistic GPUs)."""
+        that ended in this round; ``vcs``: (name, quota, guaranteed, opportunistic GPUs);
+        ``ended``: when the round ended (default: now), after its last audit line, so that
+        audit lines up to it are exactly those of the rounds counted here."""
         self.rounds.inc()
         self.round_time.observe(result.timings.get("total_s", 0.0))
         self.poll_time.observe(result.timings.get("poll_s", 0.0))
@@ -191,7 +194,8 @@ class ControllerMetrics:
         pl = result.packlimit
         with self._lock:
             self._gauges = _Gauges(jobs, attained, list(vcs or ()),
-                                   (float(pl["value"]), str(pl.get("source", ""))) if pl else None, now)
+                                   (float(pl["value"]), str(pl.get("source", ""))) if pl else None,
+                                   time.time() if ended is None else ended)
 
     def observe_failure(self, why: str) -> None:
         self.round_failures.labels(why).inc()

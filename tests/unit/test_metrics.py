@@ -54,7 +54,7 @@ def test_one_round_sets_every_kind_of_metric():
                2: rec(2, Phase.PREEMPTING, queue=1, closed_run_seconds=3.0),
                6: rec(6, Phase.PENDING, queue=1, closed_run_seconds=5.0)}
     done = rec(9, Phase.FINISHED, closed_run_seconds=30.0, end_time=160.0, final_state="COMPLETED")
-    m.observe_round(result, {**records, 9: done}, [done], 200.0, [("vc1", 8, 4, 2)])
+    m.observe_round(result, {**records, 9: done}, [done], 200.0, [("vc1", 8, 4, 2)], ended=200.5)
     s = samples(m)
     assert s[("teiresias_jobs", (("phase", "RUNNING"), ("queue", "Q1")))] == 1
     assert s[("teiresias_jobs", (("phase", "PENDING"), ("queue", "Q2")))] == 1
@@ -77,7 +77,7 @@ def test_one_round_sets_every_kind_of_metric():
     assert s[("teiresias_vc_guaranteed_gpus", (("vc", "vc1"),))] == 8
     assert s[("teiresias_vc_used_gpus", (("kind", "opportunistic"), ("vc", "vc1")))] == 2
     assert s[("teiresias_packlimit", (("source", "history"),))] == 0.4
-    assert s[("teiresias_last_round_timestamp_seconds", ())] == 200.0
+    assert s[("teiresias_last_round_timestamp_seconds", ())] == 200.5
     assert s[("teiresias_rounds_total", ())] == 1
 
 
