@@ -191,7 +191,8 @@ def explain(job_id: int, records: Mapping[int, JobRecord], summary: Mapping[str,
     r = records[job_id]
     summary = summary or {}
     thresholds = [float(t) for t in summary.get("thresholds", [])]
-    order = sorted((o for o in records.values() if o.active and o.rank is not None), key=lambda o: o.rank)  # type: ignore[arg-type, return-value]
+    order = sorted((o for o in records.values() if o.active and o.rank is not None),
+                   key=lambda o: o.rank or 0)
     rank_of = {o.job_id: i for i, o in enumerate(order)}
     me = rank_of.get(job_id)
     ahead: list[Ahead] = []
@@ -293,8 +294,9 @@ def format_text(e: Explanation, now: float) -> str:
     if e.waiting_for_start:
         row("start", e.waiting_for_start)
     if e.preemptions or e.last_preemption:
-        row("preempted", f"{e.preemptions} time(s)" + (
-            f", last {_ago(e.last_preemption['time'], now)}: {e.last_preemption['reason']}" if e.last_preemption else ""))
+        last = e.last_preemption
+        row("preempted", f"{e.preemptions} time(s)"
+            + (f", last {_ago(last['time'], now)}: {last['reason']}" if last else ""))
     if e.ahead or e.ahead_hidden["jobs"]:
         parts = [f"{a.job} ({a.user}, {a.phase.lower()}, {a.queue}, {a.gpus} GPU(s)"
                  + (" on " + ",".join(f"{h['node']}:{h['gpus']}" for h in a.holds) if a.holds else "") + ")"

@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from slurm_plugin.controller import accounting
-from slurm_plugin.controller.state import JobRecord, Phase
+from slurm_plugin.controller.state import JobRecord
 
 if TYPE_CHECKING:  # loop.py imports this module's users, not the other way round
     from slurm_plugin.controller.loop import RoundResult
@@ -210,5 +210,3 @@ def serve(metrics: ControllerMetrics, address: str, port: int) -> Any:
     server, _thread = start_http_server(port, addr=address, registry=metrics.registry)
     return server
 
-
-PHASES = tuple(p.value for p in Phase)
