@@ -23,8 +23,9 @@ class GittinsPolicy:
 
     ``last_queue="gittins"`` (not the paper's default): the last queue is
     sorted by G(a', infinity), a' the attained service snapped down to the
-    largest sample below it (``ServiceDistribution.residual_indices``), ties
-    in FIFO order. With the paper's two queues, everything past the first
+    largest of the distribution's ``last_queue_points``-quantiles below it
+    (``ServiceDistribution.residual_indices``; None: every sample), ties in
+    FIFO order. With the paper's two queues, everything past the first
     threshold (most of the GPU-time of a heavy-tailed workload) is otherwise
     served first-come first-served; the index lets jobs that have outlived
     only short samples go before those deep in the tail.
@@ -55,6 +56,7 @@ class GittinsPolicy:
         continuous: bool = False,
         last_queue: str = "fifo",
         preempt_cost: float = 0.0,
+        last_queue_points: int | None = 16,
     ) -> None:
         if last_queue not in LAST_QUEUE_ORDERS:
             raise ConfigError(f"last queue order {last_queue!r}: choose one of {', '.join(LAST_QUEUE_ORDERS)}")
@@ -72,11 +74,17 @@ class GittinsPolicy:
         if preempt_cost < 0:
             raise ConfigError(f"preemption cost {preempt_cost} must be >= 0 seconds")
         self.preempt_cost = preempt_cost
+        if last_queue_points is not None and last_queue_points < 2:
+            raise ConfigError(f"last queue points {last_queue_points} must be >= 2 (or None: every sample)")
+        self.last_queue_points = last_queue_points
 
     def with_distribution(self, distribution: ServiceDistribution) -> "GittinsPolicy":
         """The same policy over a new distribution (the controller learns from completed jobs)."""
         return GittinsPolicy(self.placement, distribution, self.thresholds, self.promote_knob, self.continuous,
-                             self.last_queue, self.preempt_cost)
+                             self.last_queue, self.preempt_cost, self.last_queue_points)
+
+    def _last_index(self, attained):
+        return self.distribution.residual_indices(attained, self.last_queue_points)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs
@@ -89,7 +97,7 @@ class GittinsPolicy:
 
         ranked, queues, promoted, indices = rank_mlfq(
             jobs, self.thresholds, self.promote_knob, snapshot.now, dist.indices,
-            dist.residual_indices if self.last_queue == "gittins" else None, self.preempt_cost,
+            self._last_index if self.last_queue == "gittins" else None, self.preempt_cost,
             dist.finish_probabilities,
         )
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)

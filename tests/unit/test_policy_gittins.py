@@ -148,3 +148,23 @@ def test_preempt_cost_also_weighs_swaps_inside_the_indexed_upper_queues() -> Non
     assert decide(0.0).preempt == (1,) and decide(2.0).preempt == (1,)
     assert decide(3.0).preempt == ()
     assert decide(3.0).index[2] == pytest.approx(1 / 7) and decide(3.0).index[1] == pytest.approx((2 / 3) / (22 / 3 - 3))
+
+
+def test_the_policy_snaps_to_quantile_points_so_a_job_re_ranks_a_few_times_only() -> None:
+    # points=2: the one grid point is the lower median, 8. Below it a' = 0 (G = 4/54), from it on a' = 8.
+    assert D4.residual_indices([5.0, 10.0, 13.0, 40.0], points=2).tolist() == pytest.approx(
+        [4 / 54, 1 / 13, 1 / 13, 1 / 13])
+    # So with two points jobs at a=10 and a=13 tie and keep FIFO order; with every sample (None) they do not.
+    early = pending(4, 1, first_start_time=0.0, executed_time=13.0)
+    late = pending(5, 1, first_start_time=5.0, executed_time=10.0)
+    s = snap(cluster(1, 8), early, late, now=20.0)
+    from teiresias.policy.gittins_policy import GittinsPolicy
+    from teiresias.policy.placement import ConsolidatePlacement
+
+    def order(points):
+        return GittinsPolicy(ConsolidatePlacement(), D4, (10.0,), last_queue="gittins",
+                             last_queue_points=points).decide(s).order
+
+    assert order(2) == (4, 5) and order(None) == (5, 4)
+    with pytest.raises(ConfigError, match="last queue points"):
+        GittinsPolicy(ConsolidatePlacement(), D4, last_queue_points=1)
