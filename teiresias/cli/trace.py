@@ -47,12 +47,15 @@ def trace() -> None:
 @click.option("--max-gpus", type=int, default=None, help="philly: drop GPU sizes above this.")
 @click.option("--mean-interarrival", type=float, default=30.0, show_default=True, help="testbed: mean gap, s.")
 @click.option("-s", "--seed", type=int, default=0, show_default=True)
+@click.option("-A", "--apps", "num_apps", type=int, default=None, metavar="N",
+              help="Group the jobs into N apps (an 'app' column for themis): bursts of a search, "
+                   "Zipf-sized apps. [default: no app column]")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of the trace on stdout.")
 def synth(
     kind: str, output: str, num_jobs: int, samples: str | None, cluster_path: str | None,
     cluster_gpus: int | None, load: float, arrival_rate: float | None, gpu_mix: str | None,
     min_duration: float | None, max_duration: float | None, max_gpus: int | None,
-    mean_interarrival: float, seed: int, as_json: bool,
+    mean_interarrival: float, seed: int, as_json: bool, num_apps: int | None = None,
 ) -> None:
     """Write a synthetic Tiresias-format trace (seeded: same flags, same file).
 
@@ -102,6 +105,12 @@ def synth(
             max_gpus=min(max_gpus or per_node_cap, per_node_cap),
         )
         jobs = philly_like(dist.samples, params, seed=seed)
+    if num_apps is not None:
+        if num_apps < 1:
+            raise ConfigError(f"--apps {num_apps} must be >= 1 (the number of apps to group the jobs into)")
+        from teiresias.simulator.synth import with_apps
+
+        jobs = with_apps(jobs, num_apps, seed)
     if output == "-":
         write_trace_to(sys.stdout, jobs)
     else:

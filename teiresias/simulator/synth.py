@@ -24,7 +24,8 @@ same arguments, same trace, byte for byte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -182,4 +183,22 @@ def parse_gpu_mix(text: str) -> dict[int, float]:
         out[gi] = wf
     if not out:
         raise ConfigError("empty GPU mix; write GPUS:WEIGHT pairs, e.g. 1:240,2:40,4:80")
+    return out
+
+
+def with_apps(jobs: Sequence[TraceJob], num_apps: int, seed: int = 0, burst: float = 0.7) -> list[TraceJob]:
+    """The same jobs grouped into ``num_apps`` Themis apps (``app`` column ``app0``..): public traces
+    name none. Hyper-parameter searches submit in bursts, so a job joins the app of the job
+    submitted before it with probability ``burst``, else an app drawn with Zipf weights 1/(i+1)
+    (a few large apps, many small ones). Seeded: same jobs and seed, same apps."""
+    if num_apps < 1:
+        raise ValueError("num_apps must be >= 1")
+    rng = random.Random(seed * 7919 + num_apps)
+    weights = [1.0 / (i + 1) for i in range(num_apps)]
+    out: list[TraceJob] = []
+    cur: int | None = None
+    for j in sorted(jobs, key=lambda j: j.submit_time):
+        if cur is None or rng.random() >= burst:
+            cur = rng.choices(range(num_apps), weights)[0]
+        out.append(replace(j, app=f"app{cur}"))
     return out

@@ -81,3 +81,19 @@ def test_bad_themis_knobs_are_one_line_exit_2(tmp_path: Path, args, message):
                                  "-p", "themis", *args])
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_trace_synth_groups_jobs_into_apps(tmp_path: Path):
+    root = Path(__file__).resolve().parents[2]
+    args = ["trace", "synth", "-k", "philly", "-n", "200", "-S", str(root / "teiresias/data/yarn-gput10000.csv"),
+            "-G", "64", "-A", "6", "-s", "3"]
+    a = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "a.csv")], catch_exceptions=False)
+    b = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "b.csv")], catch_exceptions=False)
+    assert a.exit_code == 0 and b.exit_code == 0, a.output
+    text = (tmp_path / "a.csv").read_text()
+    assert text == (tmp_path / "b.csv").read_text(), "same flags, same file"
+    assert text.splitlines()[0].endswith(",app")
+    apps = [line.rsplit(",", 1)[1] for line in text.splitlines()[1:]]
+    assert set(apps) <= {f"app{i}" for i in range(6)} and len(set(apps)) > 1
+    bad = CliRunner().invoke(cli, [*args[:-4], "-A", "0", "-o", str(tmp_path / "c.csv")])
+    assert bad.exit_code == 2 and "--apps 0 must be >= 1" in bad.output

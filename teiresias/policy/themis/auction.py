@@ -2,13 +2,16 @@
 
 Bids are bounded on purpose: an app bids rho for each *level* of its own job
 order (its first m jobs, so every level is a GPU count its jobs can use
-all-or-nothing), at most ``MAX_LEVELS`` levels, and GPUs are counted per node,
-not named one by one. The proportional-fair allocation maximizes
-prod 1/rho_i, i.e. sum log(1/rho_i), over:
+all-or-nothing), at most ``MAX_LEVELS`` levels. The proportional-fair
+allocation maximizes prod 1/rho_i, i.e. sum log(1/rho_i), over y[i,l] in
+{0,1} (app i gets level l; exactly one level per app, level 0 = nothing) with
+sum_{i,l} GPUs(i,l) y[i,l] <= the GPUs on auction: a multiple-choice knapsack.
 
-- y[i,l] in {0,1}: app i gets level l (exactly one level, level 0 = nothing);
-- x[i,n] in Z>=0: GPUs of node n that app i gets; sum_n x[i,n] = GPUs of its level;
-- sum_i x[i,n] <= R_n: no node gives more GPUs than are on auction there.
+GPUs are offered per node (``capacity``), but a split of the levels' GPU
+counts over the nodes is a transportation problem that always exists when the
+total fits, so per-node variables would add nothing but solve time (24 s
+instead of 0.1 s with 64 apps bidding on 64 nodes, docs/themis.md); which
+GPUs each winning job gets is the placement policy's choice in the walk.
 
 Hidden payment (Partial Allocation, Cole et al. [5]): app i keeps the fraction
 c_i = prod_{j!=i} v_j(G_pf) / prod_{j!=i} v_j(G_pf^{-i}) <= 1 of its
@@ -57,52 +60,28 @@ def _solve(bids: Sequence[Bid], capacity: Mapping[str, int]) -> tuple[dict[str, 
     """The proportional-fair levels of ``bids`` on ``capacity`` and the objective sum log(1/rho)."""
     if not bids:
         return {}, 0.0
-    nodes = [n for n, c in capacity.items() if c > 0]
-    n_nodes = len(nodes)
+    total = float(sum(max(c, 0) for c in capacity.values()))
     cost: list[float] = []
-    lo: list[float] = []
-    hi: list[float] = []
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
-    c_lo: list[float] = []
-    c_hi: list[float] = []
     y_index: list[list[int]] = []
-    x_index: list[list[int]] = []
-    row = 0
-    for b in bids:
+    for i, b in enumerate(bids):
         ys = list(range(len(cost), len(cost) + len(b.gpus)))
-        for r in b.rho:
+        for v, (g, r) in zip(ys, zip(b.gpus, b.rho)):
             cost.append(math.log(r))  # minimize sum log(rho) = maximize sum log(1/rho)
-            lo.append(0.0)
-            hi.append(1.0)
-        xs = list(range(len(cost), len(cost) + n_nodes))
-        for n in nodes:
-            cost.append(0.0)
-            lo.append(0.0)
-            hi.append(float(min(capacity[n], max(b.gpus))))
+            rows.append(i); cols.append(v); vals.append(1.0)  # exactly one level per app
+            rows.append(len(bids)); cols.append(v); vals.append(float(g))  # GPUs on auction
         y_index.append(ys)
-        x_index.append(xs)
-        # Exactly one level.
-        for v in ys:
-            rows.append(row); cols.append(v); vals.append(1.0)
-        c_lo.append(1.0); c_hi.append(1.0); row += 1
-        # Its nodes' GPUs add up to its level's GPUs.
-        for v in xs:
-            rows.append(row); cols.append(v); vals.append(1.0)
-        for v, g in zip(ys, b.gpus):
-            rows.append(row); cols.append(v); vals.append(-float(g))
-        c_lo.append(0.0); c_hi.append(0.0); row += 1
-    for k, n in enumerate(nodes):
-        for xs in x_index:
-            rows.append(row); cols.append(xs[k]); vals.append(1.0)
-        c_lo.append(-np.inf); c_hi.append(float(capacity[n])); row += 1
-    a = coo_matrix((vals, (rows, cols)), shape=(row, len(cost))).tocsr()
+    n = len(cost)
+    a = coo_matrix((vals, (rows, cols)), shape=(len(bids) + 1, n)).tocsr()
+    lo = np.concatenate((np.ones(len(bids)), [-np.inf]))
+    hi = np.concatenate((np.ones(len(bids)), [total]))
     res = milp(
         c=np.asarray(cost),
-        constraints=LinearConstraint(a, np.asarray(c_lo), np.asarray(c_hi)),
-        integrality=np.ones(len(cost)),
-        bounds=Bounds(np.asarray(lo), np.asarray(hi)),
+        constraints=LinearConstraint(a, lo, hi),
+        integrality=np.ones(n),
+        bounds=Bounds(np.zeros(n), np.ones(n)),
         options={"disp": False, "mip_rel_gap": 1e-6},
     )
     if res.x is None:

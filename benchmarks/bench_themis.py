@@ -1,0 +1,144 @@
+"""Themis (docs/themis.md): auction solve time at 64 apps x 512 GPUs, and a side-by-side replay of a
+multi-app Philly-like trace under themis, las and fifo, with the f knob swept and a misreporting app.
+
+    .venv/bin/python benchmarks/bench_themis.py [--jobs 600] [--apps 24] [--seed 0] [--out DIR]
+
+Writes DIR/themis-trace.csv and DIR/themis-cluster.yaml (so `teiresias simulate` reproduces the
+side-by-side table: the command is printed) and prints markdown tables for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from pathlib import Path
+
+from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
+from teiresias.policy.placement import ConsolidatePlacement
+from teiresias.policy.registry import PolicyParams, build_policy
+from teiresias.policy.themis.auction import Bid, auction
+from teiresias.policy.themis.policy import ThemisPolicy
+from teiresias.simulator import SimulationOptions, Simulator
+from teiresias.simulator.synth import PhillyParams, philly_like, with_apps
+from teiresias.simulator.trace import write_trace
+
+SAMPLES = Path(__file__).resolve().parents[1] / "teiresias" / "data" / "yarn-gput10000.csv"
+CLUSTER_YAML = "num_switch: 2\nnum_node_p_switch: 4\nnum_gpu_p_node: 8\n"  # 64 GPUs, racks of 32
+
+
+def solve_times(n_apps: int, rounds: int, seed: int) -> dict[str, float]:
+    """One auction round at n_apps x 512 GPUs (64 nodes x 8): every app has 1-8 waiting jobs of 1-8 GPUs,
+    half the GPUs are held by jobs whose lease ended. Median seconds of policy.decide (f = 0.8: the
+    13 farthest-from-fair apps bid) and of the auction alone when all n_apps bid (f -> 0)."""
+    rng = random.Random(seed)
+    cluster = Cluster.from_tiresias_spec(8, 8, 8)
+    jobs: list[Job] = []
+    nodes = [n.name for n in cluster.nodes]
+    for i, name in enumerate(nodes[:32]):  # half the cluster runs expired-lease jobs
+        jobs.append(Job(JobId(len(jobs)), 8, 0.0, app=f"app{i % n_apps}", state=JobState.RUNNING,
+                        placement=Placement.of({name: 8}), first_start_time=0.0, executed_time=900.0,
+                        total_executed_time=900.0, duration=900.0 + rng.uniform(600, 36000), lease_end=600.0))
+    for a in range(n_apps):
+        for _ in range(rng.randint(1, 8)):
+            jobs.append(Job(JobId(len(jobs)), rng.choice([1, 1, 2, 4, 8]), rng.uniform(0, 600), app=f"app{a}",
+                            duration=rng.uniform(60, 36000)))
+    snap = Snapshot(1000.0, cluster, jobs)
+    out: dict[str, float] = {"jobs": float(len(jobs))}
+    for label, f in (("decide_f0.8", 0.8), ("decide_f0.01", 0.01)):
+        pol = ThemisPolicy(ConsolidatePlacement(), fairness_knob=f)
+        times = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            pol.decide(snap)
+            times.append(time.perf_counter() - t0)
+        out[label] = statistics.median(times)
+    # The auction alone, every app bidding for levels of its jobs on the 512 GPUs.
+    bids = []
+    for a in range(n_apps):
+        g = sorted(rng.choice([1, 2, 4, 8]) for _ in range(rng.randint(1, 8)))
+        levels = [0]
+        for x in g:
+            levels.append(levels[-1] + x)
+        rho0 = rng.uniform(1.0, 5.0)
+        bids.append(Bid(f"app{a}", tuple(levels), tuple(rho0 / (1 + k) for k in range(len(levels)))))
+    cap = {n: 8 for n in nodes}
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        auction(bids, cap)
+        times.append(time.perf_counter() - t0)
+    out["auction_all_bid"] = statistics.median(times)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=600)
+    ap.add_argument("--apps", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="/tmp/bench-themis")
+    a = ap.parse_args()
+
+    st = solve_times(64, a.rounds, a.seed)
+    print(f"## auction solve time, 64 apps x 512 GPUs ({int(st['jobs'])} jobs), median of {a.rounds}\n")
+    print("| what | seconds |\n| --- | --- |")
+    print(f"| policy.decide, f = 0.8 (13 apps bid) | {st['decide_f0.8']:.3f} |")
+    print(f"| policy.decide, f = 0.01 (64 apps bid) | {st['decide_f0.01']:.3f} |")
+    print(f"| auction alone, 64 apps bid | {st['auction_all_bid']:.3f} |\n")
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "themis-cluster.yaml").write_text(CLUSTER_YAML)
+    for napps, load, sweep in ((a.apps, 1.2, False), (8, 1.5, True)):
+        scenario(out, a.jobs, napps, load, a.seed, sweep)
+
+
+def scenario(out: Path, jobs: int, napps: int, load: float, seed: int, sweep: bool) -> None:
+    from teiresias.policy.gittins import ServiceDistribution
+
+    dist = ServiceDistribution.from_samples_file(str(SAMPLES))
+    params = PhillyParams(num_jobs=jobs, cluster_gpus=64, load=load, min_duration=60.0,
+                          max_duration=PhillyParams.max_duration, max_gpus=16)
+    trace = with_apps(philly_like(dist.samples, params, seed=seed), napps, seed)
+    name = f"themis-trace-{napps}apps.csv"
+    write_trace(out / name, trace)
+    cluster = Cluster.from_tiresias_spec(2, 4, 8)
+    opt = SimulationOptions(record_timeline=False, progress=False)
+
+    def run(pol):
+        return Simulator(trace, cluster, pol, opt).run().summary
+
+    print(f"## side by side: {jobs} Philly-like jobs in {napps} apps on 64 GPUs (load {load})\n")
+    print(f"reproduce: teiresias trace synth -k philly -n {jobs} -S teiresias/data/yarn-gput10000.csv -G 64 "
+          f"-l {load} --max-gpus 16 -A {napps} -s {seed} -o {name} && teiresias simulate -t {name} "
+          f"-c themis-cluster.yaml -p themis,las,fifo   ({out}/themis-cluster.yaml: {CLUSTER_YAML.strip()})\n")
+    print("| policy | max rho | Jain rho | apps rho<=1 | avg JCT (s) | GPU util | wall (s) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    res = {}
+    for pname in ("themis", "las", "fifo"):
+        s = res[pname] = run(build_policy(pname))
+        print(f"| {pname} | {s.max_rho:.2f} | {s.jain_rho:.3f} | {100 * s.share_rho_le_1:.0f}% | {s.avg_jct:.0f} | "
+              f"{100 * s.gpu_utilization:.1f}% | {s.wall_seconds:.1f} |")
+    print(f"\nmax rho: las / themis = {res['las'].max_rho / res['themis'].max_rho:.2f}x, "
+          f"fifo / themis = {res['fifo'].max_rho / res['themis'].max_rho:.2f}x\n")
+    if not sweep:
+        return
+    print("### f knob (fairness vs efficiency, Themis Fig. 12-like)\n")
+    print("| f | max rho | Jain rho | avg JCT (s) | GPU util |\n| --- | --- | --- | --- | --- |")
+    for f in (0.2, 0.5, 0.8, 0.95):
+        s = run(build_policy("themis", PolicyParams(fairness_knob=f)))
+        print(f"| {f} | {s.max_rho:.2f} | {s.jain_rho:.3f} | {s.avg_jct:.0f} | {100 * s.gpu_utilization:.1f}% |")
+    print("\n### strategy-proofness: one app reports rho x 0.5 (Themis §3.3, Fig. 18-like)\n")
+    print("| app | its rho, truthful | its rho, misreporting |\n| --- | --- | --- |")
+    truthful = res["themis"].app_rho
+    for app in sorted(truthful, key=lambda x: -truthful[x])[:3]:
+        lied = run(ThemisPolicy(ConsolidatePlacement(), misreport={app: 0.5})).app_rho[app]
+        print(f"| {app} | {truthful[app]:.3f} | {lied:.3f} |")
+    print()
+
+
+if __name__ == "__main__":
+    main()
