@@ -17,7 +17,7 @@ preempted job resumes: checkpoint restore). ``gittins+lq`` is gittins with
 the overhead; ``+auto`` rows use queue thresholds fitted to the history
 (``--queues auto``) instead of ``--queues``.
 
-    .venv/bin/python benchmarks/bench_quality.py                  # small: 2-core friendly (~1 min)
+    .venv/bin/python benchmarks/bench_quality.py                  # small: 2-core friendly (~4 s CPU)
     .venv/bin/python benchmarks/bench_quality.py --jobs 2000 --loads 1,2,4.5 --overheads 0,30,60
 """
 
