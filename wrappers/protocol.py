@@ -15,6 +15,7 @@ Where a job's files live
     ``<jobdir>/runs.jsonl``     each run's measured iteration time (``RunRecord``), rank 0
     ``<jobdir>/profile/``       communication profiler records (profiler/)
     ``<jobdir>/usage.<node>.json``  the latest resource sample of the job on that node (``UsageSample``)
+    ``<jobdir>/accumulate.json``  sub-batch + gradient accumulation for GPU sharing (``Accumulate``)
 
 Preemption (two-phase, issue 3)
     1. The controller sends ``PREEMPT_SIGNAL`` to the whole job
@@ -326,3 +327,55 @@ def read_usage(jobdir: Path) -> list[UsageSample]:
         except (OSError, ValueError, TypeError):
             continue
     return out
+
+
+# GPU sharing (SJF-BSBF, docs/sjf-bsbf.md): the controller writes accumulate.json
+# before (re)starting a job that shares GPUs; the hooks read it once when the run
+# starts (a restart boundary) and split every DataLoader batch into
+# ``accumulation`` micro-batches, stepping the optimizer once per full batch.
+ACCUMULATE = "accumulate.json"
+
+
+@dataclass(frozen=True)
+class Accumulate:
+    """``accumulation``: micro-batches per DataLoader batch (1: off); ``sub_batch``:
+    the per-GPU micro-batch the scheduler planned (for display; the split is by count)."""
+
+    accumulation: int
+    sub_batch: int | None = None
+
+
+class AccumulateInvalid(ValueError):
+    """accumulate.json exists but is not a valid ``Accumulate``."""
+
+
+def write_accumulate(jobdir: Path, acc: Accumulate) -> None:
+    """Whole file or nothing (rename)."""
+    path = jobdir / ACCUMULATE
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=jobdir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(acc), f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_accumulate(jobdir: Path) -> Accumulate | None:
+    """The job's accumulation setting; None without the file; AccumulateInvalid naming the problem."""
+    path = jobdir / ACCUMULATE
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise AccumulateInvalid(f"{path}: unreadable ({exc})") from None
+    if not isinstance(raw, dict) or set(raw) - {"accumulation", "sub_batch"}:
+        raise AccumulateInvalid(f"{path}: expected {{\"accumulation\": N, \"sub_batch\": B}}")
+    n, b = raw.get("accumulation"), raw.get("sub_batch")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise AccumulateInvalid(f"{path}: accumulation must be a whole number >= 1, got {n!r}")
+    if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+        raise AccumulateInvalid(f"{path}: sub_batch must be a whole number >= 1, got {b!r}")
+    return Accumulate(n, b)

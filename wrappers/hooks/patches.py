@@ -106,3 +106,11 @@ def install(rt: Runtime) -> None:
         return orig_loop(*args, **kwargs)
 
     torch.utils.data._utils.worker._worker_loop = worker_loop
+
+    # GPU sharing: sub-batch + gradient accumulation when the job dir asks for it
+    # (accumulate.json, read once per run). Installed last: its DataLoader split
+    # wraps the position-tracking iterator above, so checkpoints fall between full batches.
+    if rt.job_id:
+        from wrappers.hooks import accumulate
+
+        rt.accumulator = accumulate.install(rt.jobdir)
