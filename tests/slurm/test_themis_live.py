@@ -76,4 +76,6 @@ def test_two_apps_share_the_cluster_with_close_rho(cluster, make_controller, tmp
     rho = app_rho(sim, 16)
     print(f"rho per app: {rho}; lease ends seen: {len(expiries)}; auctions: {len(ctl.audit(action='auction'))}")
     lo, hi = min(rho.values()), max(rho.values())
-    assert hi <= 1.5 * lo, f"apps' finish-time fairness far apart: {rho}"
+    # Measured: themis 1.50 / 1.15 (1.3x apart); las on the same jobs 2.23 / 0.73 (3.0x): the search
+    # waits behind the big jobs. 2x leaves room for a loaded machine and still fails las.
+    assert hi <= 2.0 * lo, f"apps' finish-time fairness far apart: {rho}"
