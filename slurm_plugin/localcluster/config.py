@@ -37,6 +37,9 @@ class ClusterConfig:
     partitions: tuple[str, ...] = DEFAULT_PARTITIONS
     job_submit_lua: Path | None = None
     accounting: bool = False  # slurmdbd + MariaDB, so that sacct works
+    # GPU sharing through gres/shard (docs/sjf-bsbf.md): shards per GPU; 0 (default) leaves
+    # slurm.conf and gres.conf exactly as without sharing.
+    shards_per_gpu: int = 0
     hostname: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
 
     def __post_init__(self) -> None:
@@ -50,6 +53,8 @@ class ClusterConfig:
             raise ConfigError(f"--nodes must be between 1 and 128, got {self.nodes}")
         if not 0 <= self.gpus_per_node <= 64:
             raise ConfigError(f"--gpus-per-node must be between 0 and 64, got {self.gpus_per_node}")
+        if not 0 <= self.shards_per_gpu <= 64 or (self.shards_per_gpu and not self.gpus_per_node):
+            raise ConfigError(f"--shards must be between 0 and 64 and needs GPUs, got {self.shards_per_gpu}")
         if self.cpus_per_node < 1 or self.mem_mb < 100:
             raise ConfigError("cpus per node must be >= 1 and memory >= 100 MB")
         if not 1024 <= self.port_base <= 65535 - self.ports_used:
@@ -174,7 +179,7 @@ def render_slurm_conf(cfg: ClusterConfig) -> str:
         "PriorityType=priority/basic",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
-        "GresTypes=gpu",
+        "GresTypes=gpu,shard" if cfg.shards_per_gpu else "GresTypes=gpu",
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         # requeue is allowed; a requeued job goes back to PENDING (see docs/slurm-backends.md)
@@ -193,6 +198,7 @@ def render_slurm_conf(cfg: ClusterConfig) -> str:
             f"CPUs={cfg.cpus_per_node} Boards=1 SocketsPerBoard=1 CoresPerSocket={cfg.cpus_per_node} "
             f"ThreadsPerCore=1 RealMemory={cfg.mem_mb}"
             + (f" Gres=gpu:{cfg.gpus_per_node}" if cfg.gpus_per_node else "")
+            + (f",shard:{cfg.gpus_per_node * cfg.shards_per_gpu}" if cfg.shards_per_gpu else "")
             + " State=UNKNOWN"
         )
     for k, part in enumerate(cfg.partitions):
@@ -247,8 +253,13 @@ def render_gres_conf(cfg: ClusterConfig) -> str:
         return "# no GPUs\n"
     last = cfg.gpus_per_node - 1
     files = f"{cfg.dir}/dev/nvidia[0-{last}]" if last else f"{cfg.dir}/dev/nvidia0"
-    return f"NodeName=node[1-{cfg.nodes}] Name=gpu File={files}\n" if cfg.nodes > 1 else \
-        f"NodeName=node1 Name=gpu File={files}\n"
+    # With shards, Cores= on the gpu line makes 22.05 build GPU topology: without it a gpu
+    # job may be given a GPU that shard jobs use, and shards are split evenly whatever the
+    # counts (../shared/notes/gpu-sharing-on-slurm.md §1, §3). Slurm splits the node's
+    # shards evenly over its GPUs, so no Name=shard line is needed.
+    cores = f" Cores=0-{cfg.cpus_per_node - 1}" if cfg.shards_per_gpu else ""
+    return f"NodeName=node[1-{cfg.nodes}] Name=gpu File={files}{cores}\n" if cfg.nodes > 1 else \
+        f"NodeName=node1 Name=gpu File={files}{cores}\n"
 
 
 def rendered_files(cfg: ClusterConfig, db_password: str | None = None) -> dict[str, str]:
