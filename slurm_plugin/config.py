@@ -98,6 +98,9 @@ class ControllerConfig:
     file_group: str | None = None
     # Prometheus /metrics (controller/metrics.py); None: not served.
     metrics: MetricsConfig | None = None
+    # Unix datagram socket Slurm's EpilogSlurmctld pokes (controller/events.py);
+    # None: polling only.
+    events_socket: Path | None = None
 
     def switch_of(self, node: str) -> str:
         for switch, nodes in self.topology.items():
@@ -141,6 +144,7 @@ _SCHEMA: dict[str, Any] = {
     "cells": None,
     "file_group": None,
     "metrics": {"address": None, "port": None},
+    "events": {"socket": None},
 }
 
 
@@ -331,6 +335,14 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         if port > 65535:
             raise r.fail("metrics.port", f"must be a TCP port (1-65535), got {port}")
         kw["metrics"] = MetricsConfig(r.string("metrics.address", m.get("address", md.address)), port)
+    events = data.get("events") or {}
+    if not isinstance(events, Mapping):
+        raise r.fail("events", "must be a mapping with the key socket")
+    if events.get("socket") is not None:
+        kw["events_socket"] = _resolve(base, r.string("events.socket", events["socket"]))
+        if not kw["events_socket"].parent.is_dir():
+            raise r.fail("events.socket", f"folder {kw['events_socket'].parent} does not exist; create it"
+                         " (the controller makes the socket itself) or remove the key")
     return ControllerConfig(**{**d.__dict__, **kw})
 
 

@@ -2,6 +2,12 @@
 
 Append-only and flushed per line, so `tail -f` shows decisions as they are
 made and a crash loses at most the line being written.
+
+Besides decisions it holds each job's timeline: one ``timeline`` line per
+stage a run goes through (STAGES), each with the instant it happened
+(``at``), so the seconds between submission and the end can be put down to
+waiting, deciding, Slurm's start, checkpointing and requeueing
+(docs/controller.md "Timeline"; :func:`timelines` reads them back).
 """
 
 from __future__ import annotations
@@ -12,6 +18,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from slurm_plugin.controller.files import FileModes, secure_file
+
+
+# In the order a run goes through them; a preempted job repeats decided..requeued.
+#   submitted  Slurm's submit time (stamped when the controller first sees the job)
+#   decided    the time of the Slurm state the round that started it was based on
+#   released   node list, release and priority set in Slurm (the start action done)
+#   started    Slurm's start time of the run
+#   signalled  the checkpoint signal sent
+#   acked      the job's Ack written (its own clock)
+#   requeued   the run requeued in Slurm (GPUs on their way back)
+#   finished   Slurm's end time
+STAGES = ("submitted", "decided", "released", "started", "signalled", "acked", "requeued", "finished")
 
 
 class AuditLog:
@@ -30,6 +48,11 @@ class AuditLog:
             self._f.write(json.dumps(entry, sort_keys=False) + "\n")
         return entry
 
+    def stage(self, job: int, stage: str, at: float, run: int, **extra: Any) -> dict[str, Any]:
+        """One timeline stage of ``job``'s run ``run`` (Slurm's restart count), at ``at``."""
+        assert stage in STAGES, stage
+        return self.write(job, "timeline", "", stage=stage, at=round(at, 3), run=run, **extra)
+
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
@@ -41,3 +64,13 @@ def read_audit(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def timelines(entries: list[dict[str, Any]]) -> dict[int, list[tuple[str, float, int]]]:
+    """Job -> its (stage, at, run) in the order they happened (from :func:`read_audit`)."""
+    out: dict[int, list[tuple[str, float, int]]] = {}
+    for e in entries:
+        if e.get("action") == "timeline" and e.get("job") is not None:
+            out.setdefault(int(e["job"]), []).append((str(e["stage"]), float(e["at"]), int(e.get("run", 0))))
+    # A restarted controller stamps its running jobs' start again, at the same instant.
+    return {j: sorted(set(stages), key=lambda s: (s[1], STAGES.index(s[0]))) for j, stages in out.items()}

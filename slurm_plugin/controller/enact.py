@@ -16,6 +16,7 @@ to requeue: same restart count, still RUNNING).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -146,8 +147,12 @@ class Enactor:
             rec.reason = ""
         detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations],
                   "priority": priority}
-        return self._do(rec, "start", reason, self._start_calls(rec, placement, priority, sj, now),
-                        restart_count=sj.restart_count, before=before, detail=detail)
+        act = self._do(rec, "start", reason, self._start_calls(rec, placement, priority, sj, now),
+                       restart_count=sj.restart_count, before=before, detail=detail)
+        if act.ok:
+            self.audit.stage(rec.job_id, "decided", now, sj.restart_count)
+            self.audit.stage(rec.job_id, "released", time.time(), sj.restart_count)
+        return act
 
     def signal(self, rec: JobRecord, reason: str, now: float, *, signal: str = PREEMPT_SIGNAL,
                scope: str = "full") -> Action:
@@ -157,10 +162,13 @@ class Enactor:
             rec.phase, rec.phase_since = Phase.PREEMPTING, now
             rec.signal_time = now
             rec.signal_restart = rec.restart_count
-        return self._do(rec, "signal", reason,
-                        lambda: self.backend.signal(self._t(rec.job_id), signal, scope=scope),
-                        restart_count=rec.restart_count, before=before,
-                        detail={"signal": signal, **({"scope": scope} if scope != "full" else {})})
+        act = self._do(rec, "signal", reason,
+                       lambda: self.backend.signal(self._t(rec.job_id), signal, scope=scope),
+                       restart_count=rec.restart_count, before=before,
+                       detail={"signal": signal, **({"scope": scope} if scope != "full" else {})})
+        if act.ok:
+            self.audit.stage(rec.job_id, "signalled", time.time(), rec.restart_count)
+        return act
 
     def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None) -> None:
         seg = accounting.close_run(rec, when, "controller")
@@ -186,8 +194,13 @@ class Enactor:
         if due.ack is not None:
             detail.update(ckpt_seconds=due.ack.seconds, ckpt_bytes=due.ack.bytes, step=due.ack.step)
         restart = rec.signal_restart if rec.signal_restart is not None else rec.restart_count
-        return self._do(rec, "requeue", due.reason, calls, restart_count=restart,
-                        after=lambda: self._after_requeue(rec, now, due), detail=detail)
+        act = self._do(rec, "requeue", due.reason, calls, restart_count=restart,
+                       after=lambda: self._after_requeue(rec, now, due), detail=detail)
+        if act.ok:
+            if due.ack is not None:
+                self.audit.stage(rec.job_id, "acked", due.ack.time, restart)
+            self.audit.stage(rec.job_id, "requeued", time.time(), restart)
+        return act
 
     # ------------------------------------------------------------ recovery
     def recover(self, records: dict[int, JobRecord], slurm: dict[int, SlurmJob], now: float) -> list[Action]:

@@ -21,6 +21,7 @@ from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, preemption, usage
 from slurm_plugin.controller import leases
 from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.events import EventSocket, open_events
 from slurm_plugin.controller.enact import Action, Enactor, fit_shape, priority_for
 from slurm_plugin.controller.explain import META_KEY as EXPLAIN_META_KEY
 from slurm_plugin.controller.explain import round_summary, vc_rows
@@ -131,9 +132,12 @@ class Controller:
         self._backoff: dict[int, tuple[float, int, str]] = {}
         self._partition_nodes: dict[str, list[str]] = {}  # partition -> its nodes
         self._usage_read: dict[int, float] = {}  # job -> when its usage files were last read
+        self._started_stamped: set[tuple[int, int]] = set()  # (job, run) whose "started" stage is written
         # Non-tsbatch jobs: the signal their batch script asks for (they checkpoint and
         # requeue themselves on it), None when it asks for none. Read once per job.
         self._own_signals: dict[int, preemption.SignalSpec | None] = {}
+        # Slurm's pokes (controller/events.py): opened by run() when events.socket is set.
+        self.events: EventSocket | None = None
         # Prometheus metrics (controller/metrics.py), set by `controller run` when served.
         self.metrics: ControllerMetrics | None = None
         # Run once, at the first round that reaches Slurm, before any record is touched:
@@ -209,6 +213,7 @@ class Controller:
             for p in n.partitions:
                 self._partition_nodes.setdefault(p, []).append(n.name)
         self._archive_reused_ids(rec)
+        self._stamp_timeline(rec)
         self._gpus_per_node = max((n.gpus for n in rec.snapshot.cluster.nodes), default=0)
         if any([self._known_skew(rec.records[j]) for j in rec.created]):
             # A model profiled before: profile placement can use its skew in this very round.
@@ -262,6 +267,25 @@ class Controller:
                                        [(v["name"], v["quota_gpus"], v["guaranteed_gpus"], v["opportunistic_gpus"])
                                         for v in vc_rows(plan)], getattr(plan, "migrate", {}))
         return result
+
+    def _stamp_timeline(self, rec: Reconciled) -> None:
+        """The timeline stages Slurm's own times give (audit.STAGES): submitted, started, finished."""
+        for job_id in rec.created:
+            self.audit.stage(job_id, "submitted", rec.records[job_id].submit_time, 0)
+        for job_id, seg in rec.segments:  # runs that began and ended between two rounds
+            if (job_id, seg.restart_count) not in self._started_stamped:
+                self._started_stamped.add((job_id, seg.restart_count))
+                self.audit.stage(job_id, "started", seg.start, seg.restart_count)
+        for job_id, r in rec.records.items():
+            if r.run_start is not None and r.run_restart is not None and \
+                    (job_id, r.run_restart) not in self._started_stamped:
+                self._started_stamped.add((job_id, r.run_restart))
+                self.audit.stage(job_id, "started", r.run_start, r.run_restart)
+        for job_id in rec.finished:
+            r = rec.records[job_id]
+            self._started_stamped = {k for k in self._started_stamped if k[0] != job_id}
+            if r.end_time is not None:
+                self.audit.stage(job_id, "finished", r.end_time, r.restart_count, state=r.final_state)
 
     def _archive_reused_ids(self, rec: Reconciled) -> None:
         """A job id seen before belongs to another job now (new or reset cluster):
@@ -383,8 +407,10 @@ class Controller:
                     if not self.dry_run:  # saved with the journal row
                         r.signal_time, r.signal_restart = now, r.restart_count
                         r.phase, r.phase_since = Phase.PREEMPTING, now
-                    enactor.requeue(r, preemption.RequeueDue(None, why + "; not a tsbatch job: requeued"
-                                                             " without a checkpoint"), now)
+                    act = enactor.requeue(r, preemption.RequeueDue(None, why + "; not a tsbatch job: requeued"
+                                                                   " without a checkpoint"), now)
+                    if act.ok:
+                        self._freed(rec, job_id, free)
         # 3. Preemptions in progress: requeue on Ack or when the grace time is over.
         for job_id, r in records.items():
             if r.phase is Phase.PREEMPTING:
@@ -396,6 +422,7 @@ class Controller:
                 if due is not None:
                     act = enactor.requeue(r, due, now)
                     if act.ok:
+                        self._freed(rec, job_id, free)
                         self._learn_skew(r)
                         self._record_runs(r)
         # 4. Starts whose GPUs are free now; the others wait for preempted jobs to leave.
@@ -429,6 +456,17 @@ class Controller:
                                 sj, f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
             if act.ok is False:
                 self._back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
+
+    @staticmethod
+    def _freed(rec: Reconciled, job_id: int, free: dict[str, int]) -> None:
+        """A requeue done: Slurm has released the run's GPUs when `scontrol requeue`
+        returns (measured on 22.05: GresUsed drops at once; the node stays COMPLETING
+        for KillWait), so the jobs waiting for them are released in this very round
+        instead of the next; Slurm starts them once the node is done completing."""
+        for j in rec.snapshot.jobs:
+            if j.job_id == job_id and j.is_running and j.placement is not None:
+                for a in j.placement.allocations:
+                    free[a.node] = free.get(a.node, 0) + a.gpus
 
     def _refresh_usage(self, records: dict[int, JobRecord], now: float) -> None:
         """Measured use of running tsbatch jobs (controller/usage.py), read before
@@ -530,6 +568,17 @@ class Controller:
         """Round after round until ``stop`` is set. Slurm unreachable: one line, wait, retry."""
         backoff = self.config.poll_interval
         down_since: float | None = None
+        if self.events is None and not self.dry_run:
+            self.events = open_events(self.config.events_socket)
+        try:
+            self._run(stop, on_round, max_backoff, backoff, down_since)
+        finally:
+            if self.events is not None:
+                self.events.close()
+                self.events = None
+
+    def _run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None, max_backoff: float,
+             backoff: float, down_since: float | None) -> None:
         while not stop.is_set():
             try:
                 result = self.round()
@@ -556,8 +605,20 @@ class Controller:
             backoff = self.config.poll_interval
             if on_round is not None:
                 on_round(result)
-            # A requeue frees GPUs within a second: look again soon instead of a full interval.
-            stop.wait(min(1.0, self.config.poll_interval) if result.requeued else self.config.poll_interval)
+            # A requeue frees GPUs within a second, and a signalled job's Ack is a file no
+            # Slurm event announces: look again soon instead of a full interval.
+            soon = result.requeued or any(r.phase is Phase.PREEMPTING for r in (self._records or {}).values())
+            self.sleep(stop, min(1.0, self.config.poll_interval) if soon else self.config.poll_interval)
+
+    def sleep(self, stop: threading.Event, seconds: float) -> None:
+        """Until the next round: ``seconds``, or less when Slurm pokes (controller/events.py)."""
+        if self.events is None:
+            stop.wait(seconds)
+            return
+        events = self.events.wait(seconds, stop)
+        if events:
+            jobs = sorted({e.job for e in events if e.job is not None})
+            log.debug("woken by %d Slurm event(s) (jobs %s)", len(events), ",".join(map(str, jobs)) or "-")
 
 
 def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, ...]:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm_plugin.localcluster import procs
-from slurm_plugin.localcluster.config import ClusterConfig, fingerprint, rendered_files
+from slurm_plugin.localcluster.config import POKE_NAME, ClusterConfig, fingerprint, rendered_files
 from slurm_plugin.localcluster.errors import LocalClusterError
 from slurm_plugin.localcluster.packages import JOB_SUBMIT_LUA_SO, ensure_packages
 
@@ -229,7 +229,8 @@ class LocalCluster:
             tmp = cfg.etc / (name + ".new")
             tmp.unlink(missing_ok=True)
             # slurmdbd refuses a slurmdbd.conf others can read (it holds the DB password)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if name == "slurmdbd.conf" else 0o644)
+            mode = {"slurmdbd.conf": 0o600, POKE_NAME: 0o755}.get(name, 0o644)  # the poke is run by slurmctld
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
             tmp.replace(cfg.etc / name)

@@ -14,11 +14,13 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_plugin.controller.events import render_poke
 from teiresias.errors import ConfigError
 
 DEFAULT_DIR = "/var/tmp/teiresias-cluster"
 DEFAULT_PORT_BASE = 17000
 DEFAULT_PARTITIONS = ("gpu", "other")
+POKE_NAME = "teiresias-poke"
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 
 
@@ -100,6 +102,16 @@ class ClusterConfig:
     @property
     def restd_socket(self) -> Path:
         return self.run / "slurmrestd.sock"
+
+    @property
+    def events_socket(self) -> Path:
+        """Where a controller of this cluster listens for Slurm's pokes (its ``events.socket``)."""
+        return self.run / "teiresias-events.sock"
+
+    @property
+    def poke(self) -> Path:
+        """The EpilogSlurmctld script (slurm_plugin/controller/events.py), rendered for events_socket."""
+        return self.etc / POKE_NAME
 
     @property
     def mysql_dir(self) -> Path:
@@ -187,6 +199,9 @@ def render_slurm_conf(cfg: ClusterConfig) -> str:
         "MinJobAge=300",
         "KillWait=2",
         "MaxJobCount=20000",
+        # A job's end wakes the controller (docs/controller.md "Events"); the poke
+        # never blocks and always exits 0, with or without a controller listening.
+        f"EpilogSlurmctld={cfg.poke}",
     ]
     if cfg.job_submit_lua is not None:
         # job_submit_lua.so is in Debian's slurm-wlm-basic-plugins; it reads
@@ -272,6 +287,7 @@ def rendered_files(cfg: ClusterConfig, db_password: str | None = None) -> dict[s
         files["slurmdbd.conf"] = render_slurmdbd_conf(cfg, db_password)
     if cfg.job_submit_lua is not None:
         files["job_submit.lua"] = cfg.job_submit_lua.read_text()
+    files[POKE_NAME] = render_poke(str(cfg.events_socket))
     return files
 
 
