@@ -135,3 +135,24 @@ def test_loader_refuses_unknown_keys_and_cli_wants_a_sharing_policy(tmp_path) ->
     assert r.exit_code == 0, r.output
     rows = json.loads(out.read_text())
     assert {row["policy"] for row in (rows if isinstance(rows, list) else rows["policies"])} == {"sjf-bsbf", "sjf"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(t1=st.integers(10, 5000), t2=st.integers(10, 5000), xi1=st.sampled_from([1.0, 1.25, 1.5, 2.0, 3.5]),
+       xi2=st.sampled_from([1.0, 1.3, 1.5, 2.0, 4.0]))
+def test_the_engine_replays_a_pair_as_theorem_1_computes_it(t1, t2, xi1, xi2) -> None:
+    """Two different codes, one answer: the event-driven engine (rates, settles, re-pushed ends)
+    and pair.overlapped (closed form) agree on both completion times of a forced pair."""
+    from teiresias.policy.sjf_bsbf.pair import overlapped, sequential
+
+    # The host starts at 0 with t1 + 1 s of work; the guest arrives at 1 s, when t1 is left.
+    model = SharingModel(pairs={("h", "g"): (xi1, xi2)})
+    trace = [TraceJob(1, 1, 0.0, float(t1) + 1.0, "h"), TraceJob(2, 1, 1.0, float(t2), "g")]
+    c1 = Cluster.from_tiresias_spec(1, 1, 1)
+    got = ends("sjf-ffs", trace, model, c1)
+    want = overlapped(float(t1), float(t2), xi1, xi2)
+    assert got[1][1] - 1.0 == pytest.approx(want.host_end, abs=1e-6)
+    assert got[2][1] - 1.0 == pytest.approx(want.guest_end, abs=1e-6)
+    bsbf = ends("sjf-bsbf", trace, model, c1)
+    best = min(want.average, sequential(float(t1), float(t2)).average)
+    assert (bsbf[1][1] + bsbf[2][1]) / 2 - 1.0 == pytest.approx(best, abs=1e-6)
