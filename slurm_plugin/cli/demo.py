@@ -167,8 +167,10 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
     queues = [round(100.0 * scale, 1)]
     poll = 1.0
     ctl_data = _controller_config(d, cluster.cfg.conf, policy, queues, poll)
+    # The cluster's EpilogSlurmctld pokes the controller here (docs/controller.md "Events").
+    ctl_data["events"] = {"socket": str(cluster.cfg.events_socket)}
     # slurm.conf is written by cluster.up(); load_config checks it once it exists.
-    before_up = {k: v for k, v in ctl_data.items() if k != "slurm_conf"}
+    before_up = {k: v for k, v in ctl_data.items() if k not in ("slurm_conf", "events")}
     default_policy(parse_config(before_up, f"{d}/controller/teiresias.yaml", d), None)
 
     up = cluster.up()
