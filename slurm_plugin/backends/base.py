@@ -46,6 +46,9 @@ class SlurmJob:
     command: str
     comment: str
     gpus_per_node: int | None = None
+    # GPU shards per node (--gres=shard:N; 0 for a gpu job). Such a job's ``gpus``
+    # is one per node: all its shards on a node come from one GPU (Slurm 22.05).
+    shards: int = 0
     # Job arrays: a split-off task has its own job_id plus these two; the
     # record of tasks not split off yet carries their set in ``array_tasks``
     # (``0-5``, ``1,3-5%2``) and is the array's meta record.

@@ -101,13 +101,36 @@ def gres_count(spec: str, name: str = "gpu") -> int:
     return plain + (tres_total if tres_total is not None else typed)
 
 
+def job_shards(d: dict[str, Any]) -> int:
+    """GPU shards per node of one openapi job (``--gres=shard:N``), 0 for a gpu job.
+
+    Slurm 22.05 takes all of a job's shards on a node from one GPU, so a shard
+    job holds a share of exactly one GPU per node (docs/sjf-bsbf.md §9).
+    """
+    detail = [n for x in d.get("gres_detail") or [] if (n := gres_count(x, "shard"))]
+    if detail:
+        return max(detail)
+    per_node = gres_count(d.get("tres_per_node") or "", "shard")
+    if per_node:
+        return per_node
+    per_job = gres_count(d.get("tres_per_job") or "", "shard")
+    return -(-per_job // int(d.get("node_count") or 1)) if per_job else 0
+
+
 def job_gpus(d: dict[str, Any]) -> tuple[int, int | None]:
     """(total GPUs, GPUs per node if asked per node) of one openapi job.
 
     A running job's ``gres_detail`` (one entry per node) is what it really
     holds; otherwise the request: per job, per node x nodes, per task x tasks.
+    A shard job (``--gres=shard:N``) counts as one GPU per node: the GPU whose
+    shards it holds, which it may share with one other shard job. Counting it
+    as 0 would leave it unmanaged; counting N would count one GPU N times.
     """
     node_count = int(d.get("node_count") or 1)
+    if job_shards(d) and not gres_count(d.get("tres_per_node") or "") and not gres_count(
+            d.get("tres_per_job") or ""):
+        detail = [x for x in d.get("gres_detail") or [] if gres_count(x, "shard")]
+        return (len(detail) if detail else node_count), 1
     per_node_req = gres_count(d.get("tres_per_node") or "")
     detail = d.get("gres_detail") or []
     if detail:
@@ -172,6 +195,7 @@ def parse_job(d: dict[str, Any]) -> SlurmJob:
         command=str(d.get("command") or ""),
         comment=str(d.get("comment") or ""),
         gpus_per_node=gpn,
+        shards=job_shards(d),
         array_job_id=int(d.get("array_job_id") or 0) or None,
         array_task_id=_task_id(d.get("array_task_id")),
         array_tasks=str(d.get("array_task_string") or ""),
@@ -326,6 +350,11 @@ def parse_scontrol_job(line: str) -> SlurmJob:
     # JOB_GRES (with -d, running jobs) is what the job holds; else its request
     gpus = (gres_count(kv.get("JOB_GRES", "")) or gres_count(kv.get("TresPerJob", "")) or per_node * num_nodes
             or gres_count(kv.get("TresPerTask", "")) * _int(kv.get("NumTasks"), 1))
+    # A shard job: one shared GPU per node, as job_gpus counts it.
+    shards = gres_count(kv.get("TresPerNode", ""), "shard") or -(
+        -gres_count(kv.get("JOB_GRES", "") or kv.get("TresPerJob", ""), "shard") // num_nodes)
+    if shards and not gpus:
+        gpus, per_node = num_nodes, 1
     ran_on = expand_hostlist(kv.get("NodeList", ""))
     required = expand_hostlist(kv.get("ReqNodeList", "") if kv.get("ReqNodeList") not in null else "")
     finished = state in FINISHED_STATES
@@ -355,6 +384,7 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         command="" if kv.get("Command") in null else kv.get("Command", ""),
         comment=kv.get("Comment", ""),
         gpus_per_node=per_node or None,
+        shards=shards,
         array_job_id=_int(kv.get("ArrayJobId"), 0) or None,
         array_task_id=_task_id(kv.get("ArrayTaskId")),
         array_tasks=kv.get("ArrayTaskId", "") if not kv.get("ArrayTaskId", "0").isdigit() else "",
