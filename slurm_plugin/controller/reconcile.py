@@ -241,6 +241,7 @@ def reconcile(
             out.records[job_id] = rec
             out.vanished.append(job_id)
 
+    end_pairs(out, records)
     out.snapshot = build_snapshot(cluster, out, slurm_nodes, now)
     return out
 
@@ -307,7 +308,27 @@ def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placem
         total_executed_time=accounting.total_executed(rec, now), queue_index=rec.queue,
         preemptions=rec.preemptions, skew=rec.skew, placement=placement,
         usage=usage.of_record(rec) if state is JobState.RUNNING else None,
+        shared_with=JobId(rec.shared_with) if rec.shared_with is not None else None,
+        sub_batch=rec.sub_batch, accumulation=rec.accumulation,
     )
+
+
+def end_pairs(out: Reconciled, records: Mapping[int, JobRecord]) -> None:
+    """A pair lasts while both jobs run (or are being started). When one ends,
+    is requeued or vanishes, the other runs alone on the GPU from now on; it
+    keeps its sub-batch until its next restart (docs/sjf-bsbf.md §3)."""
+    def live(r: JobRecord | None) -> bool:
+        return r is not None and r.phase not in (Phase.PENDING, Phase.FINISHED)
+
+    for job_id, rec in out.records.items():
+        if rec.shared_with is None:
+            continue
+        partner = out.records.get(rec.shared_with) or records.get(rec.shared_with)
+        if live(rec) and live(partner) and partner is not None and partner.shared_with == job_id:
+            continue
+        out.notes.append((job_id, f"no longer shares GPUs with job {rec.shared_with}"
+                                  f" ({'it' if not live(rec) else 'the partner'} stopped running)"))
+        rec.shared_with, rec.share_role = None, ""
 
 
 def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[SlurmNode], now: float) -> Snapshot:
@@ -318,7 +339,13 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
             continue
         sj = rec_out.slurm[job_id]
         state = base_state(sj.state)
-        if state in RUNNING_STATES:
+        if rec.share_role == "guest" and rec.shared_with is not None and (state in RUNNING_STATES or (
+                rec.phase is Phase.STARTING and job_id not in rec_out.to_hold)):
+            # A guest runs on a share of its host's GPUs, which the host's placement
+            # counts already: counted twice, free_gpus would lose them (the simulator
+            # likewise counts a pair's GPUs as the host's).
+            jobs.append(to_policy_job(rec, now, JobState.RUNNING, Placement(())))
+        elif state in RUNNING_STATES:
             placement = running_placement(sj, rec)
             for a in placement.allocations:
                 slurm_running[a.node] = slurm_running.get(a.node, 0) + a.gpus

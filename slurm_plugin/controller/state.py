@@ -95,6 +95,17 @@ class JobRecord:
     rss_bytes: int | None = None
     usage_time: float | None = None
     usage_note: str = ""
+    # GPU sharing (SJF-BSBF, docs/sjf-bsbf.md §9): the partner while both run,
+    # this job's side of the pair ("host": it held the GPUs first; "guest": it
+    # was started on them), and its sub-batch / accumulation steps, which it
+    # keeps after the partner ends (they change only at a restart boundary).
+    shared_with: int | None = None
+    share_role: str = ""
+    sub_batch: int | None = None
+    accumulation: int = 1
+    # xi measured for this job's shared run: its median step time shared over
+    # alone, over r(b) (controller/sharing.py); None until both runs are known.
+    interference: float | None = None
 
     @property
     def active(self) -> bool:
@@ -150,9 +161,10 @@ _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
 _REAL = {"slurm_submit_time", "submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
          "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
-         "ckpt_seconds", "end_time", "gpu_util", "cpu_percent", "usage_time"}
+         "ckpt_seconds", "end_time", "gpu_util", "cpu_percent", "usage_time", "interference"}
 _INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue", "rank",
-        "preemptions", "signal_restart", "ckpt_bytes", "gpu_mem_used", "gpu_mem_total", "rss_bytes"}
+        "preemptions", "signal_restart", "ckpt_bytes", "gpu_mem_used", "gpu_mem_total", "rss_bytes",
+        "shared_with", "sub_batch", "accumulation"}
 
 
 def _col_type(name: str) -> str:
@@ -291,8 +303,10 @@ class StateStore:
         kw = dict(zip(_JOB_FIELDS, row))
         kw["phase"] = Phase(kw["phase"])
         kw["planned"] = _placement_from_json(kw["planned"])
-        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note"):
+        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note",
+                  "share_role"):
             kw[k] = kw[k] or ""
+        kw["accumulation"] = kw["accumulation"] or 1  # NULL in rows written before sharing
         return JobRecord(**kw)
 
     def jobs(self, *, active_only: bool = True) -> dict[int, JobRecord]:

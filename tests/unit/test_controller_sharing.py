@@ -1,0 +1,79 @@
+"""GPU sharing (SJF-BSBF) in the controller's records and Snapshot (pure; Slurm
+data as squeue reports it, docs/sjf-bsbf.md §9). The live path is
+tests/slurm/test_sharing_live.py."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from slurm_plugin.backends.base import SlurmJob, SlurmNode
+from slurm_plugin.config import parse_config
+from slurm_plugin.controller.reconcile import reconcile
+from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from teiresias.domain import JobState, Placement
+
+CFG = parse_config({"partitions": ["gpu"]})
+
+
+def sjob(job_id: int, state: str, nodes=(), *, shards: int = 1, start=None, end=None) -> SlurmJob:
+    return SlurmJob(job_id=job_id, name=f"j{job_id}", user="alice", account="a", partition="gpu", state=state,
+                    state_reason="None", priority=5, restart_count=0, requeue=True, held=False, gpus=1,
+                    num_nodes=1, nodes=tuple(nodes), required_nodes=(), submit_time=10.0 + job_id,
+                    eligible_time=None, start_time=start, end_time=end, time_limit_minutes=None, command="x",
+                    comment="", gpus_per_node=1, shards=shards)
+
+
+NODES = [SlurmNode("node1", frozenset({"MIXED"}), 1, 1, ("gpu",), cpus=8, mem_mb=8192),
+         SlurmNode("node2", frozenset({"IDLE"}), 1, 0, ("gpu",), cpus=8, mem_mb=8192)]
+
+
+def pair() -> dict[int, JobRecord]:
+    on1 = Placement.of({"node1": 1})
+    host = JobRecord(job_id=7, gpus=1, submit_time=17.0, phase=Phase.RUNNING, phase_since=50.0, planned=on1,
+                     run_start=50.0, run_restart=0, shared_with=8, share_role="host")
+    guest = JobRecord(job_id=8, gpus=1, submit_time=18.0, phase=Phase.RUNNING, phase_since=60.0, planned=on1,
+                      run_start=60.0, run_restart=0, shared_with=7, share_role="guest", sub_batch=16, accumulation=4)
+    return {7: host, 8: guest}
+
+
+def test_a_running_pair_reaches_the_policy_and_its_gpu_is_counted_once():
+    recs = pair()
+    out = reconcile(CFG, recs, [sjob(7, "RUNNING", ("node1",), start=50.0), sjob(8, "RUNNING", ("node1",), start=60.0)],
+                    NODES, 100.0)
+    jobs = {j.job_id: j for j in out.snapshot.jobs}
+    assert jobs[7].shared_with == 8 and jobs[8].shared_with == 7
+    assert (jobs[8].sub_batch, jobs[8].accumulation) == (16, 4) and jobs[7].accumulation == 1
+    assert jobs[7].placement == Placement.of({"node1": 1}) and jobs[8].state is JobState.RUNNING
+    # The guest's share is the host's GPU: node1 has none free, node2 its one.
+    assert out.snapshot.free_gpus() == {"node1": 0, "node2": 1}
+
+
+def test_when_the_host_ends_the_guest_runs_alone_and_keeps_its_sub_batch():
+    recs = pair()
+    out = reconcile(CFG, recs, [sjob(7, "COMPLETED", ("node1",), start=50.0, end=90.0),
+                                sjob(8, "RUNNING", ("node1",), start=60.0)], NODES, 100.0)
+    (j,) = out.snapshot.jobs
+    assert j.job_id == 8 and j.shared_with is None and j.placement == Placement.of({"node1": 1})
+    assert (j.sub_batch, j.accumulation) == (16, 4)
+    assert recs[8].shared_with is None and recs[8].share_role == ""
+    assert any(job == 8 and "no longer shares GPUs with job 7" in n for job, n in out.notes)
+
+
+def test_old_state_files_get_the_sharing_columns_on_open(tmp_path):
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE jobs (job_id INTEGER PRIMARY KEY, user TEXT, phase TEXT, gpus INTEGER,"
+                " submit_time REAL, phase_since REAL)")
+    con.execute("INSERT INTO jobs VALUES (3, 'bob', 'PENDING', 1, 13.0, 13.0)")
+    con.commit()
+    con.close()
+    store = StateStore(db)
+    old = store.jobs()[3]
+    assert (old.shared_with, old.share_role, old.sub_batch, old.accumulation, old.interference) == (None, "", None, 1,
+                                                                                                    None)
+    with store.transaction():
+        for r in pair().values():
+            store.save_job(r)
+    store.close()
+    again = StateStore(db).jobs()
+    assert (again[8].shared_with, again[8].share_role, again[8].sub_batch, again[8].accumulation) == (7, "guest", 16, 4)
