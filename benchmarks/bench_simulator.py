@@ -15,6 +15,8 @@ them with this command line.
     .venv/bin/python benchmarks/bench_simulator.py --sizes 1000,10000 --skip-compare
     .venv/bin/python benchmarks/bench_simulator.py --policies las,fifo,gittins --compare-full \\
         --skip-round --skip-compare --skip-testbed          # old (full rounds) vs new, side by side
+    .venv/bin/python benchmarks/bench_simulator.py --sizes 15000 --nodes 75 --policies las,gittins \\
+        --max-duration 604800 --compare-keyed --skip-round --skip-compare --skip-testbed   # keyed rounds off vs on
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class TimedPolicy:
         self.placement = getattr(inner, "placement", None)
         if callable(getattr(inner, "quiet_until", None)):
             self.quiet_until = inner.quiet_until
+        if callable(getattr(inner, "rank_keys", None)):
+            self.rank_keys = inner.rank_keys
         self.seconds = 0.0
         self.calls = 0
 
@@ -66,14 +70,18 @@ class TimedPolicy:
 
 
 def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int, max_duration: float,
-          compare_full: bool = False) -> None:
+          compare_full: bool = False, compare_keyed: bool = False, cluster: Cluster | None = None,
+          params: PolicyParams | None = None) -> None:
     """Replay speed; with ``compare_full`` each replay also runs with every round seeing every job
     and every tick run (``prune_rounds`` / ``skip_quiet_ticks`` off: the engine before they
-    existed, same policy code), side by side, and the two results must agree."""
-    cluster = Cluster.from_tiresias_spec(8, 32, 8)  # n256g8
-    params = PolicyParams(distribution=ServiceDistribution(samples))
+    existed, same policy code), side by side, and the two results must agree. With
+    ``compare_keyed`` the "before" replay has only ``keyed_rounds`` off (contended rounds see
+    every running job, as before the engine kept rank keys)."""
+    cluster = cluster or Cluster.from_tiresias_spec(8, 32, 8)  # n256g8
+    params = params or PolicyParams(distribution=ServiceDistribution(samples))
     print(f"== speed: Philly-like traces at offered load {load} (jobs <= {max_duration:g} s) "
-          "on 256 nodes x 8 GPUs, interval 60 s ==")
+          f"on {cluster.total_gpus} GPUs ({len(cluster.nodes)} nodes), interval 60 s, "
+          f"queues {list(params.queues)}, last queue {params.last_queue}, preempt cost {params.preempt_cost:g} ==")
     print("(CPU s = this process's CPU time: on a shared machine it is the figure to compare;\n"
           " jobs/s and ms/round are per CPU second; 'in policy' = share of wall time inside decide();\n"
           " pruned = rounds the policy saw only pending jobs (all, or the newcomers); mode full = no pruning, no tick skipping)")
@@ -81,6 +89,8 @@ def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int
           f"{'pruned':>8} {'ms/round':>9} {'in policy':>9} {'avg JCT':>9} {'avg queue':>9}")
     modes = [("full", {"prune_rounds": False, "skip_quiet_ticks": False}), ("fast", {})] if compare_full \
         else [("fast", {})]
+    if compare_keyed:
+        modes = [("unkeyed", {"keyed_rounds": False}), ("fast", {})]
     for n in sizes:
         trace = philly_like(samples, PhillyParams(num_jobs=n, cluster_gpus=cluster.total_gpus, load=load,
                                                   max_duration=max_duration), seed=seed)
@@ -100,7 +110,7 @@ def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int
                       f"{100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} {s.avg_queue_delay:>9.0f}",
                       flush=True)
             if len(records) == 2 and records[0] != records[1]:
-                print(f"!! {name} at {n} jobs: full and fast replays differ", flush=True)
+                print(f"!! {name} at {n} jobs: {modes[0][0]} and fast replays differ", flush=True)
 
 
 def las_round(pending: int = 10_000, running: int = 600) -> None:
@@ -188,6 +198,11 @@ def main() -> None:
     ap.add_argument("--compare-overhead", type=float, default=0.0)
     ap.add_argument("--compare-full", action="store_true",
                     help="also replay with pruning and tick skipping off, side by side (the old engine's work)")
+    ap.add_argument("--compare-keyed", action="store_true",
+                    help="also replay with keyed rounds off, side by side (before rank keys were kept)")
+    ap.add_argument("--nodes", type=int, default=256, help="speed: nodes of 8 GPUs [256]")
+    ap.add_argument("--last-queue", default="fifo", help="speed: gittins' last queue order [fifo]")
+    ap.add_argument("--preempt-cost", type=float, default=0.0, help="speed: gittins' preemption cost, s [0]")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-round", action="store_true")
     ap.add_argument("--skip-compare", action="store_true")
@@ -198,8 +213,12 @@ def main() -> None:
     samples = ServiceDistribution.from_samples_file(path).samples
     print(f"GPU-time samples: {path} ({len(samples)} values)")
     if not a.skip_speed:
+        params = PolicyParams(distribution=ServiceDistribution(samples), last_queue=a.last_queue,
+                              preempt_cost=a.preempt_cost)
         speed(samples, [int(x) for x in a.sizes.split(",")], a.policies.split(","), a.load, a.seed, a.max_duration,
-              a.compare_full)
+              a.compare_full, a.compare_keyed,
+              Cluster.from_tiresias_spec(8, 32, 8) if a.nodes == 256 else Cluster.from_tiresias_spec(1, a.nodes, 8),
+              params)
     if not a.skip_round:
         las_round()
     if not a.skip_compare:

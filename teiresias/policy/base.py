@@ -20,7 +20,7 @@ do this job's GPUs go (or None when it cannot be placed now).
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from teiresias.domain import Cluster, Job, Placement, Plan, Snapshot
 
@@ -30,6 +30,28 @@ class SchedulingPolicy(Protocol):
     name: str
 
     def decide(self, snapshot: Snapshot) -> Plan: ...
+
+
+@runtime_checkable
+class KeyRanked(Protocol):
+    """An optional ability: the policy's ranking is a sort by a key of each job alone.
+
+    ``rank_keys(jobs, now)`` returns, for each job (in any order), a pair
+    (key, until): the key is a tuple ending in the job's id such that
+    ``decide`` walks the jobs in ascending key order
+    (``teiresias.policy.allocate.walk``); it depends on its job and ``now``
+    only, never on the other jobs, so the keys of any subset of a snapshot
+    rank that subset as the whole snapshot ranks it. ``until``: the key stays
+    the same up to that time as long as the job stays in its state (``now``:
+    no promise; ``inf``: for ever). With ``idle_first`` this lets an owner
+    leave out of a round the running jobs ranked above every pending job: the
+    walk keeps them before any pending job's turn, so they matter only
+    through the GPUs they hold (``teiresias.simulator.engine.Simulator._keyed_plan``).
+    The policy keeps no state: an owner may keep the keys it was given until
+    their ``until``.
+    """
+
+    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]: ...
 
 
 @runtime_checkable

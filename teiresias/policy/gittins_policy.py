@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from teiresias.domain import Plan, Snapshot
+from typing import Sequence
+
+from teiresias.domain import Job, Plan, Snapshot
 from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.gittins import ServiceDistribution
-from teiresias.policy.mlfq import rank_mlfq
+from teiresias.policy.mlfq import mlfq_keys, rank_mlfq
 
 # How the last queue is ordered: the paper's FIFO by first start, or the Gittins index with Delta = infinity.
 LAST_QUEUE_ORDERS = ("fifo", "gittins")
@@ -85,6 +87,16 @@ class GittinsPolicy:
 
     def _last_index(self, attained):
         return self.distribution.residual_indices(attained, self.last_queue_points)
+
+    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]:
+        """Each job's (sort key in ``decide``'s ranking, until when it holds) (``KeyRanked``;
+        teiresias.policy.base)."""
+        dist = self.distribution
+        if self.continuous:
+            return [((-dist.index(j.attained_service), j.job_id), now) for j in jobs]
+        return mlfq_keys(jobs, self.thresholds, self.promote_knob, now, dist.indices,
+                         self._last_index if self.last_queue == "gittins" else None, self.preempt_cost,
+                         dist.finish_probabilities)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs

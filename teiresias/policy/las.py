@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from teiresias.domain import Plan, Snapshot
+from typing import Sequence
+
+from teiresias.domain import Job, Plan, Snapshot
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
-from teiresias.policy.mlfq import mlfq_quiet_until, rank_mlfq
+from teiresias.policy.mlfq import mlfq_keys, mlfq_quiet_until, rank_mlfq
 
 
 class LasPolicy:
@@ -48,6 +50,13 @@ class LasPolicy:
         if self.continuous:
             return snapshot.now
         return mlfq_quiet_until(snapshot.jobs, self.thresholds, self.promote_knob, snapshot.now)
+
+    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]:
+        """Each job's (sort key in ``decide``'s ranking, until when it holds) (``KeyRanked``;
+        teiresias.policy.base)."""
+        if self.continuous:
+            return [((j.attained_service, j.job_id), now) for j in jobs]
+        return mlfq_keys(jobs, self.thresholds, self.promote_knob, now)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs

@@ -69,6 +69,62 @@ def rank_mlfq(
     Lean on purpose: the simulator ranks every job on every event.
     Returns (ranked, queues, promoted, indices).
     """
+    keyed, queues, promoted, indices = _keyed(jobs, thresholds, promote_knob, now, index, last_index,
+                                              restart_cost, finish_prob)
+    keyed.sort()
+    return [t[-1] for t in keyed], queues, promoted, indices
+
+
+def mlfq_keys(
+    jobs: Sequence[Job],
+    thresholds: Sequence[float],
+    promote_knob: float | None,
+    now: float,
+    index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
+    last_index: Callable[[Sequence[float]], Sequence[float]] | None = None,
+    restart_cost: float = 0.0,
+    finish_prob: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
+) -> list[tuple[tuple, float]]:
+    """(key, until) per job: the sort key ``rank_mlfq`` gives it (same arguments), ending
+    in its job id, and until when that key stays the same while the job stays in its state.
+
+    ``rank_mlfq`` orders jobs by exactly these keys, smallest first; a key
+    depends on its job alone, so keys of a subset rank it as the whole set
+    ranks it (what ``KeyRanked`` promises; teiresias.policy.base). A running
+    job keyed FIFO (q, first start, submit, id) keeps its key until W_J t_J
+    reaches its queue's threshold (demotion; for ever in the last queue); a
+    key holding an index, or a waiting job's (promotion), is given as
+    ``now``: recompute it next time.
+    """
+    last = len(thresholds)
+    running = JobState.RUNNING
+    inf = math.inf
+    out = []
+    for t in _keyed(jobs, thresholds, promote_knob, now, index, last_index, restart_cost, finish_prob)[0]:
+        j = t[-1]
+        q = t[0]
+        until = now
+        if j.state is running and j.first_start_time is not None and j.num_gpus > 0 and len(t) == 5:
+            # FIFO-keyed (q, start, submit, id, job): only demotion moves it.
+            if q >= last:
+                until = inf
+            else:
+                until = now + (thresholds[q] - j.num_gpus * j.executed_time) / j.num_gpus
+        out.append((t[:-1], until))
+    return out
+
+
+def _keyed(
+    jobs: Sequence[Job],
+    thresholds: Sequence[float],
+    promote_knob: float | None,
+    now: float,
+    index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None,
+    last_index: Callable[[Sequence[float]], Sequence[float]] | None,
+    restart_cost: float,
+    finish_prob: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None,
+) -> tuple[list[tuple], dict[JobId, int], list[JobId], dict[JobId, float]]:
+    """``rank_mlfq``'s sort keys, unsorted: (queue, ..., job id, job) per job."""
     last = len(thresholds)
     queues: dict[JobId, int] = {}
     promoted: list[JobId] = []
@@ -130,8 +186,7 @@ def rank_mlfq(
                 g = _with_cost(g, 1.0, restart_cost * j.num_gpus, j)
             indices[j.job_id] = g
             add((last, -g, start, j.submit_time, j.job_id, j))
-    keyed.sort()
-    return [t[-1] for t in keyed], queues, promoted, indices
+    return keyed, queues, promoted, indices
 
 
 def _with_cost(g: float, p: float, cost: float, j: Job) -> float:

@@ -40,6 +40,7 @@ Deterministic: no randomness at all; ties resolve by trace order.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import sys
@@ -50,7 +51,7 @@ from typing import Sequence
 from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.domain.plan import Sharing
 from teiresias.errors import TeiresiasError
-from teiresias.policy.base import SchedulingPolicy
+from teiresias.policy.base import KeyRanked, SchedulingPolicy
 from teiresias.policy.themis.apps import app_of
 from teiresias.simulator.clock import Clock, SimulatedClock
 from teiresias.simulator.metrics import JobRecord, SimulationResult, summarize
@@ -92,6 +93,10 @@ class SimulationOptions:
     # changed nothing, until the policy's ``quiet_until`` (policies that have
     # one), as long as nothing arrives or completes. Results are unchanged.
     skip_quiet_ticks: bool = True
+    # Leave out of a contended round the running jobs ranked above every pending job
+    # (policies that are ``KeyRanked``; Simulator._keyed_plan), with prune_rounds. Results
+    # are unchanged; False only to measure what it saves (benchmarks/bench_simulator.py).
+    keyed_rounds: bool = True
 
 
 class Simulator:
@@ -125,6 +130,18 @@ class Simulator:
         self._idle_first = self.opt.prune_rounds and getattr(policy, "idle_first", False) is True
         self._preemptive = getattr(policy, "preemptive", True) is not False
         self.pruned_rounds = 0
+        # Rounds that left out the running jobs ranked above every pending job (_keyed_plan).
+        keyed = self._idle_first and self.opt.keyed_rounds and isinstance(policy, KeyRanked)
+        self._rank_keys = policy.rank_keys if keyed else None
+        # Running jobs' rank keys, kept between rounds until the policy's ``until``: job ->
+        # (key, entry number); the keys sorted; (until, entry number, job) by expiry; jobs
+        # started since their key was last asked for.
+        self._rkeys: dict[JobId, tuple[tuple, int]] = {}
+        self._rsorted: list[tuple] = []
+        self._rexpiry: list[tuple[float, int, JobId]] = []
+        self._runkeyed: set[JobId] = set()
+        self._rentry = 0
+        self.keyed_rounds = 0
         quiet = getattr(policy, "quiet_until", None) if self.opt.skip_quiet_ticks else None
         self._quiet = quiet if callable(quiet) else None
         # The "base": the last round that planned nothing, while since then only arrivals
@@ -206,6 +223,8 @@ class Simulator:
         j.settle()
         del self._pending[j.job_id]
         self._running[j.job_id] = j
+        if self._rank_keys is not None:
+            self._runkeyed.add(j.job_id)
         j.state = JobState.RUNNING
         j.placement = placement
         if j.first_start_time is None:
@@ -236,6 +255,7 @@ class Simulator:
             self._held[a.node] -= a.gpus
         self._free_total += j.num_gpus
         del self._running[j.job_id]
+        self._drop_key(j.job_id)
         j.version += 1
         j.placement = None
         self._set_busy(now, -j.num_gpus)
@@ -341,6 +361,7 @@ class Simulator:
             host_id, _, host_rate = self._share.pop(j.job_id)
             j.settle()
             del self._running[j.job_id]
+            self._drop_key(j.job_id)
             j.version += 1
             j.placement = None
             j.shared_with = None
@@ -395,6 +416,69 @@ class Simulator:
         if plan.preempt or (self._preemptive and len(plan.start) != len(pending)):
             return None
         return plan
+
+    def _keyed_plan(self, now: float) -> Plan | None:
+        """The round's plan from a snapshot without the running jobs ranked above every pending job.
+
+        For an ``idle_first`` policy that ranks by a key of each job alone
+        (``KeyRanked``), the walk meets such a running job before any pending
+        one: nobody has taken GPUs yet, so it is kept, and it matters only
+        through the GPUs it holds. Handed the other jobs with those GPUs as
+        ``unavailable``, the policy ranks the rest in the same relative order,
+        sees the same idle GPUs and, for each pending job, the same lower-ranked
+        running jobs to evict: the same starts, preemptions and promotions. The
+        left-out jobs' order / keep / queues are not in the plan; the engine
+        uses none of them (a running job's ``queue_index`` reads the last round
+        that saw it). Under a backlog most running jobs rank above every
+        waiting one (las: started jobs first inside a queue), so a contended
+        round shrinks to the waiting jobs and the running ones they may evict.
+        """
+        if self._rank_keys is None or not self._running or not self._pending:
+            return None
+        rank_keys = self._rank_keys
+        pending = list(self._pending.values())
+        top = min(k for k, _ in rank_keys(pending, now))
+        # Running jobs' keys are asked for only when they may have moved: at a start, and
+        # at their ``until`` (a FIFO-keyed job: its demotion), so a round costs O(changes)
+        # here, plus the jobs it keeps.
+        running = self._running
+        stale = [running[jid] for jid in self._runkeyed]
+        self._runkeyed.clear()
+        expiry, cache = self._rexpiry, self._rkeys
+        limit = now + _QUIET_MARGIN
+        while expiry and expiry[0][0] <= limit:
+            _, entry, jid = heapq.heappop(expiry)
+            got = cache.get(jid)
+            if got is not None and got[1] == entry:
+                self._drop_key(jid)
+                stale.append(running[jid])
+        rsorted = self._rsorted
+        for k, until in rank_keys(stale, now) if stale else ():
+            self._rentry += 1
+            cache[k[-1]] = (k, self._rentry)
+            bisect.insort(rsorted, k)
+            heapq.heappush(expiry, (until, self._rentry, k[-1]))
+        pos = bisect.bisect_right(rsorted, top)
+        if pos == 0:
+            return None  # nothing to leave out: the full round
+        below = [k[-1] for k in rsorted[pos:]]
+        unavailable = dict(self._held)
+        jobs = []
+        for jid in below:
+            j = running[jid]
+            for a in j.placement.allocations:
+                unavailable[a.node] -= a.gpus
+            jobs.append(j)
+        jobs.extend(pending)
+        return self.policy.decide(Snapshot(now, self.cluster, jobs, unavailable))
+
+    def _drop_key(self, jid: JobId) -> None:
+        """Forget a job's kept rank key (it stopped, or its key may have moved)."""
+        self._runkeyed.discard(jid)
+        got = self._rkeys.pop(jid, None)
+        if got is not None:
+            rsorted = self._rsorted
+            del rsorted[bisect.bisect_left(rsorted, got[0])]
 
     def _quiet_until(self) -> float:
         """The policy's ``quiet_until`` for the jobs of the base round, as they were then.
@@ -458,8 +542,13 @@ class Simulator:
                 self.pruned_rounds += 1
                 self._queues.update(plan.queues)
         else:
-            plan = self.policy.decide(Snapshot(now, self.cluster, list(active.values())))
-            self._queues = dict(plan.queues)
+            plan = self._keyed_plan(now)
+            if plan is not None:
+                self.keyed_rounds += 1
+                self._queues.update(plan.queues)
+            else:
+                plan = self.policy.decide(Snapshot(now, self.cluster, list(active.values())))
+                self._queues = dict(plan.queues)
         self.rounds += 1
         for jid in plan.preempt:
             j = self._running.get(jid)
