@@ -54,6 +54,11 @@ class QueueRow:
     app: str = ""                   # its app (docs/themis.md), under any policy
     rho: float | None = None        # its app's finish-time fairness at the last round (themis)
     lease_ends: float | None = None  # when its GPU lease ends (themis, running jobs)
+    # GPU sharing (docs/sjf-bsbf.md): the job sharing its GPUs now, its sub-batch
+    # (None: its full batch) and gradient-accumulation steps.
+    shared_with: int | None = None
+    sub_batch: int | None = None
+    accumulation: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +99,7 @@ def build_rows(records: Iterable[JobRecord], now: float,
             final_state=r.final_state, ckpt_seconds=r.ckpt_seconds, ckpt_bytes=r.ckpt_bytes,
             gpu_util=r.gpu_util, gpu_mem_used=r.gpu_mem_used, gpu_mem_total=r.gpu_mem_total,
             cpu_percent=r.cpu_percent, rss_bytes=r.rss_bytes, usage_time=r.usage_time, usage_note=r.usage_note,
+            shared_with=r.shared_with, sub_batch=r.sub_batch, accumulation=r.accumulation,
         ))
     order = {Phase.RUNNING.value: 0, Phase.PREEMPTING.value: 0, Phase.STARTING.value: 1,
              Phase.PENDING.value: 2, Phase.FINISHED.value: 3}

@@ -77,3 +77,13 @@ def test_old_state_files_get_the_sharing_columns_on_open(tmp_path):
     store.close()
     again = StateStore(db).jobs()
     assert (again[8].shared_with, again[8].share_role, again[8].sub_batch, again[8].accumulation) == (7, "guest", 16, 4)
+
+
+def test_queue_json_rows_carry_the_three_sharing_fields():
+    from slurm_plugin.controller.view import build_rows
+
+    rows = {r.job_id: r.to_json() for r in build_rows(pair().values(), 100.0)}
+    assert {k: rows[8][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
+        {"shared_with": 7, "sub_batch": 16, "accumulation": 4}
+    assert {k: rows[7][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
+        {"shared_with": 8, "sub_batch": None, "accumulation": 1}
