@@ -204,6 +204,18 @@ class ServiceDistribution:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where((m > 0) & (denom > 0), m / denom, 0.0)
 
+    def residual_changes_at(self, attained: Sequence[float], points: int | None = None) -> np.ndarray:
+        """For each attained service, the smallest one above it at which ``residual_indices``
+        (same ``points``) may give another value: the next grid point (inf past the last)."""
+        self._arrays()
+        a = np.asarray(attained, dtype=float)
+        grid = self._np
+        if points is not None:
+            self.residual_indices(a[:1], points)  # builds the grid once
+            grid = self._grids[points]
+        k = np.searchsorted(grid, a, side="right")
+        return np.where(k < len(grid), grid[np.minimum(k, len(grid) - 1)], math.inf)
+
     def next_sample_after(self, attained: float) -> float:
         """The smallest sample > ``attained`` (where ``residual_indices`` next changes); inf if none."""
         i = bisect.bisect_right(self._s, attained)

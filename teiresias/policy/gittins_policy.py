@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from teiresias.domain import Job, Plan, Snapshot
+from teiresias.domain import Job, JobState, Plan, Snapshot
 from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
@@ -94,9 +94,23 @@ class GittinsPolicy:
         dist = self.distribution
         if self.continuous:
             return [((-dist.index(j.attained_service), j.job_id), now) for j in jobs]
-        return mlfq_keys(jobs, self.thresholds, self.promote_knob, now, dist.indices,
-                         self._last_index if self.last_queue == "gittins" else None, self.preempt_cost,
-                         dist.finish_probabilities)
+        keyed = mlfq_keys(jobs, self.thresholds, self.promote_knob, now, dist.indices,
+                          self._last_index if self.last_queue == "gittins" else None, self.preempt_cost,
+                          dist.finish_probabilities)
+        if self.last_queue != "gittins":
+            return keyed
+        # A running job's last-queue index (last, -g, start, submit, id) holds until its
+        # attained service reaches the next grid point: the index is snapped to the grid,
+        # and its preemption cost depends only on the job being running.
+        last, by_id = len(self.thresholds), {j.job_id: j for j in jobs}
+        at = [i for i, (k, _) in enumerate(keyed) if len(k) == 5 and k[0] == last
+              and by_id[k[-1]].state is JobState.RUNNING and by_id[k[-1]].num_gpus > 0]
+        if at:
+            held = [by_id[keyed[i][0][-1]] for i in at]
+            attained = [j.num_gpus * j.executed_time for j in held]
+            for i, j, a, nxt in zip(at, held, attained, dist.residual_changes_at(attained, self.last_queue_points)):
+                keyed[i] = (keyed[i][0], now + (float(nxt) - a) / j.num_gpus)
+        return keyed
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs

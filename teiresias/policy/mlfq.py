@@ -93,8 +93,9 @@ def mlfq_keys(
     ranks it (what ``KeyRanked`` promises; teiresias.policy.base). A running
     job keyed FIFO (q, first start, submit, id) keeps its key until W_J t_J
     reaches its queue's threshold (demotion; for ever in the last queue); a
-    key holding an index, or a waiting job's (promotion), is given as
-    ``now``: recompute it next time.
+    running job's index key moves with its attained service: ``now``,
+    recompute it next time. A waiting job's t_J stands still, so its key
+    holds for ever, unless promotion is on (it may be promoted: ``now``).
     """
     last = len(thresholds)
     running = JobState.RUNNING
@@ -104,7 +105,10 @@ def mlfq_keys(
         j = t[-1]
         q = t[0]
         until = now
-        if j.state is running and j.first_start_time is not None and j.num_gpus > 0 and len(t) == 5:
+        if j.state is not running:
+            if promote_knob is None:
+                until = inf
+        elif j.first_start_time is not None and j.num_gpus > 0 and len(t) == 5:
             # FIFO-keyed (q, start, submit, id, job): only demotion moves it.
             if q >= last:
                 until = inf

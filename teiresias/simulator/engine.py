@@ -141,6 +141,11 @@ class Simulator:
         self._rexpiry: list[tuple[float, int, JobId]] = []
         self._runkeyed: set[JobId] = set()
         self._rentry = 0
+        # Pending jobs' keys (a waiting job's key holds while it waits, unless the policy
+        # says otherwise): job -> key, the keys sorted, jobs whose key must be asked for.
+        self._pkeys: dict[JobId, tuple] = {}
+        self._psorted: list[tuple] = []
+        self._punkeyed: set[JobId] = set()
         self.keyed_rounds = 0
         quiet = getattr(policy, "quiet_until", None) if self.opt.skip_quiet_ticks else None
         self._quiet = quiet if callable(quiet) else None
@@ -225,6 +230,7 @@ class Simulator:
         self._running[j.job_id] = j
         if self._rank_keys is not None:
             self._runkeyed.add(j.job_id)
+            self._drop_pending_key(j.job_id)
         j.state = JobState.RUNNING
         j.placement = placement
         if j.first_start_time is None:
@@ -279,6 +285,8 @@ class Simulator:
         j.restore_left = 0.0
         j.needs_restore = True
         self._pending[j.job_id] = j
+        if self._rank_keys is not None:
+            self._punkeyed.add(j.job_id)
         self._pending_gpus += j.num_gpus
 
     def _complete(self, j: SimJob, now: float) -> None:
@@ -335,6 +343,7 @@ class Simulator:
         self._pending_gpus -= j.num_gpus
         j.settle()
         del self._pending[j.job_id]
+        self._drop_pending_key(j.job_id)
         self._running[j.job_id] = j
         j.state = JobState.RUNNING
         j.placement = placement
@@ -437,7 +446,22 @@ class Simulator:
             return None
         rank_keys = self._rank_keys
         pending = list(self._pending.values())
-        top = min(k for k, _ in rank_keys(pending, now))
+        punkeyed, pcache, psorted = self._punkeyed, self._pkeys, self._psorted
+        top = None
+        if punkeyed:
+            asked = [self._pending[jid] for jid in punkeyed]
+            punkeyed.clear()
+            for k, until in rank_keys(asked, now):
+                if until == math.inf:
+                    pcache[k[-1]] = k
+                    bisect.insort(psorted, k)
+                else:
+                    punkeyed.add(k[-1])  # no promise: ask again next round
+                    if top is None or k < top:
+                        top = k
+        if psorted and (top is None or psorted[0] < top):
+            top = psorted[0]
+        assert top is not None
         # Running jobs' keys are asked for only when they may have moved: at a start, and
         # at their ``until`` (a FIFO-keyed job: its demotion), so a round costs O(changes)
         # here, plus the jobs it keeps.
@@ -453,15 +477,22 @@ class Simulator:
                 self._drop_key(jid)
                 stale.append(running[jid])
         rsorted = self._rsorted
+        below = []
         for k, until in rank_keys(stale, now) if stale else ():
+            if until <= limit:
+                # No promise (an index that moves with attained service): ask again next round.
+                self._runkeyed.add(k[-1])
+                if k > top:
+                    below.append(k[-1])
+                continue
             self._rentry += 1
             cache[k[-1]] = (k, self._rentry)
             bisect.insort(rsorted, k)
             heapq.heappush(expiry, (until, self._rentry, k[-1]))
         pos = bisect.bisect_right(rsorted, top)
-        if pos == 0:
+        below.extend(k[-1] for k in rsorted[pos:])
+        if len(below) == len(running):
             return None  # nothing to leave out: the full round
-        below = [k[-1] for k in rsorted[pos:]]
         unavailable = dict(self._held)
         jobs = []
         for jid in below:
@@ -471,6 +502,14 @@ class Simulator:
             jobs.append(j)
         jobs.extend(pending)
         return self.policy.decide(Snapshot(now, self.cluster, jobs, unavailable))
+
+    def _drop_pending_key(self, jid: JobId) -> None:
+        """Forget a pending job's kept rank key (it started, or was promoted)."""
+        self._punkeyed.discard(jid)
+        k = self._pkeys.pop(jid, None)
+        if k is not None:
+            psorted = self._psorted
+            del psorted[bisect.bisect_left(psorted, k)]
 
     def _drop_key(self, jid: JobId) -> None:
         """Forget a job's kept rank key (it stopped, or its key may have moved)."""
@@ -568,6 +607,9 @@ class Simulator:
             if j is not None:
                 j.executed_time = 0.0  # Tiresias §3.2.3: t_J and delta_J reset on promotion
                 j.waiting_time = 0.0
+                if self._rank_keys is not None and jid in self._pending:
+                    self._drop_pending_key(jid)  # its key moved
+                    self._punkeyed.add(jid)
         for jid, end in plan.leases.items():
             j = active.get(jid)
             if j is not None:
@@ -646,6 +688,8 @@ class Simulator:
                     job = SimJob(tj, self._time, self.opt.slowdown.profile(tj.model_name).skew)
                     self._active[job.job_id] = job
                     self._pending[job.job_id] = job
+                    if self._rank_keys is not None:
+                        self._punkeyed.add(job.job_id)
                     self._pending_gpus += job.num_gpus
                     if self._base_at is not None:
                         self._base_new.add(job.job_id)

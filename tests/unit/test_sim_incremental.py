@@ -97,8 +97,8 @@ snap_st = st.lists(
 @given(jobs=snap_st, variant=st.sampled_from(["las", "gittins", "gittins-last-gittins", "gittins-last-gittins-cost"]),
        promote=st.sampled_from([None, 1.0]), continuous=st.booleans(), dt=st.floats(0, 500))
 def test_rank_keys_sort_as_decide_ranks_and_hold_until_their_time(jobs, variant, promote, continuous, dt):
-    """The keys sort the jobs exactly as ``decide``'s Plan.order; a running job's key
-    recomputed later, before its ``until``, is the same key."""
+    """The keys sort the jobs exactly as ``decide``'s Plan.order; a job's key recomputed
+    later in the same state, before its ``until``, is the same key."""
     name, knobs = VARIANTS[variant]
     pol = build_policy(name, PolicyParams(queues=(100.0, 1000.0), promote_knob=promote, distribution=DIST,
                                           continuous=continuous, **knobs))
@@ -110,6 +110,8 @@ def test_rank_keys_sort_as_decide_ranks_and_hold_until_their_time(jobs, variant,
     assert sorted(k[-1] for k, _ in keyed) == sorted(j.job_id for j in js)
     assert tuple(k[-1] for k, _ in sorted(keyed)) == pol.decide(snap).order
     for (key, until), j in zip(sorted(keyed, key=lambda t: t[0][-1]), sorted(js, key=lambda j: j.job_id)):
-        if j.state is JobState.RUNNING and 10.0 + dt < until - 1e-6:
-            later = replace(j, executed_time=j.executed_time + dt)
+        if 10.0 + dt < until - 1e-6:
+            # t_J grows while a job runs, delta_J while it waits (their definitions).
+            later = (replace(j, executed_time=j.executed_time + dt) if j.state is JobState.RUNNING
+                     else replace(j, waiting_time=j.waiting_time + dt))
             assert pol.rank_keys([later], 10.0 + dt)[0][0] == key
