@@ -49,7 +49,8 @@ local function gpu_count(spec)
       for f in string.gmatch(s, "[^:]+") do
          fields[#fields + 1] = f
       end
-      if fields[1] == "gpu" then
+      -- shard:N (a share of one GPU, docs/sjf-bsbf.md) is a GPU request too.
+      if fields[1] == "gpu" or fields[1] == "shard" then
          if #fields == 1 then
             total = total + 1
          elseif #fields <= 3 and string.match(fields[#fields], "^%d+$") then

@@ -48,6 +48,8 @@ class PolicyConfig:
     # policy.queues: auto: thresholds fitted to the GPU-time samples (teiresias/policy/thresholds.py)
     # and refitted as finished jobs add samples; ``queues`` holds the paper's until there are samples.
     queues_auto: bool = False
+    # sjf-bsbf / sjf-ffs: the interference and memory model (etc/sharing.yaml); None: the model's defaults.
+    sharing: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def _manages(partitions: tuple[str, ...], partition: str) -> bool:
 _SCHEMA: dict[str, Any] = {
     "partitions": None,
     "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None, "last_queue": None,
-               "lease": None, "fairness_knob": None, "apps": None},
+               "lease": None, "fairness_knob": None, "apps": None, "sharing": None},
     "placement": None,
     "packlimit": None,
     "packlimit_learning": None,
@@ -266,8 +268,17 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
             apps.append((acct, app))
     if queues_auto and name not in ("las", "gittins"):
         raise r.fail("policy.queues", f"auto fits las/gittins queue thresholds; policy {name} has no queues to fit")
+    if name in ("sjf-bsbf", "sjf-ffs") and samples_path is None:
+        # Live jobs have no known duration: their length is the expected residual GPU-time.
+        raise r.fail("policy.gittins_samples", f"policy {name} estimates job lengths from past jobs' GPU-time;"
+                     " give a CSV (column 'duration'), e.g. teiresias/data/yarn-gput1000.csv")
+    sharing_path = None
+    if pol.get("sharing") is not None:
+        sharing_path = _resolve(base, r.string("policy.sharing", pol["sharing"]))
+        if not sharing_path.is_file():
+            raise r.fail("policy.sharing", f"file {sharing_path} does not exist; see etc/sharing.yaml")
     kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,  # type: ignore[arg-type]
-                                tuple(apps), queues_auto=queues_auto)
+                                tuple(apps), queues_auto=queues_auto, sharing=sharing_path)
 
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)

@@ -19,7 +19,7 @@ from profiler.packlimit import PackLimitFit
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, preemption, usage
-from slurm_plugin.controller import leases
+from slurm_plugin.controller import leases, sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.events import EventSocket, open_events
 from slurm_plugin.controller.enact import Action, Enactor, fit_shape, priority_for
@@ -34,7 +34,8 @@ from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.cells.scheduler import CellsPolicy
 from teiresias.cells.state import META_KEY as CELLS_META_KEY
 from teiresias.cells.state import CellsState
-from teiresias.domain import Plan
+from teiresias.domain import Placement, Plan
+from teiresias.domain.plan import Sharing
 from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import SchedulingPolicy
 from wrappers.protocol import job_dir, parse_comment, read_runs
@@ -112,7 +113,8 @@ class Controller:
         self.dry_run = dry_run
         self._policy_factory = policy_factory or default_policy
         self._seed: Any = None
-        if (config.policy.name == "gittins" or config.policy.queues_auto) and config.policy.gittins_samples is not None:
+        if (config.policy.name in ("gittins", "sjf-bsbf", "sjf-ffs") or config.policy.queues_auto) \
+                and config.policy.gittins_samples is not None:
             from teiresias.policy.gittins import ServiceDistribution
 
             self._seed = ServiceDistribution.from_samples_file(config.policy.gittins_samples)
@@ -150,7 +152,8 @@ class Controller:
         """Rebuilt when its inputs learned from history change: new finished jobs change
         the Gittins distribution (only that policy reads it), new run outcomes the
         PACKLIMIT (Tiresias §3.3.2)."""
-        uses_samples = self.config.policy.name == "gittins" or self.config.policy.queues_auto
+        # sjf-bsbf / sjf-ffs estimate job lengths from the same distribution (no durations live).
+        uses_samples = self.config.policy.name in ("gittins", "sjf-bsbf", "sjf-ffs") or self.config.policy.queues_auto
         count = self.store.sample_count() if uses_samples else 0
         packlimit = self.packlimit()
         key = (count, packlimit.packlimit)
@@ -436,6 +439,11 @@ class Controller:
                 r.reason = "requeued a moment ago; starts at the next round"
                 continue
             sj = rec.slurm[job_id]
+            if job_id in plan.sharing:
+                # A guest: its GPUs are its host's (not free), pinned by node (controller/sharing.py).
+                self._start_guest(enactor, rec, r, plan.sharing[job_id], placement,  # type: ignore[index]
+                                  priority_for(rank.get(job_id, 0), len(plan.order)), free, now)
+                continue
             allowed = [n for p in sj.partition.split(",") for n in self._partition_nodes.get(p, [])]
             fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)))
             if fitted is None:
@@ -456,6 +464,43 @@ class Controller:
                                 sj, f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
             if act.ok is False:
                 self._back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
+
+    def _start_guest(self, enactor: Enactor, rec: Reconciled, r: JobRecord, sh: Sharing, placement: Placement,
+                     priority: int, free: dict[str, int], now: float) -> None:
+        """Plan.sharing: the pair decision in the audit log with its numbers, the guest's
+        accumulate.json, then the usual start (node list, release) on the host's node.
+        The host's batch never changes (the policy keeps a running job's batch), so the
+        host is not restarted."""
+        host_id = int(sh.partner)
+        host, sj = rec.records.get(host_id), rec.slurm[r.job_id]
+        why = sharing.cannot_share(sj, rec.slurm.get(host_id), host, placement, rec.records, rec.slurm, free)
+        if why is not None:
+            r.reason = why
+            return
+        assert host is not None
+        nums = sharing.audit_fields(sh)
+        if not self.dry_run:
+            try:
+                written = sharing.write_accumulate(r, sj.user, sh)
+            except OSError as exc:
+                self._back_off(r, f"cannot write its accumulate.json ({exc})", now)
+                return
+            if written is None and sh.accumulation > 1:
+                r.reason = (f"chosen to share job {host_id}'s GPU with {sh.accumulation} accumulation steps, but"
+                            " it is not a tsbatch job (no job directory for accumulate.json)")
+                return
+            self.audit.write(r.job_id, "share", f"shares job {host_id}'s GPU: the pair's average JCT"
+                             f" {sh.shared_avg_jct:.0f} s shared vs {sh.sequential_avg_jct:.0f} s one after"
+                             " the other", **nums)
+        r.shared_with, r.share_role, r.sub_batch, r.accumulation = host_id, "guest", sh.sub_batch, sh.accumulation
+        host.shared_with, host.share_role = r.job_id, "host"
+        act = enactor.start(r, placement, priority, sj, f"shares job {host_id}'s GPU on"
+                            f" {','.join(placement.nodes)} (sub-batch {sh.sub_batch}, {sh.accumulation}"
+                            " accumulation steps)", now)
+        if act.ok is False:
+            r.shared_with = host.shared_with = None
+            r.share_role = host.share_role = ""
+            self._back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
 
     @staticmethod
     def _freed(rec: Reconciled, job_id: int, free: dict[str, int]) -> None:
@@ -637,10 +682,12 @@ def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, .
 
 def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPolicy:
     from teiresias.policy.registry import PolicyParams, build_policy
+    from teiresias.simulator.sharing import load_sharing_model
 
     params = PolicyParams(queues=fitted_queues(config, distribution), promote_knob=config.policy.promote_knob,
                           last_queue=config.policy.last_queue, distribution=distribution, placement=config.placement,
                           lease=config.policy.lease, fairness_knob=config.policy.fairness_knob,
+                          sharing=load_sharing_model(config.policy.sharing) if config.policy.sharing else None,
                           **({"packlimit": config.packlimit} if config.packlimit is not None else {}))
     name = config.policy.name
     if name == "gittins" and distribution is None:

@@ -7,12 +7,16 @@ shards, ``ClusterConfig.shards_per_gpu``): two ``tsbatch`` jobs asking
 the weights of full-batch training. A ``--gres=gpu:1`` job waits while the
 shard jobs hold the GPU (the ``Cores=`` on the gpu line, notes §3).
 
-What this does not show yet: the controller choosing the pair
-(docs/sjf-bsbf.md §8); here the test plays the controller's part.
+In the first test the test plays the controller's part; in
+``test_controller_shares_a_gpu_with_accumulation`` the real controller (a
+``teiresias controller run`` process, policy sjf-bsbf, etc/job_submit.lua
+holding jobs at submission) decides the pair, writes the guest's
+accumulate.json and starts it on its host's GPU (docs/sjf-bsbf.md §9).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,6 +29,7 @@ import torch
 from slurm_plugin.localcluster import ClusterConfig, LocalCluster
 from slurm_plugin.localcluster.config import render_gres_conf, render_slurm_conf
 from tests.helpers import poll
+from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
 from tests.slurm.conftest import SlurmTestCluster, test_cluster_config
 from tests.torch.jobs import SCRIPTS, plain_env, run
 from wrappers import protocol
@@ -119,5 +124,84 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
         log = (tmp_path / f"job{k}.out").read_text()
         sizes = {int(line.split()[1]) for line in log.splitlines() if line.startswith("batch ")}
         assert sizes == {4}, log[-2000:]  # micro-batches of 16 / 4
+        got = torch.load(tmp_path / f"out.{job}.pt", weights_only=True)
+        assert all(torch.allclose(want[n], got[n], rtol=0, atol=1e-10) for n in want)
+
+
+SHARING_YAML = """\
+gpu_memory_gb: 9      # host at its full batch (6 GB) + guest: only sub-batch 4 fits (3 GB)
+min_sub_batch: 4
+default: {batch: 16, memory_gb: 6.0, fixed_memory_gb: 2.0, compute_fixed: 0.1, sync: 0.2, overlap: 2.0,
+          interference: 1.2}
+"""
+
+
+def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> None:
+    """sjf-bsbf decides to share: the guest gets accumulate.json (4 x 4) and the host's
+    GPU; both run at once and end with the full-batch weights; the audit log has the
+    pair decision with its numbers; `teiresias queue --json` shows the pair."""
+    ref = tmp_path / "ref.pt"
+    r = run("train_accumulate.py", [str(ref)], plain_env(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    samples, model = tmp_path / "gput.csv", tmp_path / "sharing.yaml"
+    # Past jobs all took 600 GPU-s: each job's expected length; xi 1.2 makes sharing pay
+    # (Theorem 1: pair average about 1.37 x 600 s shared, 1.5 x 600 s one after the other).
+    samples.write_text("duration\n" + "600\n" * 20)
+    model.write_text(SHARING_YAML)
+    base, release = tmp_path / "ckpt", tmp_path / "release"
+    batch = tmp_path / "share.sh"
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+        f"cd {tmp_path}\n"
+        f"echo \"$CUDA_VISIBLE_DEVICES $SLURM_SHARDS_ON_NODE\" > env.$SLURM_JOB_ID\n"
+        f"{PY} {SCRIPTS / 'train_accumulate.py'} out.$SLURM_JOB_ID.pt || exit 1\n"
+        f"while [ ! -e {release} ]; do sleep 0.2; done\n"
+    )
+    with shard_cluster.reconfigured(job_submit_lua=LUA) as c:
+        ctl = ControllerProc(tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples),
+                                                  "sharing": str(model)}).start()
+        try:
+            host = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
+            c.wait_for(host, "RUNNING", timeout=60)
+            guest = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
+            c.wait_for(guest, "RUNNING", timeout=60)
+            assert c.job(host).state == "RUNNING", "both hold the one GPU at once"
+            (share,) = ctl.audit(guest, "share")
+            assert share["partner"] == host and (share["sub_batch"], share["accumulation"]) == (4, 4)
+            assert (share["slowdown"], share["partner_slowdown"]) == (1.2, 1.2)
+            assert 0 < share["shared_avg_jct"] < share["sequential_avg_jct"]
+            assert share["alone_slowdown"] > 1
+            assert protocol.read_accumulate(protocol.job_dir(base, guest)) == protocol.Accumulate(4, 4)
+            assert protocol.read_accumulate(protocol.job_dir(base, host)) is None  # the host's batch is kept
+
+            def queue_rows():
+                q = subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True,
+                                   text=True, env=c.env)
+                assert q.returncode == 0, q.stderr
+                rows = {x["job_id"]: x for x in json.loads(q.stdout)}
+                return rows if rows.get(guest, {}).get("shared_with") == host else None
+
+            rows = poll("the pair in `teiresias queue --json`", queue_rows, timeout=30, every=1)
+            assert {k: rows[guest][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
+                {"shared_with": host, "sub_batch": 4, "accumulation": 4}
+            assert {k: rows[host][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
+                {"shared_with": guest, "sub_batch": None, "accumulation": 1}
+            poll("both jobs trained", lambda: all((tmp_path / f"out.{j}.pt").exists() for j in (host, guest)),
+                 timeout=240)
+            envs = [(tmp_path / f"env.{j}").read_text().split() for j in (host, guest)]
+            assert envs == [["0", "1"], ["0", "1"]]  # the same (only) GPU, one shard each
+            release.touch()
+            for job in (host, guest):
+                c.wait_for(job, "COMPLETED", timeout=120)
+            poll("the pair ended in the records", lambda: all(
+                (rc := ctl.rec(j)) is not None and rc.final_state == "COMPLETED" for j in (host, guest)), timeout=30)
+        finally:
+            ctl.stop()
+        assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
+    want = torch.load(ref, weights_only=True)
+    for name, job, size in (("host", host, 16), ("guest", guest, 4)):
+        log = (tmp_path / f"{name}.out").read_text()
+        sizes = {int(line.split()[1]) for line in log.splitlines() if line.startswith("batch ")}
+        assert sizes == {size}, log[-2000:]
         got = torch.load(tmp_path / f"out.{job}.pt", weights_only=True)
         assert all(torch.allclose(want[n], got[n], rtol=0, atol=1e-10) for n in want)

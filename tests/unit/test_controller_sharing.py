@@ -87,3 +87,43 @@ def test_queue_json_rows_carry_the_three_sharing_fields():
         {"shared_with": 7, "sub_batch": 16, "accumulation": 4}
     assert {k: rows[7][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
         {"shared_with": 8, "sub_batch": None, "accumulation": 1}
+
+
+def test_sharing_policies_need_samples_and_take_a_sharing_model(tmp_path):
+    import pytest
+
+    from slurm_plugin.config import parse_config
+    from slurm_plugin.controller.loop import default_policy
+    from teiresias.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="policy.gittins_samples: policy sjf-bsbf estimates job lengths"):
+        parse_config({"policy": {"name": "sjf-bsbf"}})
+    with pytest.raises(ConfigError, match="policy.sharing: file .*nope.yaml does not exist"):
+        parse_config({"policy": {"name": "sjf-bsbf", "gittins_samples": "teiresias/data/yarn-gput1000.csv",
+                                 "sharing": str(tmp_path / "nope.yaml")}})
+    cfg = parse_config({"policy": {"name": "sjf-bsbf", "gittins_samples": "teiresias/data/yarn-gput1000.csv",
+                                   "sharing": "etc/sharing.yaml"}})
+    policy = default_policy(cfg, None)
+    assert policy.name == "sjf-bsbf" and policy.model.gpu_memory_gb == 11  # etc/sharing.yaml's
+
+
+def test_a_guest_starts_only_where_slurm_can_only_give_it_its_hosts_gpu():
+    from dataclasses import replace
+
+    from slurm_plugin.controller.sharing import cannot_share
+
+    on1 = Placement.of({"node1": 1})
+    host = JobRecord(job_id=7, gpus=1, phase=Phase.RUNNING, planned=on1)
+    guest = sjob(8, "PENDING")
+    hsj = sjob(7, "RUNNING", ("node1",))
+    recs = {7: host, 8: JobRecord(job_id=8, gpus=1)}
+    slurm = {7: hsj, 8: guest}
+    assert cannot_share(guest, hsj, host, on1, recs, slurm, {"node1": 0}) is None
+    assert "asks for whole GPUs" in cannot_share(replace(guest, shards=0), hsj, host, on1, recs, slurm, {})
+    assert "holds whole (--gres=gpu)" in cannot_share(guest, replace(hsj, shards=0), host, on1, recs, slurm, {})
+    assert "has an idle GPU" in cannot_share(guest, hsj, host, on1, recs, slurm, {"node1": 1})
+    # Another shard job alone on node1's other GPU: Slurm's first fit, not the plan, would pick.
+    recs9 = {**recs, 9: JobRecord(job_id=9, gpus=1, phase=Phase.RUNNING)}
+    why = cannot_share(guest, hsj, host, on1, recs9, {**slurm, 9: sjob(9, "RUNNING", ("node1",))}, {"node1": 0})
+    assert "job 9 also holds a GPU's shards alone" in why
+    assert "not running" in cannot_share(guest, hsj, replace(host, phase=Phase.PREEMPTING), on1, recs, slurm, {})

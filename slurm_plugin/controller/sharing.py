@@ -1,0 +1,80 @@
+"""Enacting a Plan.sharing decision on Slurm 22.05 (docs/sjf-bsbf.md §9).
+
+A guest shares its host's GPU through ``gres/shard``: both jobs must be shard
+jobs (a GPU held by a ``--gres=gpu`` job gives no shard to anyone). Slurm
+picks the GPU itself, first fit by lowest index, and a pending job's GPU
+cannot be chosen by type after submission (notes §2, §6), so the controller
+pins the guest by node only and starts it only where the host's GPU is the
+one GPU of that node with shards left: no idle GPU there and no other shard
+job alone on its GPU. Elsewhere the guest waits, with that reason.
+
+The pure checks are here; the loop (`Controller._start_guest`) writes the
+files and calls Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+from typing import Mapping
+
+from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.controller.state import JobRecord, Phase
+from teiresias.domain import Placement
+from teiresias.domain.plan import Sharing
+from wrappers import protocol
+
+SHARD_HINT = "submit both with --gres=shard:N (half a GPU's shards) so that Slurm can co-allocate them"
+
+
+def cannot_share(guest: SlurmJob, host: SlurmJob | None, host_rec: JobRecord | None, placement: Placement,
+                 records: Mapping[int, JobRecord], slurm: Mapping[int, SlurmJob],
+                 free: Mapping[str, int]) -> str | None:
+    """Why the guest cannot be started on its host's GPU now, or None when it can."""
+    if not guest.shards:
+        return f"chosen to share job {host.job_id if host else '?'}'s GPU, but it asks for whole GPUs; {SHARD_HINT}"
+    if host is None or host_rec is None or host_rec.phase is not Phase.RUNNING:
+        return "chosen to share a GPU whose job is not running any more; waits for the next round"
+    if not host.shards:
+        return f"chosen to share job {host.job_id}'s GPU, which it holds whole (--gres=gpu); {SHARD_HINT}"
+    for node in placement.nodes:
+        if free.get(node, 0) > 0:
+            return (f"chosen to share job {host.job_id}'s GPU on {node}, which has an idle GPU: Slurm would"
+                    " give the guest that one (first fit by index)")
+        for job_id, r in records.items():
+            sj = slurm.get(job_id)
+            if (job_id not in (host.job_id, guest.job_id) and r.shared_with is None and sj is not None
+                    and sj.shards and r.phase in (Phase.RUNNING, Phase.STARTING) and node in sj.nodes):
+                return (f"chosen to share job {host.job_id}'s GPU on {node}, where job {job_id} also holds a GPU's"
+                        " shards alone: Slurm, not the controller, would pick which GPU the guest gets")
+    return None
+
+
+def audit_fields(sh: Sharing) -> dict[str, float | int]:
+    """The numbers behind a pair decision (Theorem 1's two ends and the model's factors)."""
+    return {"partner": int(sh.partner), "sub_batch": sh.sub_batch, "accumulation": sh.accumulation,
+            "slowdown": round(sh.slowdown, 4), "partner_slowdown": round(sh.partner_slowdown, 4),
+            "alone_slowdown": round(sh.alone_slowdown, 4), "shared_avg_jct": round(sh.shared_avg_jct, 3),
+            "sequential_avg_jct": round(sh.sequential_avg_jct, 3)}
+
+
+def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
+    """accumulate.json in the guest's job directory (read by the hooks when its run starts);
+    None for a job without one (not a tsbatch job). The directory is created for
+    the job's user when the controller (root) makes it."""
+    base = protocol.parse_comment(rec.comment).get("dir")
+    if not base:
+        return None
+    jd = protocol.job_dir(base, rec.job_id)
+    if not jd.is_dir():
+        jd.mkdir(mode=0o700, parents=True)
+        if os.geteuid() == 0 and user:
+            try:
+                pw = pwd.getpwnam(user)
+            except KeyError:
+                pass  # a numeric or unknown user: root-owned, as Slurm's root jobs expect
+            else:
+                os.chown(jd, pw.pw_uid, pw.pw_gid)
+    protocol.write_accumulate(jd, protocol.Accumulate(sh.accumulation, sh.sub_batch))
+    return jd / protocol.ACCUMULATE
