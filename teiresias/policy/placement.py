@@ -135,6 +135,12 @@ class ConsolidatePlacement(_TopologyCache):
         chosen: list[tuple[Node, int]] | None = None
         waste = 0
         for nodes in groups:
+            # Most placements tried under a backlog fail: when even the k nodes with the most
+            # free GPUs fall short, _fewest_nodes would need more than k nodes; skip building its input.
+            frees = [free.get(n.name, 0) for n in nodes]
+            frees.sort(reverse=True)
+            if sum(frees[:k]) < need:
+                continue
             cand = [(free.get(n.name, 0), topo.order[n.name], n) for n in nodes]
             got = _fewest_nodes(need, cand)
             if got is None or len(got) != k:
