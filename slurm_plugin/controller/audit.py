@@ -67,10 +67,12 @@ def read_audit(path: Path) -> list[dict[str, Any]]:
 
 
 def timelines(entries: list[dict[str, Any]]) -> dict[int, list[tuple[str, float, int]]]:
-    """Job -> its (stage, at, run) in the order they happened (from :func:`read_audit`)."""
+    """Job -> its (stage, at, run) run by run, in STAGES order (from :func:`read_audit`)."""
     out: dict[int, list[tuple[str, float, int]]] = {}
     for e in entries:
         if e.get("action") == "timeline" and e.get("job") is not None:
             out.setdefault(int(e["job"]), []).append((str(e["stage"]), float(e["at"]), int(e.get("run", 0))))
-    # A restarted controller stamps its running jobs' start again, at the same instant.
-    return {j: sorted(set(stages), key=lambda s: (s[1], STAGES.index(s[0]))) for j, stages in out.items()}
+    # A restarted controller stamps its running jobs' start again, at the same instant. Sorted
+    # by run and stage, not by time: Slurm's times (submitted, started, finished) are whole
+    # seconds, so a run's "started" can read a fraction of a second before its "released".
+    return {j: sorted(set(stages), key=lambda s: (s[2], STAGES.index(s[0]), s[1])) for j, stages in out.items()}

@@ -56,7 +56,8 @@ def test_a_preempted_job_has_every_stage_in_its_timeline(cluster, make_controlle
     assert [s for s, _, run in tl[old] if run == 1] == ["decided", "released", "started", "finished"], tl[old]
     assert set(stages) == set(STAGES)
     at = [a for _, a, _ in tl[old]]
-    assert at == sorted(at)
+    # Slurm's submitted/started/finished are whole seconds: a stage may read up to 1 s early.
+    assert all(b >= a - 1.0 for a, b in zip(at, at[1:])), tl[old]
     # The new job started in the round of old's requeue, or in the one its epilog woke:
     # never a poll interval later.
     requeued = next(a for s, a, _ in tl[old] if s == "requeued")
