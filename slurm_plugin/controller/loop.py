@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from profiler.packlimit import PackLimitFit
@@ -36,6 +37,7 @@ from teiresias.cells.state import META_KEY as CELLS_META_KEY
 from teiresias.cells.state import CellsState
 from teiresias.domain import Placement, Plan
 from teiresias.domain.plan import Sharing
+from teiresias.policy.sjf_bsbf.model import SharingModel
 from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import SchedulingPolicy
 from wrappers.protocol import job_dir, parse_comment, read_runs
@@ -125,7 +127,9 @@ class Controller:
         self._skews = SkewBook(config.profiles)
         self._unpreemptible: set[int] = set()  # --no-requeue jobs already reported
         # What the policy was built with: (Gittins sample count, PACKLIMIT).
-        self._policy_key: tuple[int, float] | None = None
+        self._policy_key: tuple[Any, ...] | None = None
+        # sjf-bsbf / sjf-ffs: model -> xi measured live (docs/sjf-bsbf.md §9); loaded on first use.
+        self._measured: dict[str, float] | None = None
         self._packlimit: PackLimitFit | None = None
         self._runs_changed = True  # new run outcomes since the last PACKLIMIT fit
         self._gpus_per_node = 0
@@ -156,7 +160,11 @@ class Controller:
         uses_samples = self.config.policy.name in ("gittins", "sjf-bsbf", "sjf-ffs") or self.config.policy.queues_auto
         count = self.store.sample_count() if uses_samples else 0
         packlimit = self.packlimit()
-        key = (count, packlimit.packlimit)
+        sharing_policy = self.config.policy.name in ("sjf-bsbf", "sjf-ffs")
+        if sharing_policy and self._measured is None:
+            self._measured = self.store.measured_interference()
+        measured = self._measured if sharing_policy and self._measured else {}
+        key = (count, packlimit.packlimit, tuple(sorted(measured.items())))
         if self._policy is None or key != self._policy_key:
             dist = build_distribution(self._seed, self.store.samples()) if uses_samples else None
             config = replace(self.config, packlimit=packlimit.packlimit) if packlimit.source == "history" \
@@ -164,6 +172,8 @@ class Controller:
             if self._policy is not None and self.metrics is not None and key[0] != (self._policy_key or key)[0]:
                 self.metrics.refits.inc()
             self._policy = self._policy_factory(config, dist)
+            if measured and isinstance(getattr(self._policy, "model", None), SharingModel):
+                self._policy.model = sharing.with_measured(self._policy.model, measured)  # type: ignore[attr-defined]
             self._policy_key = key
         return self._policy
 
@@ -494,12 +504,15 @@ class Controller:
                              " the other", **nums)
         r.shared_with, r.share_role, r.sub_batch, r.accumulation = host_id, "guest", sh.sub_batch, sh.accumulation
         host.shared_with, host.share_role = r.job_id, "host"
+        r.shared_since = host.shared_since = now
+        r.shared_until = host.shared_until = None
         act = enactor.start(r, placement, priority, sj, f"shares job {host_id}'s GPU on"
                             f" {','.join(placement.nodes)} (sub-batch {sh.sub_batch}, {sh.accumulation}"
                             " accumulation steps)", now)
         if act.ok is False:
             r.shared_with = host.shared_with = None
             r.share_role = host.share_role = ""
+            r.shared_since = host.shared_since = None
             self._back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
 
     @staticmethod
@@ -606,6 +619,25 @@ class Controller:
                 log.info("[job %d] run %d: %.4f s/iteration on %d node(s), fewest %d, skew %s", r.job_id,
                          o.restart_count, o.median_step_s, o.nodes, o.min_nodes,
                          "unknown" if o.skew is None else f"{o.skew:.3f}")
+        if r.shared_since is not None and r.shared_until is not None:
+            self._measure_xi(r, job_dir(items["dir"], r.job_id))
+
+    def _measure_xi(self, r: JobRecord, jd: Path) -> None:
+        """A run that was shared ended: its xi from the hooks' step counts (alone rate over
+        shared rate), kept on the record and fed to the sharing model from now on."""
+        since, until = r.shared_since, r.shared_until
+        assert since is not None and until is not None
+        r.shared_since = r.shared_until = None
+        restart = r.closed_restart if r.closed_restart >= 0 else r.restart_count
+        xi = sharing.measured_xi(sharing.run_lines(jd, restart), 0.0, since, until, float("inf"))
+        if xi is None:
+            log.info("[job %d] xi not measured: the hooks write one step count a minute, and the run had"
+                     " fewer than two alone or shared", r.job_id)
+            return
+        r.interference = round(xi, 4)
+        self._measured = {**(self._measured or {}), r.name.strip().lower(): xi}
+        self.audit.write(r.job_id, "interference", f"xi {xi:.2f} measured while sharing (alone step rate over"
+                         " shared)", xi=round(xi, 4), model=r.name, shared_since=since, shared_until=until)
 
     # ---------------------------------------------------------------- loop
     def run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None = None,

@@ -241,7 +241,7 @@ def reconcile(
             out.records[job_id] = rec
             out.vanished.append(job_id)
 
-    end_pairs(out, records)
+    end_pairs(out, records, now)
     out.snapshot = build_snapshot(cluster, out, slurm_nodes, now)
     return out
 
@@ -313,7 +313,7 @@ def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placem
     )
 
 
-def end_pairs(out: Reconciled, records: Mapping[int, JobRecord]) -> None:
+def end_pairs(out: Reconciled, records: Mapping[int, JobRecord], now: float) -> None:
     """A pair lasts while both jobs run (or are being started). When one ends,
     is requeued or vanishes, the other runs alone on the GPU from now on; it
     keeps its sub-batch until its next restart (docs/sjf-bsbf.md §3)."""
@@ -329,6 +329,8 @@ def end_pairs(out: Reconciled, records: Mapping[int, JobRecord]) -> None:
         out.notes.append((job_id, f"no longer shares GPUs with job {rec.shared_with}"
                                   f" ({'it' if not live(rec) else 'the partner'} stopped running)"))
         rec.shared_with, rec.share_role = None, ""
+        ended = [x.end_time for x in (rec, partner) if x is not None and not live(x) and x.end_time is not None]
+        rec.shared_until = min(ended) if ended else now  # Slurm's end time beats the round's
 
 
 def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[SlurmNode], now: float) -> Snapshot:

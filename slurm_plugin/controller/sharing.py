@@ -9,13 +9,17 @@ one GPU of that node with shards left: no idle GPU there and no other shard
 job alone on its GPU. Elsewhere the guest waits, with that reason.
 
 The pure checks are here; the loop (`Controller._start_guest`) writes the
-files and calls Slurm.
+files and calls Slurm. xi is measured from the hooks' runs.jsonl when a shared
+run ends and replaces the model's guess for that model (`measured_xi`,
+`with_measured`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
@@ -23,6 +27,7 @@ from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Placement
 from teiresias.domain.plan import Sharing
+from teiresias.policy.sjf_bsbf.model import SharingModel
 from wrappers import protocol
 
 SHARD_HINT = "submit both with --gres=shard:N (half a GPU's shards) so that Slurm can co-allocate them"
@@ -78,3 +83,55 @@ def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
                 os.chown(jd, pw.pw_uid, pw.pw_gid)
     protocol.write_accumulate(jd, protocol.Accumulate(sh.accumulation, sh.sub_batch))
     return jd / protocol.ACCUMULATE
+
+
+def run_lines(jobdir: Path, restart: int) -> list[protocol.RunRecord]:
+    """Every record of one run in runs.jsonl, oldest first (the hooks append one per
+    minute with the run's step count so far); torn lines skipped."""
+    try:
+        lines = protocol.runs_path(jobdir).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            r = protocol.RunRecord(**json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        if r.restart_count == restart and r.steps > 0:
+            out.append(r)
+    return out
+
+
+def step_rate(lines: list[protocol.RunRecord], start: float, end: float) -> float | None:
+    """Optimizer steps per second between the first and the last record written in
+    [start, end]: the counts are cumulative, so the difference is exactly the steps
+    of that window. None with fewer than two records there."""
+    inside = [r for r in lines if start <= r.time <= end]
+    if len(inside) < 2 or inside[-1].time <= inside[0].time or inside[-1].steps <= inside[0].steps:
+        return None
+    return (inside[-1].steps - inside[0].steps) / (inside[-1].time - inside[0].time)
+
+
+def measured_xi(lines: list[protocol.RunRecord], run_start: float, since: float, until: float,
+                run_end: float) -> float | None:
+    """xi of one run that was shared during [since, until]: its step rate alone over its
+    rate while shared, at the same batch (a guest keeps its sub-batch alone, so r(b)
+    cancels). The alone window is before the pair (a host) or after it (a guest)."""
+    shared = step_rate(lines, since, until)
+    alone = step_rate(lines, run_start, since) or step_rate(lines, until, run_end)
+    if shared is None or alone is None:
+        return None
+    return alone / shared
+
+
+def with_measured(model: SharingModel, measured: Mapping[str, float]) -> SharingModel:
+    """The model with each measured model's interference replaced by the value measured
+    live (never below 1: noise must not make sharing look free). Configured ``pairs``
+    still win for their pair: an admin's measured pair is more specific."""
+    if not measured:
+        return model
+    profiles = dict(model.profiles)
+    for name, xi in measured.items():
+        profiles[name] = replace(model.profile(name), interference=max(1.0, xi))
+    return replace(model, profiles=profiles)

@@ -103,8 +103,11 @@ class JobRecord:
     share_role: str = ""
     sub_batch: int | None = None
     accumulation: int = 1
-    # xi measured for this job's shared run: its median step time shared over
-    # alone, over r(b) (controller/sharing.py); None until both runs are known.
+    # When the current pair began and ended (both sides), and xi measured for this
+    # job's run: its step rate alone over its rate while shared, from the hooks'
+    # runs.jsonl (controller/sharing.py measured_xi); None until both are known.
+    shared_since: float | None = None
+    shared_until: float | None = None
     interference: float | None = None
 
     @property
@@ -161,7 +164,8 @@ _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
 _REAL = {"slurm_submit_time", "submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
          "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
-         "ckpt_seconds", "end_time", "gpu_util", "cpu_percent", "usage_time", "interference"}
+         "ckpt_seconds", "end_time", "gpu_util", "cpu_percent", "usage_time", "interference",
+         "shared_since", "shared_until"}
 _INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue", "rank",
         "preemptions", "signal_restart", "ckpt_bytes", "gpu_mem_used", "gpu_mem_total", "rss_bytes",
         "shared_with", "sub_batch", "accumulation"}
@@ -435,6 +439,12 @@ class StateStore:
                                    " + (SELECT COUNT(*) FROM samples_archive)").fetchone()[0])
 
     # ------------------------------------------------------------------ runs
+    def measured_interference(self) -> dict[str, float]:
+        """Model (job name, lower case) -> the latest xi measured live for it (docs/sjf-bsbf.md §9)."""
+        rows = self.db.execute("SELECT name, interference FROM jobs WHERE interference IS NOT NULL"
+                               " ORDER BY end_time, job_id")
+        return {str(name or "").strip().lower(): float(xi) for name, xi in rows}
+
     def add_run(self, run: RunOutcome) -> bool:
         """Keep a run's outcome once; False when that run is already stored."""
         cur = self.db.execute(f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_FIELDS)}) VALUES "

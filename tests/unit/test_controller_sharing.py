@@ -127,3 +127,47 @@ def test_a_guest_starts_only_where_slurm_can_only_give_it_its_hosts_gpu():
     why = cannot_share(guest, hsj, host, on1, recs9, {**slurm, 9: sjob(9, "RUNNING", ("node1",))}, {"node1": 0})
     assert "job 9 also holds a GPU's shards alone" in why
     assert "not running" in cannot_share(guest, hsj, replace(host, phase=Phase.PREEMPTING), on1, recs, slurm, {})
+
+
+def _lines(points):
+    from wrappers.protocol import RunRecord
+
+    return [RunRecord(job_id=8, restart_count=0, steps=s, median_step_s=0.1, nodes=1, time=t) for t, s in points]
+
+
+def test_xi_is_the_alone_step_rate_over_the_shared_one_from_the_cumulative_counts():
+    from slurm_plugin.controller.sharing import measured_xi, step_rate
+
+    # A host: 10 steps/s alone until t=200, then 5 steps/s while shared until t=400.
+    host = _lines([(60, 600), (120, 1200), (180, 1800), (260, 2100), (320, 2400), (380, 2700)])
+    assert step_rate(host, 0, 200) == 10.0 and step_rate(host, 200, 400) == 5.0
+    assert measured_xi(host, 0.0, 200.0, 400.0, float("inf")) == 2.0
+    # A guest: shared from its start (4 steps/s) until t=200, then alone (6 steps/s): xi 1.5.
+    guest = _lines([(60, 240), (120, 480), (180, 720), (260, 1200), (320, 1560)])
+    assert measured_xi(guest, 0.0, 0.0, 200.0, float("inf")) == 1.5
+    # One record in a window is no rate: nothing measured rather than a guess.
+    assert measured_xi(_lines([(60, 600), (260, 900), (320, 1200)]), 0.0, 200.0, 400.0, float("inf")) is None
+
+
+def test_measured_xi_replaces_the_models_guess_and_never_goes_below_one():
+    from slurm_plugin.controller.sharing import with_measured
+    from teiresias.policy.sjf_bsbf.model import SharingModel
+
+    m = with_measured(SharingModel(), {"resnet": 1.8, "noisy": 0.9})
+    assert m.interference("resnet", "noisy") == (1.8, 1.0)
+    assert m.interference("other", "resnet") == (1.5, 1.8)  # unmeasured: the model's default
+    assert with_measured(m, {}) is m
+
+
+def test_a_pair_end_is_dated_by_slurm_and_xi_is_kept_per_model(tmp_path):
+    recs = pair()
+    recs[7].shared_since = recs[8].shared_since = 60.0
+    reconcile(CFG, recs, [sjob(7, "COMPLETED", ("node1",), start=50.0, end=90.0),
+                          sjob(8, "RUNNING", ("node1",), start=60.0)], NODES, 100.0)
+    assert recs[7].shared_until == 90.0 and recs[8].shared_until == 90.0
+    store = StateStore(tmp_path / "s.db")
+    with store.transaction():
+        for r, xi, end in ((recs[7], 1.4, 90.0), (recs[8], 1.7, 95.0)):
+            r.interference, r.end_time, r.name = xi, end, "ResNet"
+            store.save_job(r)
+    assert store.measured_interference() == {"resnet": 1.7}  # the latest
