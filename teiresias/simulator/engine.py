@@ -466,6 +466,13 @@ class Simulator:
         # at their ``until`` (a FIFO-keyed job: its demotion), so a round costs O(changes)
         # here, plus the jobs it keeps.
         running = self._running
+        rsorted = self._rsorted
+        # At most the kept keys above ``top`` and the unkeyed jobs can be left out; if that is
+        # under a quarter of the snapshot, the smaller snapshot would cost about what it saves:
+        # the full round (which decides the same). Unasked keys stay unasked until needed.
+        active = len(running) + len(pending)
+        if 4 * (bisect.bisect_right(rsorted, top) + len(self._runkeyed)) < active:
+            return None
         stale = [running[jid] for jid in self._runkeyed]
         self._runkeyed.clear()
         expiry, cache = self._rexpiry, self._rkeys
@@ -476,7 +483,6 @@ class Simulator:
             if got is not None and got[1] == entry:
                 self._drop_key(jid)
                 stale.append(running[jid])
-        rsorted = self._rsorted
         below = []
         for k, until in rank_keys(stale, now) if stale else ():
             if until <= limit:
@@ -491,8 +497,8 @@ class Simulator:
             heapq.heappush(expiry, (until, self._rentry, k[-1]))
         pos = bisect.bisect_right(rsorted, top)
         below.extend(k[-1] for k in rsorted[pos:])
-        if len(below) == len(running):
-            return None  # nothing to leave out: the full round
+        if 4 * (len(running) - len(below)) < active:
+            return None  # little to leave out after all (see above)
         unavailable = dict(self._held)
         jobs = []
         for jid in below:
