@@ -76,6 +76,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "order": list(plan.order),
         "reasons": {str(j): r for j, r in plan.reasons.items()},
         "index": {str(j): v for j, v in plan.index.items()},
+        "sharing": {str(j): sharing.audit_fields(sh) for j, sh in plan.sharing.items()},
     }
 
 
@@ -506,6 +507,11 @@ class Controller:
         host.shared_with, host.share_role = r.job_id, "host"
         r.shared_since = host.shared_since = now
         r.shared_until = host.shared_until = None
+        if not self.dry_run:
+            # The guest's side is saved with its start's journal row; the host's first, so a
+            # crash in between cannot leave a guest whose host does not know it (end_pairs).
+            with self.store.transaction():
+                self.store.save_job(host)
         act = enactor.start(r, placement, priority, sj, f"shares job {host_id}'s GPU on"
                             f" {','.join(placement.nodes)} (sub-batch {sh.sub_batch}, {sh.accumulation}"
                             " accumulation steps)", now)

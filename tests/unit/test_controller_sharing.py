@@ -171,3 +171,16 @@ def test_a_pair_end_is_dated_by_slurm_and_xi_is_kept_per_model(tmp_path):
             r.interference, r.end_time, r.name = xi, end, "ResNet"
             store.save_job(r)
     assert store.measured_interference() == {"resnet": 1.7}  # the latest
+
+
+def test_controller_once_json_shows_the_pair_decisions():
+    from slurm_plugin.controller.loop import plan_to_json
+    from teiresias.domain import JobId, Plan
+    from teiresias.domain.plan import Sharing
+
+    plan = Plan(start={JobId(8): Placement.of({"node1": 1})}, sharing={JobId(8): Sharing(
+        partner=JobId(7), sub_batch=4, accumulation=4, slowdown=1.2, partner_slowdown=1.2, alone_slowdown=1.33,
+        shared_avg_jct=818.1, sequential_avg_jct=898.6)})
+    assert plan_to_json(plan)["sharing"] == {"8": {
+        "partner": 7, "sub_batch": 4, "accumulation": 4, "slowdown": 1.2, "partner_slowdown": 1.2,
+        "alone_slowdown": 1.33, "shared_avg_jct": 818.1, "sequential_avg_jct": 898.6}}
