@@ -84,7 +84,8 @@ def speed(samples, sizes: list[int], policies: list[str], load: float, seed: int
           f"queues {list(params.queues)}, last queue {params.last_queue}, preempt cost {params.preempt_cost:g} ==")
     print("(CPU s = this process's CPU time: on a shared machine it is the figure to compare;\n"
           " jobs/s and ms/round are per CPU second; 'in policy' = share of wall time inside decide();\n"
-          " pruned = rounds the policy saw only pending jobs (all, or the newcomers); mode full = no pruning, no tick skipping)")
+          " pruned = rounds the policy saw only pending jobs (all, or the newcomers); mode full = no pruning,\n"
+          " no tick skipping; mode unkeyed = no keyed rounds (contended rounds see every running job))")
     print(f"{'jobs':>7} {'policy':>12} {'mode':>6} {'wall s':>8} {'CPU s':>8} {'jobs/s':>8} {'rounds':>8} "
           f"{'pruned':>8} {'ms/round':>9} {'in policy':>9} {'avg JCT':>9} {'avg queue':>9}")
     modes = [("full", {"prune_rounds": False, "skip_quiet_ticks": False}), ("fast", {})] if compare_full \
