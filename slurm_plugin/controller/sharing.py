@@ -40,7 +40,7 @@ def cannot_share(guest: SlurmJob, host: SlurmJob | None, host_rec: JobRecord | N
     if not guest.shards:
         return f"chosen to share job {host.job_id if host else '?'}'s GPU, but it asks for whole GPUs; {SHARD_HINT}"
     if host is None or host_rec is None or host_rec.phase is not Phase.RUNNING:
-        return "chosen to share a GPU whose job is not running any more; waits for the next round"
+        return "chosen to share a GPU whose job is not running (not started yet, or stopping); waits for the next round"
     if not host.shards:
         return f"chosen to share job {host.job_id}'s GPU, which it holds whole (--gres=gpu); {SHARD_HINT}"
     for node in placement.nodes:
