@@ -297,6 +297,10 @@ class Controller:
                 self.audit.stage(job_id, "started", r.run_start, r.run_restart)
         for job_id in rec.finished:
             r = rec.records[job_id]
+            sj = rec.slurm.get(job_id)
+            if (job_id, r.restart_count) not in self._started_stamped and sj is not None and sj.start_time:
+                # A run that began and ended between two rounds, never seen running.
+                self.audit.stage(job_id, "started", sj.start_time, r.restart_count)
             self._started_stamped = {k for k in self._started_stamped if k[0] != job_id}
             if r.end_time is not None:
                 self.audit.stage(job_id, "finished", r.end_time, r.restart_count, state=r.final_state)

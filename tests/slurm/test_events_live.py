@@ -38,9 +38,11 @@ def test_a_preempted_job_has_every_stage_in_its_timeline(cluster, make_controlle
     # Submissions are seen at the next poll (no Slurm hook fires for a held job), so
     # both are submitted while the controller's first two rounds are due anyway.
     old = submit_protocol_job(cluster, tmp_path, 16, run_for=2 * PREEMPT_POLL_S, name="old")
-    ctl = make_controller(poll_interval=PREEMPT_POLL_S, events={"socket": str(cluster.cfg.events_socket)}).start()
+    # 100 GPU-s: old (16 GPUs) is past it at the second round, new (16 GPUs x 3 s) never is.
+    ctl = make_controller(poll_interval=PREEMPT_POLL_S, policy={"queues": [100]},
+                          events={"socket": str(cluster.cfg.events_socket)}).start()
     cluster.wait_for(old, "RUNNING", timeout=30)
-    # At the next round old has 16 GPUs x several s > the 8 GPU-s threshold (Q2),
+    # At the next round old has 16 GPUs x several s > the threshold (Q2),
     # and new (Q1) preempts it; new's end pokes old back onto its GPUs.
     new = submit_sleep(cluster, 16, 3)
     cluster.wait_for(new, "COMPLETED", timeout=PREEMPT_POLL_S + 40)
@@ -55,6 +57,7 @@ def test_a_preempted_job_has_every_stage_in_its_timeline(cluster, make_controlle
     assert run0 == ["submitted", "decided", "released", "started", "signalled", "acked", "requeued"], tl[old]
     assert [s for s, _, run in tl[old] if run == 1] == ["decided", "released", "started", "finished"], tl[old]
     assert set(stages) == set(STAGES)
+    assert [s for s, _, _ in tl[new]] == ["submitted", "decided", "released", "started", "finished"], tl[new]
     at = [a for _, a, _ in tl[old]]
     # Slurm's submitted/started/finished are whole seconds: a stage may read up to 1 s early.
     assert all(b >= a - 1.0 for a, b in zip(at, at[1:])), tl[old]
