@@ -367,7 +367,9 @@ def read_accumulate(jobdir: Path) -> Accumulate | None:
     path = jobdir / ACCUMULATE
     try:
         raw = json.loads(path.read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        # No job dir (or a file in its place, which the checkpoint hooks
+        # already warn about): no setting, not a second warning.
         return None
     except (OSError, ValueError) as exc:
         raise AccumulateInvalid(f"{path}: unreadable ({exc})") from None
