@@ -17,7 +17,9 @@ from tests.readme_blocks import README, ROOT, SETUP, bash_blocks, subcommand, ta
 
 # Needs a profiled multi-GPU job that has ended and been aggregated by the
 # controller: run for real in tests/slurm/test_profile_live.py, not in the README.
-NOT_IN_A_BLOCK = {"teiresias profile show"}
+# from-sacct needs sacct output of a cluster with accounting (slurmdbd + MariaDB):
+# run for real in tests/slurm/test_sacct_replay.py.
+NOT_IN_A_BLOCK = {"teiresias profile show", "teiresias trace from-sacct"}
 
 
 def test_setup_block_is_the_two_commands() -> None:
