@@ -61,11 +61,12 @@ def test_a_preempted_job_has_every_stage_in_its_timeline(cluster, make_controlle
     at = [a for _, a, _ in tl[old]]
     # Slurm's submitted/started/finished are whole seconds: a stage may read up to 1 s early.
     assert all(b >= a - 1.0 for a, b in zip(at, at[1:])), tl[old]
-    # The new job started in the round of old's requeue, or in the one its epilog woke:
-    # never a poll interval later.
+    # The new job was released in the very round that requeued old: that round's decision
+    # (the time of its Slurm poll) precedes old's requeue; a later round's would follow it.
     requeued = next(a for s, a, _ in tl[old] if s == "requeued")
+    decided_new = next(a for s, a, _ in tl[new] if s == "decided")
     released_new = next(a for s, a, _ in tl[new] if s == "released")
-    assert released_new - requeued < 3.0, (tl[old], tl[new])
+    assert decided_new < requeued < released_new, (tl[old], tl[new])
     # ... and old came back within seconds of new's end (the poke), not at the next poll.
     new_end = next(a for s, a, _ in tl[new] if s == "finished")
     back = next(a for s, a, run in tl[old] if s == "released" and run == 1)
