@@ -103,7 +103,7 @@ def main() -> int:
     a = ap.parse_args()
 
     d = Path(a.dir)
-    cluster = LocalCluster(ClusterConfig(dir=d, port_base=a.port_base, job_submit_lua=LUA), log=lambda m: None)
+    cluster = LocalCluster(ClusterConfig(dir=d, port_base=a.port_base, job_submit_lua=LUA, events=not a.no_events), log=lambda m: None)
     cluster.up()
     cluster.cancel_all_jobs()
     work = Path("/tmp") / f"bench-live-{int(time.time())}"

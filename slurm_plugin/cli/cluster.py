@@ -70,11 +70,16 @@ def cluster() -> None:
 @click.option("--shards", "shards_per_gpu", type=int, default=0, show_default=True, metavar="K",
               help="GPU sharing: K gres/shard per GPU (GresTypes=gpu,shard, Cores= on the gpu line; "
                    "docs/sjf-bsbf.md); 0 = no shards.")
+@click.option("-e", "--events/--no-events", default=False, show_default=True,
+              help="EpilogSlurmctld pokes a controller listening on DIR/run/teiresias-events.sock at "
+                   "every job end (docs/controller.md \"Events\"). Slurm 22.05 then no longer starts "
+                   "the next pending job by itself when a job ends (it waits for the next backfill "
+                   "cycle): for clusters whose GPU jobs the controller starts.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def up(nodes: int, gpus_per_node: int, cpus_per_node: int, directory: Path, port_base: int,
        partitions: str, restd: bool, job_submit_lua: Path | None, accounting: bool, quiet: bool,
-       as_json: bool, shards_per_gpu: int = 0) -> None:
+       as_json: bool, shards_per_gpu: int = 0, events: bool = False) -> None:
     """Start the cluster (installing Slurm packages if missing); idempotent.
 
     Exits 0 once every node accepts jobs. Re-running with the same options
@@ -87,7 +92,8 @@ def up(nodes: int, gpus_per_node: int, cpus_per_node: int, directory: Path, port
     """
     cfg = ClusterConfig(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
                         port_base=port_base, partitions=tuple(p.strip() for p in partitions.split(",") if p.strip()),
-                        job_submit_lua=job_submit_lua, accounting=accounting, shards_per_gpu=shards_per_gpu)
+                        job_submit_lua=job_submit_lua, accounting=accounting, shards_per_gpu=shards_per_gpu,
+                        events=events)
     try:
         res = LocalCluster(cfg, _progress(quiet)).up(restd=restd)
     except LocalClusterError as exc:

@@ -160,7 +160,7 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
     # Everything is checked before the cluster starts (ClusterConfig validates the
     # ports, parse_config and default_policy the controller's configuration): a bad
     # policy used to surface only in the controller thread, after jobs were submitted.
-    cluster = LocalCluster(ClusterConfig(dir=d, port_base=port_base, job_submit_lua=LUA),
+    cluster = LocalCluster(ClusterConfig(dir=d, port_base=port_base, job_submit_lua=LUA, events=True),
                            log=lambda m: say(f"cluster: {m}"))
     jobs = workload(scale)
     # Short jobs (<= 60 GPU-s) stay well inside Q1 even with start-up overheads counted.

@@ -234,13 +234,13 @@ class LocalCluster:
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
             tmp.replace(cfg.etc / name)
-        for optional in ("job_submit.lua", "slurmdbd.conf"):
+        for optional in ("job_submit.lua", "slurmdbd.conf", POKE_NAME):
             if optional not in files:
                 (cfg.etc / optional).unlink(missing_ok=True)
         state = {"fingerprint": fp, "nodes": cfg.nodes, "gpus_per_node": cfg.gpus_per_node,
                  "port_base": cfg.port_base, "partitions": list(cfg.partitions),
                  "job_submit_lua": str(cfg.job_submit_lua) if cfg.job_submit_lua else None,
-                 "accounting": cfg.accounting}
+                 "accounting": cfg.accounting, "events": cfg.events}
         state_path.write_text(json.dumps(state, indent=1) + "\n")
         return True
 
@@ -578,6 +578,7 @@ def config_from_dir(directory: Path | str, **overrides) -> ClusterConfig:
         if state.get("job_submit_lua") and Path(state["job_submit_lua"]).is_file():
             kwargs["job_submit_lua"] = Path(state["job_submit_lua"])
         kwargs["accounting"] = bool(state.get("accounting", False))
+        kwargs["events"] = bool(state.get("events", False))
     except (OSError, ValueError, KeyError):
         pass
     kwargs.update(overrides)

@@ -146,11 +146,20 @@ def test_config_events_socket(tmp_path):
 
 
 def test_the_local_cluster_installs_the_poke_for_its_own_socket(tmp_path):
-    cfg = ClusterConfig(dir=tmp_path, nodes=2)
+    cfg = ClusterConfig(dir=tmp_path, nodes=2, events=True)
     assert f"EpilogSlurmctld={cfg.poke}" in render_slurm_conf(cfg).splitlines()
     poke = rendered_files(cfg)["teiresias-poke"]
     assert poke == render_poke(str(cfg.events_socket))
     assert f'SOCKET = "{cfg.events_socket}"' in poke
+
+
+def test_the_poke_is_opt_in(tmp_path):
+    """Without events the cluster has no EpilogSlurmctld: on Slurm 22.05 one keeps
+    Slurm from starting the next pending job when a job ends (it waits for the
+    backfill cycle), which only hurts where no controller releases the jobs."""
+    cfg = ClusterConfig(dir=tmp_path, nodes=2)
+    assert not any(line.startswith("EpilogSlurmctld") for line in render_slurm_conf(cfg).splitlines())
+    assert "teiresias-poke" not in rendered_files(cfg)
 
 
 def test_timelines_order_stages_and_drop_a_restarted_controllers_repeats(tmp_path):
