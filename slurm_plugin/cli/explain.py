@@ -7,10 +7,10 @@ import time
 
 import click
 
-from slurm_plugin.cli.queue import _open_state, _visible
+from slurm_plugin.cli.queue import _open_state, _visible, slurm_jobs
 from slurm_plugin.config import load_config
 from slurm_plugin.controller.explain import META_KEY, explain, format_text
-from teiresias.errors import ConfigError, SlurmError
+from teiresias.errors import ConfigError
 
 
 def _job_id(text: str) -> int:
@@ -49,15 +49,7 @@ def explain_cmd(job: str, config_path: str | None, no_slurm: bool, as_json: bool
         raw = store.get_meta(META_KEY)
     finally:
         store.close()
-    slurm = None
-    if not no_slurm:
-        try:
-            from slurm_plugin.controller.runtime import make_backend
-
-            slurm = {j.job_id: j for j in make_backend(config).jobs()}
-        except (SlurmError, OSError) as exc:
-            click.echo(f"teiresias explain: Slurm did not answer ({exc}); explaining from the state DB only",
-                       err=True)
+    slurm = None if no_slurm else slurm_jobs(config, "teiresias explain", "explaining from the state DB only")
     visible = _visible(config, slurm)
     r = records.get(job_id)
     if r is None or not visible(r):

@@ -34,6 +34,18 @@ def parse_job_ids(items: tuple[str, ...]) -> set[int]:
     return wanted
 
 
+def slurm_jobs(config: ControllerConfig, prog: str, fallback: str) -> dict[int, SlurmJob] | None:
+    """The jobs Slurm knows now by id; None, said in one line on stderr with
+    what ``prog`` does instead (``fallback``), when Slurm does not answer."""
+    try:
+        from slurm_plugin.controller.runtime import make_backend
+
+        return {j.job_id: j for j in make_backend(config).jobs()}
+    except (SlurmError, OSError) as exc:
+        click.echo(f"{prog}: Slurm did not answer ({exc}); {fallback}", err=True)
+        return None
+
+
 def _open_state(config: ControllerConfig) -> StateStore:
     try:
         exists = config.state_db.exists()
@@ -103,14 +115,7 @@ def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, .
         themis = leases.load(store.get_meta(leases.META_KEY))
     finally:
         store.close()
-    slurm = None
-    if not no_slurm:
-        try:
-            from slurm_plugin.controller.runtime import make_backend
-
-            slurm = {j.job_id: j for j in make_backend(config).jobs()}
-        except (SlurmError, OSError) as exc:
-            click.echo(f"teiresias queue: Slurm did not answer ({exc}); showing the state DB only", err=True)
+    slurm = None if no_slurm else slurm_jobs(config, "teiresias queue", "showing the state DB only")
     records = [r for r in records if _visible(config, slurm)(r)]
     if wanted:
         unknown = sorted(wanted - {r.job_id for r in records})
