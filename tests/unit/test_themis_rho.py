@@ -70,3 +70,20 @@ def test_reported_rho_uses_the_average_contention_over_the_apps_lifetime():
     # Never below its own longest job: a lone 1-GPU job of 100 s on 4 GPUs has rho 1, not 0.25.
     assert app_rho([_rec(3, "c", 1, 0.0, 100.0, 100.0)], 4)["c"] == pytest.approx(1.0)
     assert not math.isnan(app_rho(recs, 4)["a"])
+
+
+def test_slowdown_scales_with_profiled_skew():
+    # docs/themis.md: the paper's excess over 1 times skew / 0.5; unknown skew keeps the paper's values.
+    c = Cluster.from_tiresias_spec(2, 2, 4)  # racks of 8 GPUs
+    t = Topology.of(c)
+    assert t.best(16, None) == 1.3 and t.best(16, 0.5) == pytest.approx(1.3)
+    assert t.best(8, 0.1) == pytest.approx(1.02) and t.best(16, 0.1) == pytest.approx(1.06)
+    assert t.best(8, 1.0) == pytest.approx(1.2) and t.best(16, 1.0) == pytest.approx(1.6)
+    assert t.best(4, 1.0) == 1.0  # one node: no network, whatever the skew
+    spread = Placement.of({"s0n0": 2, "s1n0": 2})
+    assert t.of_placement(spread, c, 0.05) == pytest.approx(1.03)
+    # The app's rho sees it: the same spread 16-GPU job costs a low-skew app less than a high-skew one.
+    jobs = {s: Job(JobId(1), 16, 0.0, account="a", model_name="x", duration=100.0, skew=s) for s in (0.1, 1.0)}
+    pol = ThemisPolicy(ConsolidatePlacement(), lease=600.0)
+    s_best = {s: pol.app_rhos(Snapshot(0.0, c, [j]))[1]["a/x"].s_best for s, j in jobs.items()}
+    assert s_best[0.1] == pytest.approx(1.06) and s_best[1.0] == pytest.approx(1.6)

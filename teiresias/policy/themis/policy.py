@@ -131,7 +131,7 @@ class ThemisPolicy:
             weighted = 0.0
             for j in js:
                 g += j.num_gpus
-                weighted += j.num_gpus * topo.best(j.num_gpus)
+                weighted += j.num_gpus * topo.best(j.num_gpus, j.skew)
                 levels.append((g, weighted / g if g else 1.0))
             chosen = bid_levels(levels, on_auction)
             if not chosen:

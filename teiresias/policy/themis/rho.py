@@ -21,7 +21,9 @@ every round from the jobs' own counters:
 
 Slowdown S of a job's placement (Themis footnote 3): 1 on one node, 1.1
 across nodes of one rack (switch), 1.3 across racks; an app's S is the
-GPU-weighted mean over its jobs.
+GPU-weighted mean over its jobs. A job whose skew the profiler measured
+scales the paper's excess over 1 by skew / SKEW_REF (``skew_slowdowns``;
+docs/themis.md says why).
 """
 
 from __future__ import annotations
@@ -33,6 +35,24 @@ from typing import Sequence
 from teiresias.domain import Cluster, Job, Placement
 
 SLOWDOWNS = (1.0, 1.1, 1.3)  # same node, same rack, across racks (Themis footnote 3)
+# The skew at which a job slows by exactly the paper's values: the default
+# PACKLIMIT, the point where profile placement stops consolidating because
+# spreading stops being cheap (Tiresias §3.3.2).
+SKEW_REF = 0.5
+
+
+def skew_slowdowns(base: tuple[float, float, float], skew: float | None) -> tuple[float, float, float]:
+    """Slowdowns of one job: ``base``'s excess over 1 times skew / SKEW_REF; ``base`` when skew is unknown.
+
+    Communication cost across nodes grows with the largest tensor's share of
+    the traffic (Tiresias §3.3.2), so a low-skew job barely slows when spread
+    and a job of skew 1 (VGG-like) slows twice the paper's excess (1.2 / 1.6,
+    near Tiresias' measured 1.67x).
+    """
+    if skew is None or not math.isfinite(skew):
+        return base
+    scale = min(max(skew, 0.0), 1.0) / SKEW_REF
+    return (base[0], 1.0 + (base[1] - 1.0) * scale, 1.0 + (base[2] - 1.0) * scale)
 
 
 @dataclass(frozen=True)
@@ -48,20 +68,22 @@ class Topology:
         racks = [sum(n.gpus for n in ns) for ns in cluster.switches().values()]
         return cls(cluster.max_gpus_per_node, max(racks, default=0), slowdowns)
 
-    def best(self, gpus: int) -> float:
-        """Slowdown of the best placement of a job of ``gpus`` GPUs."""
+    def best(self, gpus: int, skew: float | None = None) -> float:
+        """Slowdown of the best placement of a job of ``gpus`` GPUs (and ``skew``, when known)."""
+        s = skew_slowdowns(self.slowdowns, skew)
         if gpus <= self.node_gpus:
-            return self.slowdowns[0]
+            return s[0]
         if gpus <= self.rack_gpus:
-            return self.slowdowns[1]
-        return self.slowdowns[2]
+            return s[1]
+        return s[2]
 
-    def of_placement(self, placement: Placement, cluster: Cluster) -> float:
+    def of_placement(self, placement: Placement, cluster: Cluster, skew: float | None = None) -> float:
         """Slowdown of an actual placement: one node, one rack, or several racks."""
+        s = skew_slowdowns(self.slowdowns, skew)
         if placement.num_nodes <= 1:
-            return self.slowdowns[0]
+            return s[0]
         racks = {cluster.node(n).switch if n in cluster else n for n in placement.nodes}
-        return self.slowdowns[1] if len(racks) == 1 else self.slowdowns[2]
+        return s[1] if len(racks) == 1 else s[2]
 
 
 @dataclass(frozen=True)
@@ -120,7 +142,7 @@ def app_rho(
         work_left += left
         total += left + g * j.total_executed_time
         demand += g
-        weighted += g * topo.best(g)
+        weighted += g * topo.best(g, j.skew)
         levels.append((demand, weighted / demand if demand else 1.0))
     s_best = weighted / demand if demand else 1.0
     elapsed = max(now - min((j.submit_time for j in jobs), default=now), 0.0)
@@ -136,7 +158,7 @@ def current_rho(a: AppRho, jobs: Sequence[Job], topo: Topology, cluster: Cluster
     for j in jobs:
         if j.is_running and j.placement is not None:
             gpus += j.num_gpus
-            weighted += j.num_gpus * topo.of_placement(j.placement, cluster)
+            weighted += j.num_gpus * topo.of_placement(j.placement, cluster, j.skew)
     return a.rho(gpus, weighted / gpus if gpus else 1.0)
 
 
