@@ -48,6 +48,9 @@ tsbatch options (before the script; they have no short forms):
       --app=NAME              the app (e.g. hyper-parameter search) this job belongs to, for
                               the themis policy's finish-time fairness (default: account
                               + job name stem; docs/themis.md)
+      --iterations=N          the job's total optimizer steps: with the hooks' step times the
+                              themis policy then knows the work left (default: unknown;
+                              docs/themis.md)
       --profile, --no-profile profile the first run's communication for teiresias'
                               placement (default: on for a job of more than one GPU
                               whose model, its job name, the controller has not profiled
@@ -112,6 +115,7 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
         raise ConfigError(f"{protocol.ENV_GRACE} must be a whole number of seconds >= 1, not {grace_text!r}")
     _profile_flag(p)
     _app(p)
+    _iterations(p)
     return JobSetup(
         hook_site=None if "no-checkpoint" in p.own else str(HOOK_SITE),
         base=base,
@@ -133,12 +137,22 @@ def _app(p: Parsed) -> str:
 _APP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-def build_comment(setup: JobSetup, user_comment: str | None, app: str = "") -> str:
+def _iterations(p: Parsed) -> int:
+    """``--iterations N`` checked (0: not given)."""
+    text = p.own.get("iterations", "0")
+    if not text.isdigit() or ("iterations" in p.own and int(text) < 1):
+        raise ConfigError(f"--iterations needs a whole number of optimizer steps >= 1, not {text!r}")
+    return int(text)
+
+
+def build_comment(setup: JobSetup, user_comment: str | None, app: str = "", iterations: int = 0) -> str:
     items = {"dir": setup.base, "profile": "1" if setup.profile else "0"}
     if setup.every:
         items["every"] = str(setup.every)
     if app:
         items["app"] = app  # the themis app (controller/leases.py reads it back)
+    if iterations:
+        items["iters"] = str(iterations)  # themis' work left (controller/leases.py)
     if user_comment:
         items["note"] = quote(user_comment, safe=" /:,.-_@+")
     return protocol.format_comment(items)
@@ -277,7 +291,7 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
     except NotABatchScript:
         return _sbatch(p.passthrough, stdin=text.encode("utf-8", "surrogateescape") if p.script is None else None)
     comment = p.comment if p.comment is not None else _option_value(header, "--comment", None)
-    ours = ["--requeue", f"--comment={build_comment(setup, comment, _app(p))}"]
+    ours = ["--requeue", f"--comment={build_comment(setup, comment, _app(p), _iterations(p))}"]
     if not p.has_signal and not _has_option(header, "--signal", None):
         ours.append(f"--signal=B:{protocol.TIMELIMIT_SIGNAL}@{setup.grace}")
     # sbatch names a job after its script file; ours is a temporary file.

@@ -7,19 +7,21 @@ job's GPUs go back to auction). The controller keeps it in the state DB's meta t
 and before each round puts it back on the snapshot's jobs (``Job.lease_end``) together
 with each job's app: ``tsbatch --app`` (``app=`` in the job comment), else the admin's
 ``policy.apps`` mapping of accounts, else the policy's default (account + job name stem).
+A job submitted with ``tsbatch --iterations N`` (``iters=N`` in the comment) also gets its
+measured work left (``Job.measured_left``) from the hooks' files in its job directory.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import Plan, Snapshot
 from teiresias.policy.themis.apps import app_of
-from wrappers.protocol import parse_comment
+from wrappers.protocol import CheckpointRecord, RunRecord, job_dir, parse_comment, read_records, read_runs
 
 META_KEY = "themis"
 
@@ -41,6 +43,38 @@ def record_app(config: ControllerConfig, rec: JobRecord) -> str:
     return dict(config.policy.apps).get(rec.account, "")
 
 
+def steps_done(runs: Mapping[int, RunRecord], checkpoints: Sequence[CheckpointRecord]) -> int:
+    """Optimizer steps the job has kept: where its latest run resumed plus the steps that run timed.
+
+    A run resumes from the newest checkpoint an earlier run wrote; steps after that checkpoint
+    were lost with their run, so summing runs would overcount. The hooks leave a run's first few
+    (warm-up) steps untimed, so this undercounts by those: the work left errs long.
+    """
+    saved = max((c.step for c in checkpoints), default=0)
+    if not runs:
+        return saved
+    latest = runs[max(runs)]
+    resumed = max((c.step for c in checkpoints if c.restart_count < latest.restart_count), default=0)
+    return max(resumed + latest.steps, saved)
+
+
+def work_left(total: int, runs: Mapping[int, RunRecord], checkpoints: Sequence[CheckpointRecord]) -> float | None:
+    """Seconds left = (total - done) x the latest run's median step time; None before any step was timed."""
+    if not runs:
+        return None
+    return max(total - steps_done(runs, checkpoints), 0) * runs[max(runs)].median_step_s
+
+
+def record_work_left(rec: JobRecord) -> float | None:
+    """The job's measured seconds left when it declared ``tsbatch --iterations`` and the hooks timed steps."""
+    items = parse_comment(rec.comment)
+    total, base = items.get("iters", ""), items.get("dir")
+    if not total.isdigit() or not base:
+        return None
+    jobdir = job_dir(base, rec.job_id)
+    return work_left(int(total), read_runs(jobdir), read_records(jobdir))
+
+
 def prepare(config: ControllerConfig, snapshot: Snapshot, records: Mapping[int, JobRecord],
             state: Mapping[str, Mapping[int, Any]]) -> None:
     """Put apps and stored leases on the snapshot's jobs before ``decide`` (the owner's job, like a promotion)."""
@@ -49,6 +83,7 @@ def prepare(config: ControllerConfig, snapshot: Snapshot, records: Mapping[int, 
         r = records.get(int(j.job_id))
         if r is not None:
             j.app = record_app(config, r)
+            j.measured_left = record_work_left(r)
         j.lease_end = float(leases[int(j.job_id)]) if j.is_running and int(j.job_id) in leases else None
 
 

@@ -58,6 +58,10 @@ class Job:
     # it from the last Plan's ``leases``; None: no lease (started by another
     # policy, or before a restart), so the GPUs are up for auction.
     lease_end: float | None = None
+    # Consolidated seconds left as measured live (tsbatch --iterations and the
+    # hooks' step times; slurm_plugin/controller/leases.py); None: unknown.
+    # Unlike ``duration`` it is a measurement, not oracle knowledge.
+    measured_left: float | None = None
     # Measured GPU/CPU use of the current run (live controller, tsbatch jobs);
     # None: not running, not measured yet, or a simulated job.
     usage: JobUsage | None = None

@@ -21,7 +21,7 @@ from slurm_plugin.controller.view import build_rows
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
 from teiresias.errors import ConfigError
 from wrappers.batchscript import JobSetup
-from wrappers.protocol import parse_comment
+from wrappers.protocol import CheckpointRecord, RunRecord, append_record, append_run, job_dir, parse_comment
 from wrappers.sbatch_args import parse
 from wrappers.tsbatch import build_comment
 
@@ -104,3 +104,67 @@ def test_after_audits_expiries_and_the_auction_and_stores_state(tmp_path):
     assert by_id[1]["lease_ends"] is None
     # Without themis state the app is still shown, by the default rule.
     assert build_rows([_rec(7, "al", "s-1")], 1.0)[0].app == "al/s"
+
+
+def test_tsbatch_iterations_go_into_the_comment_and_bad_ones_are_refused(tmp_path):
+    p = parse(["--iterations", "500", "-G", "1", "job.sh"])
+    assert p.own["iterations"] == "500" and p.script == "job.sh"
+    c = build_comment(JobSetup(None, "/b", 0, False, 90), None, "", 500)
+    assert parse_comment(c)["iters"] == "500"
+    assert "iters" not in parse_comment(build_comment(JobSetup(None, "/b", 0, False, 90), None))
+    exe = str(Path(sys.executable).with_name("tsbatch"))
+    for bad in ("0", "ten"):
+        r = subprocess.run([exe, f"--iterations={bad}", "--wrap", "true"], capture_output=True, text=True,
+                           env={**os.environ, "PATH": str(tmp_path)})
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert f"--iterations needs a whole number of optimizer steps >= 1, not '{bad}'" in r.stderr
+
+
+def _ckpt(restart: int, step: int) -> CheckpointRecord:
+    return CheckpointRecord(job_id=7, restart_count=restart, step=step, path=f"/c/{step}", bytes=1, seconds=0.1,
+                            time=0.0, reason="preempt")
+
+
+def _run(restart: int, steps: int, median: float) -> RunRecord:
+    return RunRecord(job_id=7, restart_count=restart, steps=steps, median_step_s=median, nodes=1, time=0.0)
+
+
+def test_work_left_from_the_hooks_files(tmp_path):
+    # Real files written by the hooks' own protocol helpers. Run 0 timed 120 steps and was
+    # preempted with a checkpoint at step 100 (the 20 after it were lost); run 1 resumed there
+    # and has timed 50 steps at 0.4 s: 150 of 1000 done, 850 x 0.4 s left.
+    base = tmp_path / "jobs"
+    jobdir = job_dir(base, 7)
+    jobdir.mkdir(parents=True)
+    rec = _rec(7, "alice", "s-1", build_comment(JobSetup(None, str(base), 0, False, 90), None, "", 1000),
+               Phase.RUNNING)
+    assert leases.record_work_left(rec) is None  # no step timed yet: the policy keeps its estimate
+    append_run(jobdir, _run(0, 60, 0.5))
+    append_run(jobdir, _run(0, 120, 0.5))
+    append_record(jobdir, _ckpt(0, 100))
+    assert leases.record_work_left(rec) == pytest.approx((1000 - 120) * 0.5)
+    append_run(jobdir, _run(1, 50, 0.4))
+    assert leases.record_work_left(rec) == pytest.approx((1000 - 150) * 0.4)
+    append_record(jobdir, _ckpt(1, 1000))  # done: nothing left, never negative
+    assert leases.record_work_left(rec) == 0.0
+    # No --iterations, or no job directory: unknown.
+    assert leases.record_work_left(_rec(7, "alice", "s-1", f"teiresias:dir={base}")) is None
+    assert leases.record_work_left(_rec(7, "alice", "s-1", "")) is None
+
+
+def test_measured_work_left_reaches_rho(tmp_path):
+    # prepare puts it on the job, and Equation 1 uses it instead of the elapsed-time guess.
+    base = tmp_path / "jobs"
+    jobdir = job_dir(base, 1)
+    jobdir.mkdir(parents=True)
+    append_run(jobdir, _run(0, 100, 2.0))
+    cfg = _cfg(tmp_path, "policy: {name: themis}\n")
+    c = Cluster.from_tiresias_spec(1, 1, 4)
+    job = Job(JobId(1), 1, 0.0, account="alice", model_name="s-1", state=JobState.RUNNING,
+              placement=Placement.of({"s0n0": 1}), total_executed_time=200.0, executed_time=200.0)
+    comment = build_comment(JobSetup(None, str(base), 0, False, 90), None, "", 400)
+    leases.prepare(cfg, Snapshot(300.0, c, [job]), {1: _rec(1, "alice", "s-1", comment, Phase.RUNNING)}, {})
+    assert job.measured_left == pytest.approx(600.0)  # (400 - 100) x 2 s
+    pol = default_policy(cfg, None)
+    _, inputs, _ = pol.app_rhos(Snapshot(300.0, c, [job]))
+    assert inputs["alice/s"].work_left == pytest.approx(600.0)  # not 200 (as long again as it ran)

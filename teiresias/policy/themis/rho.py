@@ -5,9 +5,10 @@ every round from the jobs' own counters:
 
 - work left W: sum over the app's jobs of GPUs x remaining consolidated
   seconds. The simulator knows each job's duration (``Job.remaining_time``);
-  without it (live) the remaining time is estimated as the time the job has
-  already run, at least ``min_remaining`` seconds (half-way is the
-  memoryless guess; docs/themis.md).
+  live, ``Job.measured_left`` when the controller measured it (tsbatch
+  --iterations and the hooks' step times), else the remaining time is
+  estimated as the time the job has already run, at least
+  ``min_remaining`` seconds (half-way is the memoryless guess; docs/themis.md).
 - total work: W plus the GPU-seconds the app's jobs already ran.
 - T_independent = S_best x total work / min(G / N, D): the app alone on its
   1/N share of the G usable GPUs (N apps with work), with linear speedup up to
@@ -114,10 +115,12 @@ class AppRho:
 
 
 def remaining(job: Job, min_remaining: float) -> float:
-    """Consolidated seconds left: the oracle's where known, else a guess of as long again as it ran."""
+    """Consolidated seconds left: the oracle's where known, else the measured, else as long again as it ran."""
     r = job.remaining_time
     if r is not None:
         return r
+    if job.measured_left is not None:
+        return job.measured_left
     return max(job.total_executed_time, min_remaining)
 
 
