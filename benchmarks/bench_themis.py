@@ -80,8 +80,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="/tmp/bench-themis")
+    ap.add_argument("--contended-only", action="store_true",
+                    help="only the contended f sweep (200 jobs, 12 apps, 16 GPUs, load 2)")
     a = ap.parse_args()
 
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if a.contended_only:
+        scenario(out, 200, 12, 2.0, a.seed, True, gpus=16)
+        return
     st = solve_times(64, a.rounds, a.seed)
     print(f"## auction solve time, 64 apps x 512 GPUs ({int(st['jobs'])} jobs), median of {a.rounds}\n")
     print("| what | seconds |\n| --- | --- |")
@@ -89,32 +96,38 @@ def main() -> None:
     print(f"| policy.decide, f = 0.01 (64 apps bid) | {st['decide_f0.01']:.3f} |")
     print(f"| auction alone, 64 apps bid | {st['auction_all_bid']:.3f} |\n")
 
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "themis-cluster.yaml").write_text(CLUSTER_YAML)
     for napps, load, sweep in ((a.apps, 1.2, False), (8, 1.5, True)):
         scenario(out, a.jobs, napps, load, a.seed, sweep)
+    # The 64-GPU traces leave every app at its rho floor, so f changes nothing there; a
+    # cluster 4x smaller at load 2 is contended enough for the knob's trade-off to show.
+    scenario(out, 200, 12, 2.0, a.seed, True, gpus=16)
 
 
-def scenario(out: Path, jobs: int, napps: int, load: float, seed: int, sweep: bool) -> None:
+def scenario(out: Path, jobs: int, napps: int, load: float, seed: int, sweep: bool, gpus: int = 64) -> None:
     from teiresias.policy.gittins import ServiceDistribution
 
+    # 8-GPU nodes; racks of 32 GPUs as in CLUSTER_YAML, one rack when smaller.
+    switches, per_switch = (2, gpus // 16) if gpus >= 64 else (1, gpus // 8)
+    cluster_yaml = f"num_switch: {switches}\nnum_node_p_switch: {per_switch}\nnum_gpu_p_node: 8\n"
+    cluster_name = "themis-cluster.yaml" if gpus == 64 else f"themis-cluster-{gpus}.yaml"
+    (out / cluster_name).write_text(cluster_yaml)
+    max_gpus = min(16, gpus // 2)
     dist = ServiceDistribution.from_samples_file(str(SAMPLES))
-    params = PhillyParams(num_jobs=jobs, cluster_gpus=64, load=load, min_duration=60.0,
-                          max_duration=PhillyParams.max_duration, max_gpus=16)
+    params = PhillyParams(num_jobs=jobs, cluster_gpus=gpus, load=load, min_duration=60.0,
+                          max_duration=PhillyParams.max_duration, max_gpus=max_gpus)
     trace = with_apps(philly_like(dist.samples, params, seed=seed), napps, seed)
-    name = f"themis-trace-{napps}apps.csv"
+    name = f"themis-trace-{napps}apps.csv" if gpus == 64 else f"themis-trace-{napps}apps-{gpus}gpus.csv"
     write_trace(out / name, trace)
-    cluster = Cluster.from_tiresias_spec(2, 4, 8)
+    cluster = Cluster.from_tiresias_spec(switches, per_switch, 8)
     opt = SimulationOptions(record_timeline=False, progress=False)
 
     def run(pol):
         return Simulator(trace, cluster, pol, opt).run().summary
 
-    print(f"## side by side: {jobs} Philly-like jobs in {napps} apps on 64 GPUs (load {load})\n")
-    print(f"reproduce: teiresias trace synth -k philly -n {jobs} -S teiresias/data/yarn-gput10000.csv -G 64 "
-          f"-l {load} --max-gpus 16 -A {napps} -s {seed} -o {name} && teiresias simulate -t {name} "
-          f"-c themis-cluster.yaml -p themis,las,fifo   ({out}/themis-cluster.yaml: {CLUSTER_YAML.strip()})\n")
+    print(f"## side by side: {jobs} Philly-like jobs in {napps} apps on {gpus} GPUs (load {load})\n")
+    print(f"reproduce: teiresias trace synth -k philly -n {jobs} -S teiresias/data/yarn-gput10000.csv -G {gpus} "
+          f"-l {load} --max-gpus {max_gpus} -A {napps} -s {seed} -o {name} && teiresias simulate -t {name} "
+          f"-c {cluster_name} -p themis,las,fifo   ({out}/{cluster_name}: {cluster_yaml.strip()})\n")
     print("| policy | max rho | Jain rho | apps rho<=1 | avg JCT (s) | GPU util | wall (s) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     res = {}
