@@ -29,13 +29,14 @@ TRAIN = FIXTURES / "train_ddp.py"
 
 
 def job(tmp: Path, model: str, bucket: str, iters: int, hook: bool = True,
-        seconds: float = 120) -> tuple[Profile, dict]:
+        seconds: float = 120, linger: float = 0.0) -> tuple[Profile, dict]:
     # hook=True: the wrapper's sitecustomize installs the model hook; without
     # it the profile rests on the traffic alone (a job run with --no-checkpoint).
     extra = {"PYTHONPATH": str(FIXTURES / "site")} if hook else {}
     env = profiled_env(tmp, ProfileWindow(seconds=seconds), **extra)
     out = tmp / "truth.json"
-    torchrun(TRAIN, ["--model", model, "--bucket", bucket, "--iters", str(iters), "--out", str(out)], env)
+    torchrun(TRAIN, ["--model", model, "--bucket", bucket, "--iters", str(iters), "--out", str(out),
+                     "--linger", str(linger)], env)
     return aggregate_dir(profile_dir(tmp)), json.loads(out.read_text())
 
 
@@ -102,7 +103,9 @@ def test_too_few_iterations_is_named_as_such(tmp_path: Path) -> None:
     # 2 steps in a 1 s window, no model hook: one steady iteration at most.
     # Equal-size convolutions repeat within it, which used to pass for
     # bucketed iterations ("bucketing hides the tensors").
-    p, _ = job(tmp_path, "resnet", "tiny", 2, hook=False, seconds=1)
+    # The job outlives its window (linger), so the files are closed by the
+    # window, not left RECORDING by a rank that gloo's teardown aborts.
+    p, _ = job(tmp_path, "resnet", "tiny", 2, hook=False, seconds=1, linger=1.5)
     assert not p.valid and p.skew is None
     assert p.reason.startswith("too few iterations recorded"), p.reason
     assert "bucket" not in p.reason
