@@ -51,9 +51,6 @@ def test_cluster_config() -> ClusterConfig:
         gpus_per_node=4,
         port_base=int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", DEFAULT_TEST_PORT_BASE)),
         partitions=("gpu", "other"),
-        # every managed GPU job is started by a controller: the live tests run with
-        # Slurm's pokes as a site running teiresias would (docs/controller.md "Events")
-        events=True,
     )
 
 

@@ -8,13 +8,25 @@ woken by the poke, not by a poll.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from slurm_plugin.controller.audit import STAGES, read_audit, timelines
 from tests.helpers import poll
-from tests.slurm.controller_support import submit_protocol_job, submit_sleep
+from tests.slurm.controller_support import LUA, submit_protocol_job, submit_sleep
 
 pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def lua_cluster(slurm_cluster):
+    """The test cluster with job_submit.lua and, for this module only, Slurm's
+    pokes (EpilogSlurmctld, ``cluster up --events``): the shared cluster runs
+    without them, as Slurm schedules differently with one (docs/admin.md "Events")."""
+    with slurm_cluster.reconfigured(job_submit_lua=LUA, events=True) as c:
+        c.lua_cfg = replace(c.cfg, job_submit_lua=LUA, events=True)
+        yield c
 
 POLL_S = 30
 PREEMPT_POLL_S = 10
