@@ -146,19 +146,26 @@ def ack_path(jobdir: Path) -> Path:
     return jobdir / "ack.json"
 
 
-def write_json_atomic(path: Path, payload: object) -> None:
-    """Temporary file in the same folder, fsync, rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def replace_json(path: Path, payload: object, fsync: bool) -> None:
+    """Temporary file in the same (existing) folder, then rename: readers never
+    see half a file. ``fsync`` first when the file must survive a crash."""
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, payload: object) -> None:
+    """Its folder made if missing, then written whole, fsynced, renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_json(path, payload, fsync=True)
 
 
 def write_ack(jobdir: Path, ack: Ack) -> None:
@@ -303,15 +310,7 @@ def usage_path(jobdir: Path, node: str) -> Path:
 
 def write_usage(jobdir: Path, sample: UsageSample) -> None:
     """Whole file or nothing (rename), without fsync: samples are cheap and replaced."""
-    path = usage_path(jobdir, sample.node)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=jobdir)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(sample), f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_json(usage_path(jobdir, sample.node), asdict(sample), fsync=False)
 
 
 def read_usage(jobdir: Path) -> list[UsageSample]:
@@ -351,15 +350,7 @@ class AccumulateInvalid(ValueError):
 
 def write_accumulate(jobdir: Path, acc: Accumulate) -> None:
     """Whole file or nothing (rename)."""
-    path = jobdir / ACCUMULATE
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=jobdir)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(acc), f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_json(jobdir / ACCUMULATE, asdict(acc), fsync=False)
 
 
 def read_accumulate(jobdir: Path) -> Accumulate | None:
