@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.torch.jobs import SCRIPTS, last_step, plain_env, poll, read_ack, run, same_weights
+from tests.torch.jobs import SCRIPTS, last_step, plain_env, poll, read_ack, same_weights
 from wrappers import protocol
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
@@ -76,14 +76,6 @@ def start_when_safe(cluster, job: int, restarts: int) -> None:
     if j.held:
         cluster.backend.release(job)
     cluster.backend.clear_begin_time(job)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ref") / "ref.pt"
-    r = run("train_plain.py", [str(out)], plain_env())
-    assert r.returncode == 0, r.stderr
-    return out
 
 
 def test_preempted_twice_resumes_bitwise_equal(clean_slurm, tmp_path, reference):

@@ -17,19 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.torch.jobs import job_env, last_step, plain_env, poll, read_ack, run, same_weights, signal_tree, start
+from tests.torch.jobs import job_env, last_step, poll, read_ack, run, same_weights, signal_tree, start
 from wrappers import protocol
 from wrappers.hooks.checkpoint import FORMAT, CheckpointInvalid, CheckpointRefused, CheckpointStore
 
 pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ref") / "ref.pt"
-    r = run("train_plain.py", [str(out)], plain_env())
-    assert r.returncode == 0, r.stderr
-    return out
 
 
 @pytest.fixture(scope="module")

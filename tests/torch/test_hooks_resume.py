@@ -20,15 +20,6 @@ from wrappers import protocol
 pytestmark = pytest.mark.torch
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """Final weights of the script run once, uninterrupted, without any hook."""
-    out = tmp_path_factory.mktemp("ref") / "ref.pt"
-    r = run("train_plain.py", [str(out)], plain_env())
-    assert r.returncode == 0, r.stderr
-    return out
-
-
 def test_preempted_twice_resumes_bitwise_equal(tmp_path, reference):
     base, jobdir = tmp_path / "jobs", tmp_path / "jobs" / "41"
     out, log = tmp_path / "out.pt", tmp_path / "run.log"
