@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.test_wrapper_resume import reference, submitted, train_job, tsbatch  # noqa: F401 (fixture)
+from tests.slurm.test_wrapper_resume import submitted, train_job, tsbatch  # noqa: F401 (fixture)
 from tests.torch.jobs import same_weights
 
 pytestmark = pytest.mark.slurm
