@@ -9,13 +9,14 @@ Rules that hold everywhere (see docs/policy-contract.md):
 from teiresias.domain.cluster import Cluster, Node
 from teiresias.domain.job import Job, JobId, JobState
 from teiresias.domain.placement import Allocation, Placement
-from teiresias.domain.plan import Plan
+from teiresias.domain.plan import Colocation, Plan
 from teiresias.domain.snapshot import Snapshot
 from teiresias.domain.usage import JobUsage
 
 __all__ = [
     "Allocation",
     "Cluster",
+    "Colocation",
     "Job",
     "JobId",
     "JobState",

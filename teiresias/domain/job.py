@@ -71,6 +71,28 @@ class Job:
     shared_with: JobId | None = None
     sub_batch: int | None = None
     accumulation: int = 1
+    # Gandiva (docs/gandiva.md; the owner keeps them from the plans it enacted).
+    # ``suspended``: RUNNING but paused in place, still holding its GPUs
+    # (Plan.suspend); ``slice_since``: when it last started, resumed or was
+    # suspended (the round-robin reads it); ``slices``: how many times it was
+    # suspended to let a partner run; ``migrations``: how many Plan.migrate moved it.
+    suspended: bool = False
+    slice_since: float | None = None
+    slices: int = 0
+    migrations: int = 0
+    # The RUNNING jobs on the same GPUs (Plan.colocate; a group holds one set of
+    # GPUs) and whether the group runs packed (all at once) rather than sliced.
+    colocated_with: tuple[JobId, ...] = ()
+    packed: bool = False
+    # ``tsbatch --elastic MIN-MAX``: the GPU counts it may be resized to
+    # (Plan.resize); num_gpus is its current size. None: fixed size.
+    elastic: tuple[int, int] | None = None
+    # Introspection (Gandiva §3.2): seconds per mini-batch of the current run
+    # while it progresses, and as measured while it ran alone on its GPUs; a
+    # packed group is worth keeping while sum(solo / step) > 1 (time-slicing
+    # gives 1). None: not measured (simulated jobs get them from the engine).
+    step_time: float | None = None
+    solo_step_time: float | None = None
 
     @property
     def attained_service(self) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Literal, Mapping
 
 from teiresias.domain.job import JobId
 from teiresias.domain.placement import Placement
@@ -30,6 +30,29 @@ class Sharing:
     sequential_avg_jct: float
 
 
+ColocationMode = Literal["slice", "pack"]
+
+
+@dataclass(frozen=True)
+class Colocation:
+    """How a started job joins RUNNING jobs on their GPUs (Gandiva §3.1, §4.2).
+
+    The started job's placement is exactly the GPUs ``partners`` hold (a group
+    shares one set of GPUs: same nodes, same counts). ``mode``:
+
+    - ``"slice"``: suspend-resume time-slicing, one member of the group runs at
+      a time, round-robin per slice (the others are ``Job.suspended``);
+    - ``"pack"``: every member runs at once (§4.2.2 packing).
+
+    ``reason`` gives the numbers behind it (node height, affinity, GPU
+    utilisation) for the audit log.
+    """
+
+    partners: tuple[JobId, ...]
+    mode: ColocationMode = "slice"
+    reason: str = ""
+
+
 @dataclass(frozen=True)
 class Plan:
     """The decisions of one round.
@@ -51,6 +74,23 @@ class Plan:
     - ``sharing``: for a started job that shares a kept job's GPUs (SJF-BSBF),
       the pair's settings; its placement is a subset of the partner's GPUs,
       which stay held by the partner (docs/sjf-bsbf.md).
+
+    Gandiva's mechanisms (docs/gandiva.md; each listed job is also in ``keep``
+    or ``start``, never in ``preempt``):
+
+    - ``suspend``: RUNNING jobs paused in place; they keep their GPUs (§3.1
+      suspend-resume time-slicing). ``resume``: suspended jobs that run again.
+    - ``colocate``: a started job placed on GPUs RUNNING jobs hold (its
+      ``start`` placement equals theirs), and how the group shares them.
+    - ``pack`` / ``unpack``: RUNNING colocated jobs switched to all-run-at-once
+      / back to time-slicing (§4.2.2); every member of the group is listed.
+    - ``migrate``: a RUNNING job checkpointed and started again on these GPUs
+      (same count). ``resize``: an elastic RUNNING job restarted on these GPUs
+      at a new size (grow: its GPUs plus idle ones; shrink: a subset of its
+      GPUs). Migration and grow targets are idle before the plan and taken by
+      no start of it; GPUs a shrink or migration frees count for the next
+      round, not this one (the owner frees them only once the checkpoint is done).
+    - ``notes``: why each of those decisions, with the numbers (audit log).
     """
 
     start: Mapping[JobId, Placement] = field(default_factory=dict)
@@ -64,7 +104,17 @@ class Plan:
     sharing: Mapping[JobId, "Sharing"] = field(default_factory=dict)
     leases: Mapping[JobId, float] = field(default_factory=dict)
     rho: Mapping[JobId, float] = field(default_factory=dict)
+    suspend: tuple[JobId, ...] = ()
+    resume: tuple[JobId, ...] = ()
+    colocate: Mapping[JobId, Colocation] = field(default_factory=dict)
+    pack: tuple[JobId, ...] = ()
+    unpack: tuple[JobId, ...] = ()
+    migrate: Mapping[JobId, Placement] = field(default_factory=dict)
+    resize: Mapping[JobId, Placement] = field(default_factory=dict)
+    notes: Mapping[JobId, str] = field(default_factory=dict)
 
     @property
     def is_empty(self) -> bool:
-        return not self.start and not self.preempt and not self.promote
+        """True when the plan changes nothing (``notes`` alone change nothing)."""
+        return not (self.start or self.preempt or self.promote or self.suspend or self.resume
+                    or self.pack or self.unpack or self.migrate or self.resize)
