@@ -16,6 +16,7 @@ Where a job's files live
     ``<jobdir>/profile/``       communication profiler records (profiler/)
     ``<jobdir>/usage.<node>.json``  the latest resource sample of the job on that node (``UsageSample``)
     ``<jobdir>/accumulate.json``  sub-batch + gradient accumulation for GPU sharing (``Accumulate``)
+    ``<jobdir>/slices.jsonl``   one line per time slice the job was suspended for (``SliceRecord``), rank 0
 
 Preemption (two-phase, issue 3)
     1. The controller sends ``PREEMPT_SIGNAL`` to the whole job
@@ -81,6 +82,7 @@ ENV_TRUST = "TEIRESIAS_TRUST_CHECKPOINT"  # "mod.Name,...": globals allowed beyo
 ENV_GRACE = "TEIRESIAS_TIMELIMIT_GRACE"  # seconds before the time limit for TIMELIMIT_SIGNAL
 ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the Nth write
 ENV_USAGE_EVERY = "TEIRESIAS_USAGE_EVERY"  # seconds between usage samples (default 5; 0: off)
+ENV_ELASTIC = "TEIRESIAS_ELASTIC"  # "MIN-MAX" (tsbatch --elastic): GPU counts the job may run at
 
 CHECKPOINT_RECORDS = "checkpoints.jsonl"
 RUN_RECORDS = "runs.jsonl"
@@ -372,3 +374,76 @@ def read_accumulate(jobdir: Path) -> Accumulate | None:
     if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
         raise AccumulateInvalid(f"{path}: sub_batch must be a whole number >= 1, got {b!r}")
     return Accumulate(n, b)
+
+
+# Time-slicing (Gandiva §3.1, docs/gandiva.md): ``scontrol suspend`` sends SIGTSTP;
+# the hooks finish the mini-batch, move GPU state to the host, stop themselves and
+# on SIGCONT move it back. Rank 0 appends one SliceRecord per suspension.
+SLICE_RECORDS = "slices.jsonl"
+
+
+@dataclass(frozen=True)
+class SliceRecord:
+    """One suspension of a run: ``step`` the last optimizer step before it,
+    ``signalled`` when SIGTSTP came, ``parked`` when the process stopped itself
+    (0.0: Slurm's SIGSTOP caught it first, mid-step), ``resumed`` when SIGCONT
+    came (wall clock, time.time()); ``offloaded_bytes`` GPU bytes moved to the host."""
+
+    job_id: int
+    restart_count: int
+    step: int
+    signalled: float
+    parked: float
+    resumed: float
+    offloaded_bytes: int
+
+
+def append_slice(jobdir: Path, record: SliceRecord) -> None:
+    """Append one line (no fsync: a lost line only hides one slice from the statistics)."""
+    fd = os.open(jobdir / SLICE_RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_slices(jobdir: Path) -> list[SliceRecord]:
+    """Every suspension recorded by the job, oldest first; torn lines are skipped."""
+    try:
+        lines = (jobdir / SLICE_RECORDS).read_text().splitlines()
+    except OSError:
+        return []
+    out: list[SliceRecord] = []
+    for line in lines:
+        try:
+            out.append(SliceRecord(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """``tsbatch --elastic MIN-MAX``: the job may run on MIN..MAX GPUs (Gandiva §3.3
+    grow-shrink). Its script's per-rank batch is the one it uses at MAX ranks; at
+    w ranks the hooks accumulate MAX/w loader batches per optimizer step, so
+    per-rank batch x accumulation x ranks stays the job's batch."""
+
+    min_gpus: int
+    max_gpus: int
+
+    def accumulation(self, ranks: int) -> int:
+        """Loader batches per optimizer step at ``ranks`` ranks; ValueError when MAX is not a multiple."""
+        if ranks < 1 or self.max_gpus % ranks:
+            raise ValueError(f"{ranks} rank(s) do not divide the elastic maximum {self.max_gpus}")
+        return self.max_gpus // ranks
+
+
+def parse_elastic(text: str) -> Elastic:
+    """``"1-4"`` -> Elastic(1, 4); ValueError naming what is wrong."""
+    lo, sep, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise ValueError(f"--elastic expects MIN-MAX GPU counts such as 1-4, got {text!r}") from None
+    if a < 1 or b < a:
+        raise ValueError(f"--elastic expects 1 <= MIN <= MAX, got {text!r}")
+    return Elastic(a, b)

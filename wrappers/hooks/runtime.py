@@ -54,6 +54,7 @@ from wrappers.hooks.checkpoint import (
     Written,
 )
 from wrappers.hooks.positions import Consumed, IterRecord, Positions, generators_of
+from wrappers.hooks.suspend import Suspender
 
 
 class Stop(IntEnum):
@@ -121,6 +122,7 @@ class Runtime:
         self._warmup = WARMUP_STEPS
         self._steps_timed = 0
         self._run_written = time.perf_counter()
+        self.suspender = Suspender(self.jobdir, self.job_id, self.restart_count)
 
     # ------------------------------------------------------------------ ranks
     @staticmethod
@@ -154,6 +156,9 @@ class Runtime:
             return
         for signum in _SIGNAL_STOP:
             signal.signal(signum, self._on_signal)
+        # Time-slicing (scontrol suspend): park at the next step boundary. A process
+        # that trains nothing (torchrun's agent) or waits to be requeued stops at once.
+        self.suspender.install(lambda: bool(self.tracked.live_optimizers()) and not self.waiting)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         stop = _SIGNAL_STOP[signum]
@@ -387,6 +392,8 @@ class Runtime:
                 "an optimizer step ran before the resume point was reached: this script does not "
                 "replay deterministically up to its checkpoint (see docs/checkpointing.md)")
         if not self.enabled:
+            if self.suspender.requested:
+                self._park()
             return
         if new_step:  # several optimizers stepping together make one iteration
             self._time_step()
@@ -396,15 +403,25 @@ class Runtime:
         if self.api_request:
             self.api_request = False
             stop = max(stop, Stop.API)
+        suspend = self.suspender.requested
         if self.world() > 1:
-            t = torch.tensor([int(stop)], dtype=torch.int64)
+            # One all-reduce for both: every rank parks (and stops) after the same step.
+            t = torch.tensor([int(stop), int(suspend)], dtype=torch.int64)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX, group=self.group())
-            stop = Stop(int(t.item()))
+            stop, suspend = Stop(int(t[0].item())), bool(t[1].item())
+        if suspend:
+            self._park()
         if stop:
             self.pending = stop
             if not self.positions.live:
                 # No data position to wait for: save here (resume will start over).
                 self._save_and_act({"kind": "none", "ord": -1, "n": -1, "pos": -1})
+
+    def _park(self) -> None:
+        """Suspended by Slurm (SIGTSTP): offload, stop until SIGCONT, reload (wrappers/hooks/suspend.py).
+        The step clock restarts, so the stopped time is not taken for a slow step."""
+        self.suspender.park(self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
+        self._step_t = None
 
     # ------------------------------------------------------------------ iteration time
     def _time_step(self) -> None:

@@ -1,0 +1,95 @@
+"""Time-slicing in the job (wrappers/hooks/suspend.py): SIGTSTP parks the
+process at the next step boundary, SIGCONT resumes it, training is unchanged.
+
+Real PyTorch, real hooks, real signals (what ``scontrol suspend/resume`` send:
+SIGTSTP, SIGSTOP ~2 s later, SIGCONT). CPU only: the offload to the host
+moves nothing here, the control flow is the one a GPU job takes.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.torch.jobs import job_env, last_step, poll, same_weights, signal_tree, start
+from wrappers.protocol import job_dir, read_slices
+
+pytestmark = pytest.mark.torch
+
+
+def _state(pid: int) -> str:
+    # /proc/PID/stat: "pid (comm) S ..."; comm may hold spaces, the state follows the last ')'.
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2]
+
+
+def _stopped(proc: subprocess.Popen) -> bool:
+    return _state(proc.pid) == "T"
+
+
+def test_sigtstp_parks_at_a_step_boundary_and_sigcont_resumes_bitwise(tmp_path, reference) -> None:
+    base = tmp_path / "jobs"
+    log = tmp_path / "out.log"
+    out = tmp_path / "w.pt"
+    proc = start("train_plain.py", [str(out)], job_env(base, 81, TRAIN_STEP_SLEEP="0.05"), log)
+    try:
+        poll("step 3", lambda: last_step(log) >= 3)
+        # SIGTSTP alone: the process must stop itself (Slurm's SIGSTOP comes 2 s later).
+        proc.send_signal(signal.SIGTSTP)
+        poll("the process stopped itself", lambda: _stopped(proc), timeout=30)
+        at = last_step(log)
+        proc.send_signal(signal.SIGCONT)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert same_weights(out, reference)
+    [rec] = read_slices(job_dir(base, 81))
+    # Parked inside optimizer.step()'s post-hook: the script prints that step after the resume.
+    assert rec.step == at + 1
+    assert rec.parked > 0 and rec.signalled <= rec.parked <= rec.resumed
+    assert rec.offloaded_bytes == 0  # CPU tensors stay where they are
+
+
+def test_stopped_mid_step_by_slurm_does_not_park_again_after_resume(tmp_path, reference) -> None:
+    """Slurm's SIGSTOP can come before the step ends; after SIGCONT the process
+    must go on, not stop itself with nobody left to wake it."""
+    base = tmp_path / "jobs"
+    log = tmp_path / "out.log"
+    out = tmp_path / "w.pt"
+    # A long pause after each step: the signals land between steps, before any boundary is reached.
+    proc = start("train_plain.py", [str(out)], job_env(base, 82, TRAIN_STEP_SLEEP="0.3"), log)
+    try:
+        poll("step 2", lambda: last_step(log) >= 2)
+        proc.send_signal(signal.SIGTSTP)
+        proc.send_signal(signal.SIGSTOP)
+        poll("stopped by SIGSTOP", lambda: _stopped(proc), timeout=30)
+        proc.send_signal(signal.SIGCONT)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert same_weights(out, reference)
+    assert read_slices(job_dir(base, 82)) == []
+
+
+def test_process_without_optimizer_stops_at_once(tmp_path) -> None:
+    """torchrun's agent (torch imported, nothing trained) has no step to wait for."""
+    script = tmp_path / "idle.py"
+    script.write_text("import sys, time, torch\nprint('ready', flush=True)\ntime.sleep(120)\n")
+    log = tmp_path / "idle.log"
+    env = job_env(tmp_path / "jobs", 83)
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=f,
+                                stderr=subprocess.STDOUT)
+    try:
+        poll("ready", lambda: "ready" in log.read_text())
+        signal_tree(proc.pid, signal.SIGTSTP)
+        poll("stopped", lambda: _stopped(proc), timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
