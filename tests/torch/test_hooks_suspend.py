@@ -9,8 +9,8 @@ moves nothing here, the control flow is the one a GPU job takes.
 from __future__ import annotations
 
 import signal
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
