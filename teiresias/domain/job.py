@@ -84,6 +84,9 @@ class Job:
     # GPUs) and whether the group runs packed (all at once) rather than sliced.
     colocated_with: tuple[JobId, ...] = ()
     packed: bool = False
+    # Set by the owner when a Plan.unpack undid a packing of this job: its
+    # packed throughput lost to time-slicing, so it is not packed again.
+    pack_failed: bool = False
     # ``tsbatch --elastic MIN-MAX``: the GPU counts it may be resized to
     # (Plan.resize); num_gpus is its current size. None: fixed size.
     elastic: tuple[int, int] | None = None
