@@ -8,10 +8,33 @@ pure functions beside each backend, tested on captured real output.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from teiresias.errors import SlurmError
+
+
+# How far past the requeue second a requeued job may be made eligible again
+# (released, or its BeginTime cleared). slurmd refuses a launch whose job
+# credential is not newer, in whole seconds, than the revocation of the job's
+# last run (slurm_cred.c: ``cred->ctime <= revoked``), and slurmctld then fails
+# the job for good: FAILED, "Killing non-startable batch job: Job credential
+# revoked". The requeue revokes at the requeue second, which Slurm also writes
+# as the job's new SubmitTime; Slurm's own ~120 s BeginTime after a requeue is
+# what normally keeps the two apart, and clearing it removes that guard. The
+# margin covers a controller clock slightly behind slurmctld's.
+REQUEUE_SETTLE_MARGIN = 0.15
+
+
+def requeue_settle_wait(job: "SlurmJob", now: float) -> float:
+    """Seconds to wait, from ``now``, before a requeued ``job`` (as read after
+    its requeue) may be released or have its BeginTime cleared without Slurm
+    killing its next launch; 0 for a job never requeued."""
+    if not job.restart_count or not job.submit_time:
+        return 0.0
+    earliest = math.floor(job.submit_time) + 1 + REQUEUE_SETTLE_MARGIN
+    return max(0.0, earliest - now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +138,9 @@ class SlurmBackend(ABC):
     def hold(self, job_id: int) -> None: ...
 
     @abstractmethod
-    def release(self, job_id: int) -> None: ...
+    def release(self, job_id: int) -> None:
+        """Release a held job; a requeued one waits ``requeue_settle_wait``
+        first (see REQUEUE_SETTLE_MARGIN)."""
 
     @abstractmethod
     def set_priority(self, job_id: int, priority: int) -> None: ...
@@ -140,7 +165,9 @@ class SlurmBackend(ABC):
 
     @abstractmethod
     def clear_begin_time(self, job_id: int) -> None:
-        """Remove the ~120 s BeginTime Slurm sets on a requeued job."""
+        """Remove the ~120 s BeginTime Slurm sets on a requeued job. On a job
+        that is not held this makes it eligible at once: wait
+        ``requeue_settle_wait`` first (see REQUEUE_SETTLE_MARGIN)."""
 
     @abstractmethod
     def cancel(self, job_id: int) -> None: ...

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.audit import AuditLog
@@ -29,7 +29,7 @@ from slurm_plugin.controller.reconcile import RUNNING_STATES, base_state, same_j
 from slurm_plugin.controller.state import JobRecord, JournalEntry, JournalStatus, Phase, StateStore
 from teiresias.domain import Placement
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
-from wrappers.protocol import PREEMPT_SIGNAL
+from teiresias.jobfiles import PREEMPT_SIGNAL
 
 log = logging.getLogger("teiresias.controller")
 
@@ -123,15 +123,25 @@ class Enactor:
                      now: float) -> Callable[[], None]:
         def calls() -> None:
             t = self._t(rec.job_id)
-            if sj.eligible_time and sj.eligible_time > now and (sj.restart_count or rec.first_start_time):
+            job = sj
+            if sj.restart_count or rec.first_start_time:
+                # Read again: a job requeued in this same round (or under a second
+                # ago) must not be made eligible inside its requeue second, or Slurm
+                # fails its launch for good (REQUEUE_SETTLE_MARGIN).
+                job = self.backend.job(t)
+                wait = requeue_settle_wait(job, time.time())
+                if wait > 0:
+                    log.debug("[job %d] waiting %.2fs after its requeue before starting it", rec.job_id, wait)
+                    time.sleep(wait)
+            if job.eligible_time and job.eligible_time > now and (job.restart_count or rec.first_start_time):
                 # Slurm's ~120 s delay after a requeue. A begin time of a job that never
                 # ran is the user's (--begin): such a job is not started at all (reconcile).
                 self.backend.clear_begin_time(t)
             self.backend.set_nodelist(t, placement.nodes)
-            if sj.held or sj.priority == 0:
+            if job.held or job.priority == 0:
                 # Unmarked first: a crash between the two leaves a held job without the
                 # mark, whose interrupted start the journal finishes.
-                if HOLD_MARK in sj.admin_comment.split(";"):
+                if HOLD_MARK in job.admin_comment.split(";"):
                     self.backend.set_hold_mark(t, False)
                 self.backend.release(t)
             self.backend.set_priority(t, priority)  # release recomputed it

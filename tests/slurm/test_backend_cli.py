@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from slurm_plugin.backends.base import requeue_settle_wait
 from slurm_plugin.backends.cli import CliBackend
 from slurm_plugin.localcluster import procs
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
@@ -110,6 +111,7 @@ def test_requeue_goes_pending_with_restart_count_and_begin_time_cleared(clean_sl
     pending = c.wait_for(j, "PENDING")
     assert pending.restart_count == 1 and not pending.held
     assert pending.eligible_time and pending.eligible_time > time.time() + 60, "Slurm delays a requeued job"
+    time.sleep(requeue_settle_wait(pending, time.time()))
     b.clear_begin_time(j)
     again = c.wait_for(j, "RUNNING", timeout=20)
     assert again.restart_count == 1
@@ -120,6 +122,27 @@ def test_requeue_goes_pending_with_restart_count_and_begin_time_cleared(clean_sl
     assert held.held and held.restart_count == 2
     with pytest.raises(SlurmError):
         b.requeue(j)  # requeueing a pending job is refused
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["requeue", "requeuehold"])
+def test_a_requeued_job_made_eligible_after_the_settle_wait_runs_again(clean_slurm, hold):
+    """Made eligible inside its requeue second, a requeued job is FAILED by Slurm
+    ("Job credential revoked"): this happened whenever a restart followed its
+    requeue within the same second. The requeue is timed to the start of a
+    second, so without the wait the release below would land in that second."""
+    c, b = clean_slurm, clean_slurm.backend
+    j = c.submit("sleep 60", "-G", "1")
+    c.wait_for(j, "RUNNING")
+    time.sleep(1.02 - time.time() % 1)
+    b.requeue(j, hold=hold)
+    pending = c.wait_for(j, "PENDING")
+    wait = requeue_settle_wait(pending, time.time())
+    assert 0 < wait <= 1 + 0.15, f"read {pending.submit_time}: the requeue second is the new SubmitTime"
+    time.sleep(wait)
+    b.clear_begin_time(j)
+    if hold:
+        b.release(j)
+    assert c.wait_for(j, "RUNNING", timeout=20).restart_count == 1
 
 
 SIGNAL_SCRIPT = """#!/bin/bash

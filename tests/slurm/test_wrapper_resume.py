@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_plugin.backends.base import requeue_settle_wait
 from tests.torch.jobs import SCRIPTS, last_step, plain_env, poll, read_ack, same_weights
 from wrappers import protocol
 
@@ -71,8 +72,7 @@ def start_when_safe(cluster, job: int, restarts: int) -> None:
     requeue: slurmd refuses a job whose credential was revoked in the same
     second ("Job credential revoked", and the job FAILS)."""
     j = cluster.wait_for(job, "PENDING", timeout=90, where=lambda j: j.restart_count == restarts)
-    seen = time.time()
-    poll("a later second than the requeue", lambda: time.time() >= int(seen) + 1.05, timeout=5, every=0.05)
+    time.sleep(requeue_settle_wait(j, time.time()))
     if j.held:
         cluster.backend.release(job)
     cluster.backend.clear_begin_time(job)
