@@ -9,10 +9,11 @@ from teiresias.errors import ConfigError
 from teiresias.policy.base import PlacementPolicy, SchedulingPolicy
 
 if TYPE_CHECKING:
+    from teiresias.policy.gandiva.params import GandivaParams
     from teiresias.policy.gittins import ServiceDistribution
     from teiresias.policy.sjf_bsbf.model import SharingModel
 
-POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins", "themis", "sjf-bsbf", "sjf-ffs")
+POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins", "themis", "sjf-bsbf", "sjf-ffs", "gandiva")
 PLACEMENT_NAMES = ("consolidate", "spread", "profile")
 # Oracles: they read Job.duration, which only the simulator knows. A live
 # controller should refuse them at start-up rather than fail every round.
@@ -40,6 +41,8 @@ class PolicyParams:
     - ``fairness_knob``: themis f in (0, 1): the 1 - f fraction of apps farthest
       from fair bid in each auction (Themis §3.3.2; default 0.8).
     - ``seed``: themis' random order of leftover GPUs (seeded with the round's time too).
+    - ``gandiva``: gandiva's knobs (slice length, packing, migration, grow-shrink;
+      None: GandivaParams' defaults, docs/gandiva.md).
     """
 
     queues: tuple[float, ...] = (3600.0,)
@@ -55,6 +58,7 @@ class PolicyParams:
     lease: float = 600.0
     fairness_knob: float = 0.8
     seed: int = 0
+    gandiva: "GandivaParams | None" = None
 
     def __post_init__(self) -> None:
         qs = tuple(float(q) for q in self.queues)
@@ -132,4 +136,8 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
 
         cls = SjfBsbfPolicy if name == "sjf-bsbf" else SjfFfsPolicy
         return cls(placement, params.sharing, params.distribution)
+    if name == "gandiva":
+        from teiresias.policy.gandiva import GandivaPolicy
+
+        return GandivaPolicy(placement, params.gandiva)
     raise ConfigError(f"unknown policy {name!r}; choose one of: {', '.join(POLICY_NAMES)}")

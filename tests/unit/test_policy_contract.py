@@ -96,6 +96,12 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
     for jid, pl in plan.start.items():
         assert pl.num_gpus == by_id[jid].num_gpus
         assert len(set(pl.nodes)) == len(pl.nodes)
+        if jid in plan.colocate:
+            # A time-sliced start (gandiva) sits on exactly the GPUs its kept partners hold.
+            partners = plan.colocate[jid].partners
+            assert partners and all(p in plan.keep for p in partners)
+            assert all(by_id[p].placement == pl for p in partners)
+            continue
         if jid in plan.sharing:
             # A shared start (sjf-bsbf, sjf-ffs) sits on GPUs of one kept job that shared with nobody.
             host = by_id[plan.sharing[jid].partner]
@@ -106,6 +112,21 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
         for a in pl.allocations:
             assert a.node in snap.cluster and a.gpus > 0
             started[a.node] += a.gpus
+    # Gandiva's decisions (policy-contract rule 6): pauses and moves of kept jobs only;
+    # migration and grow targets on GPUs idle before the plan and not taken by its starts.
+    assert set(plan.suspend) | set(plan.resume) | set(plan.pack) | set(plan.unpack) <= set(plan.keep)
+    assert not set(plan.suspend) & set(plan.resume) and not set(plan.pack) & set(plan.unpack)
+    assert all(by_id[j].suspended for j in plan.resume) and not any(by_id[j].suspended for j in plan.suspend)
+    for jid, pl in plan.migrate.items():
+        assert jid in plan.keep and pl.num_gpus == by_id[jid].num_gpus and jid not in plan.resize
+    for jid, pl in plan.resize.items():
+        job = by_id[jid]
+        assert jid in plan.keep and job.elastic is not None and job.elastic[0] <= pl.num_gpus <= job.elastic[1]
+    for jid, pl in list(plan.migrate.items()) + list(plan.resize.items()):
+        old = {a.node: a.gpus for a in by_id[jid].placement.allocations} if jid in plan.resize else {}
+        for a in pl.allocations:
+            # A grow keeps its own GPUs; anything more comes out of the idle ones.
+            started[a.node] += max(a.gpus - old.get(a.node, 0), 0)
     usable = {n.name: n.gpus - snap.unavailable.get(n.name, 0) for n in snap.cluster.nodes}
     for n in snap.cluster.nodes:
         assert started[n.name] <= max(usable[n.name] - kept[n.name], 0), f"node {n.name} over-committed"

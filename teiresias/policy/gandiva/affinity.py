@@ -1,0 +1,83 @@
+"""Affinity-based node allocation: Gandiva's Algorithm 1 (getNode, §4.2.1).
+
+A node's affinity is the GPU count of the jobs placed on it (set by the
+first job there, 0 while it is empty), so jobs of the same size gather on the
+same nodes (Figure 7). For a job of ``g`` GPUs, in order:
+
+1. nodes of affinity ``g`` with free GPUs, least loaded first (lines 5-6);
+2. empty nodes (affinity 0) with enough GPUs (lines 7-8);
+3. any free GPUs, affinity relaxed (lines 9-10; may spread, migration
+   consolidates later);
+4. over-subscription: time-slice with a group of ``g``-GPU jobs on nodes of
+   affinity ``g``, the least loaded (lines 11-12), up to ``max_height`` jobs;
+5. else the job waits (lines 13-14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from teiresias.domain import Job, Placement
+from teiresias.policy.base import PlacementPolicy
+from teiresias.policy.gandiva.state import Group, Round
+
+
+def affinity(r: Round, node: str) -> int:
+    """The GPU count of the oldest group on ``node`` (its first job), 0 when none is there."""
+    best: tuple[float, int, int] | None = None
+    for g in r.groups:
+        if node in g.nodes:
+            first = g.members[0]
+            key = (first.first_start_time if first.first_start_time is not None else 0.0, int(first.job_id),
+                   first.num_gpus)
+            if best is None or key < best:
+                best = key
+    return 0 if best is None else best[2]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where Algorithm 1 puts a job: its own GPUs, or a group to time-slice with."""
+
+    placement: Placement
+    line: str  # which branch of Algorithm 1, for the audit note
+    group: Group | None = None
+
+
+def get_node(job: Job, r: Round, placement: PlacementPolicy, max_height: int) -> Choice | str:
+    """Algorithm 1 for ``job``: a Choice, or why it waits."""
+    cluster = r.snapshot.cluster
+    g = job.num_gpus
+    order = {n.name: i for i, n in enumerate(cluster.nodes)}
+    aff = {n.name: affinity(r, n.name) for n in cluster.nodes}
+    if g <= cluster.max_gpus_per_node:
+        same = [n for n in aff if aff[n] == g and r.free[n] >= g]
+        if same:
+            node = min(same, key=lambda n: (r.load(n), order[n]))
+            return Choice(Placement.of({node: g}), f"same affinity {g}, load {r.load(node):.2f}")
+        empty = [n for n in aff if aff[n] == 0 and r.free[n] >= g]
+        if empty:
+            node = min(empty, key=lambda n: (r.free[n], order[n]))
+            return Choice(Placement.of({node: g}), "unallocated node")
+    else:
+        # A multi-node job: whole empty nodes first (their affinity becomes g).
+        empty_free = {n: (r.free[n] if aff[n] == 0 else 0) for n in r.free}
+        pl = placement.place(job, empty_free, cluster)
+        if pl is not None:
+            return Choice(pl, "unallocated nodes")
+    pl = placement.place(job, r.free, cluster)
+    if pl is not None:
+        return Choice(pl, "affinity relaxed")
+    # Over-subscription: a group of g-GPU jobs on nodes of affinity g, not on a draining node.
+    unavailable = r.snapshot.unavailable
+    hosts = [grp for grp in r.groups
+             if grp.gpus == g and not grp.packed and grp.size < max_height
+             and all(m.num_gpus == g for m in grp.members)
+             and all(aff[n] == g and not unavailable.get(n, 0) for n in grp.nodes)]
+    if hosts:
+        host = min(hosts, key=lambda grp: (grp.size, max(r.load(n) for n in grp.nodes),
+                                           min(order[n] for n in grp.nodes), grp.members[0].job_id))
+        return Choice(host.placement, f"over-subscribed: height {host.size + 1} with affinity {g}", host)
+    if any(a == g for a in aff.values()):
+        return f"waits: every group of {g}-GPU jobs already time-slices {max_height} jobs (--max-height)"
+    return f"waits for {g} free GPU(s): no node of affinity {g} to time-slice on (Gandiva Algorithm 1 line 14)"

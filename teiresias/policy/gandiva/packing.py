@@ -1,0 +1,88 @@
+"""Packing with introspection (Gandiva §3.1 "Packing", §4.2.2).
+
+A time-sliced group is packed (all members run at once) when it looks light:
+the members' GPU utilisation, measured while each ran alone (NVML through
+the hooks; ``Job.usage``), adds up to at most ``pack_util`` percent and their
+memory fits the GPU. Without a utilisation (no NVML, e.g. CPU-only nodes) the
+policy tries it when the members' solo mini-batch times are known: the
+paper's trial and error. A packed group is measured again: its throughput,
+sum over members of solo / packed mini-batch time, must beat time-slicing's
+1 (one member at full speed at a time), else it is unpacked (and the job
+marked ``pack_failed`` by the owner, so it is not tried again). Both
+decisions carry these numbers in ``Plan.notes``.
+"""
+
+from __future__ import annotations
+
+from teiresias.domain import Job
+from teiresias.policy.gandiva.state import Group, Round
+
+
+def packed_throughput(g: Group) -> float | None:
+    """Sum of solo / current mini-batch time over the members; None while some is unmeasured."""
+    total = 0.0
+    for m in g.members:
+        if not m.step_time or not m.solo_step_time:
+            return None
+        total += m.solo_step_time / m.step_time
+    return total
+
+
+def _util(m: Job) -> float | None:
+    return m.usage.gpu_util if m.usage is not None else None
+
+
+def _fits_memory(g: Group) -> bool | None:
+    used = [m.usage.gpu_mem_used for m in g.members if m.usage is not None]
+    totals = [m.usage.gpu_mem_total for m in g.members if m.usage is not None]
+    if len(used) < g.size or any(u is None for u in used) or not totals or any(t is None for t in totals):
+        return None
+    return sum(u for u in used if u is not None) <= min(t for t in totals if t is not None)
+
+
+def introspect(r: Round, pack_util: float, settle: float) -> None:
+    """Unpack groups whose measured throughput loses to slicing; pack light sliced groups, lightest first.
+
+    ``settle``: seconds a group must have run packed before its throughput is judged
+    (a slice: the mini-batch times must be from the packed run).
+    """
+    now = r.snapshot.now
+    candidates: list[tuple[float, int, Group, str]] = []
+    for g in r.groups:
+        if g.size < 2 or any(m.job_id in r.touched for m in g.members):
+            continue
+        if g.packed:
+            since = max((m.slice_since or 0.0) for m in g.members)
+            tput = packed_throughput(g)
+            if tput is None or now - since < settle or tput >= 1.0:
+                continue
+            rates = ", ".join(f"job {m.job_id} {m.solo_step_time:.3g}/{m.step_time:.3g} s"
+                              for m in g.members if m.step_time and m.solo_step_time)
+            for i, m in enumerate(g.members):
+                r.unpack.append(m.job_id)
+                r.touched.add(m.job_id)
+                r.runs[m.job_id] = i == 0  # back to slicing: the first member takes the first slice
+                r.notes[m.job_id] = (f"unpack: packed throughput {tput:.2f} < 1.00 of time-slicing"
+                                     f" (solo/packed mini-batch: {rates})")
+            continue
+        if any(m.pack_failed for m in g.members):
+            continue
+        utils = [_util(m) for m in g.members]
+        mem = _fits_memory(g)
+        if all(u is not None for u in utils):
+            total = sum(u for u in utils if u is not None)
+            if total > pack_util or mem is False:
+                continue
+            why = (f"pack: GPU utilisation {' + '.join(f'{u:.0f}' for u in utils if u is not None)}"
+                   f" = {total:.0f}% <= {pack_util:g}%" + ("" if mem is None else ", memory fits"))
+            candidates.append((total, int(g.members[0].job_id), g, why))
+        elif all(m.solo_step_time for m in g.members) and mem is not False:
+            candidates.append((float("inf"), int(g.members[0].job_id), g,
+                               "pack: no GPU utilisation measured; trying it (solo mini-batch times known)"))
+    # Greedy, lightest first (§4.2.2): the order only matters for the audit, each group is independent.
+    for _, _, g, why in sorted(candidates, key=lambda c: (c[0], c[1])):
+        for m in g.members:
+            r.pack.append(m.job_id)
+            r.touched.add(m.job_id)
+            r.runs[m.job_id] = True
+            r.notes[m.job_id] = why
