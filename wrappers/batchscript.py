@@ -55,6 +55,7 @@ class JobSetup:
     grace: int
     profile_lib: str | None = None  # the interposer (profiler.library_path()); needed when profile
     window: ProfileWindow = field(default_factory=ProfileWindow)
+    elastic: str = ""  # "MIN-MAX" (tsbatch --elastic): exported for the hooks' accumulation
 
 
 def header_lines(script: str) -> list[str]:
@@ -159,6 +160,7 @@ def render(script: str, setup: JobSetup) -> str:
         f"export TEIRESIAS_CHECKPOINT_EVERY={setup.every}",
         f"export TEIRESIAS_PROFILE={1 if setup.profile else 0}",
         f"export TEIRESIAS_TIMELIMIT_GRACE={setup.grace}",
+        *([f"export TEIRESIAS_ELASTIC={setup.elastic}"] if setup.elastic else []),
     ]
     if setup.hook_site is not None:
         lines.append(f'export PYTHONPATH={shlex.quote(setup.hook_site)}"${{PYTHONPATH:+:$PYTHONPATH}}"')

@@ -36,7 +36,7 @@ SHORT_VALUE = frozenset("aAbcdDeFGiJLmMnNopqStwxBCr")
 SHORT_FLAG = frozenset("hHkOQsvVW")
 
 # Ours. No short forms: sbatch uses most letters.
-OWN_VALUE = frozenset({"checkpoint-dir", "checkpoint-every", "app", "iterations"})
+OWN_VALUE = frozenset({"checkpoint-dir", "checkpoint-every", "app", "iterations", "elastic"})
 OWN_FLAG = frozenset({"no-checkpoint", "profile", "no-profile"})
 
 

@@ -51,6 +51,11 @@ tsbatch options (before the script; they have no short forms):
       --iterations=N          the job's total optimizer steps: with the hooks' step times the
                               themis policy then knows the work left (default: unknown;
                               docs/themis.md)
+      --elastic=MIN-MAX       the job may run on MIN..MAX GPUs: the controller grows it onto
+                              idle GPUs and shrinks it when others need them (checkpoint and
+                              restart at the new size); write the script for MAX ranks, the
+                              hooks keep the global batch by gradient accumulation
+                              (docs/gandiva.md)
       --profile, --no-profile profile the first run's communication for teiresias'
                               placement (default: on for a job of more than one GPU
                               whose model, its job name, the controller has not profiled
@@ -116,6 +121,7 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     _profile_flag(p)
     _app(p)
     _iterations(p)
+    elastic = _elastic(p)
     return JobSetup(
         hook_site=None if "no-checkpoint" in p.own else str(HOOK_SITE),
         base=base,
@@ -123,6 +129,7 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
         profile=False,
         grace=int(grace_text),
         window=profiling.window_from_env(env),
+        elastic=elastic,
     )
 
 
@@ -145,6 +152,17 @@ def _iterations(p: Parsed) -> int:
     return int(text)
 
 
+def _elastic(p: Parsed) -> str:
+    """``--elastic MIN-MAX`` checked, normalised ("" when not given)."""
+    if "elastic" not in p.own:
+        return ""
+    try:
+        e = protocol.parse_elastic(p.own["elastic"])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return f"{e.min_gpus}-{e.max_gpus}"
+
+
 def build_comment(setup: JobSetup, user_comment: str | None, app: str = "", iterations: int = 0) -> str:
     items = {"dir": setup.base, "profile": "1" if setup.profile else "0"}
     if setup.every:
@@ -153,6 +171,8 @@ def build_comment(setup: JobSetup, user_comment: str | None, app: str = "", iter
         items["app"] = app  # the themis app (controller/leases.py reads it back)
     if iterations:
         items["iters"] = str(iterations)  # themis' work left (controller/leases.py)
+    if setup.elastic:
+        items["elastic"] = setup.elastic  # Job.elastic for the gandiva policy's grow-shrink
     if user_comment:
         items["note"] = quote(user_comment, safe=" /:,.-_@+")
     return protocol.format_comment(items)

@@ -20,6 +20,15 @@ When the job directory holds ``accumulate.json`` (wrappers/protocol.py) with
 Checkpoint positions still count full batches: the split sits outside the
 hooks' own DataLoader patch, so a save happens between full batches.
 
+Elastic jobs (``tsbatch --elastic MIN-MAX``, Gandiva §3.3 grow-shrink) use the
+same accumulator the other way round: the script is written for MAX ranks;
+at w ranks every ``MAX/w`` consecutive DataLoader batches make one optimizer
+step (*grouping*, no split). With a DistributedSampler the samples of one step
+are then the same as at MAX ranks (rank r's batches i..i+s-1 at w ranks cover
+the indices that MAX ranks' batch i covers), so per-rank batch x accumulation
+x ranks stays the job's batch; the runtime rescales the saved data position
+when a checkpoint written at another size is resumed (runtime.Runtime._resized).
+
 Known exceptions to exact equivalence (docs/sjf-bsbf.md): BatchNorm
 normalizes with micro-batch statistics; a loss with ``reduction="sum"`` gets
 its gradients divided by s; a batch not divisible by s weighs its samples
@@ -32,7 +41,8 @@ import functools
 import sys
 import types
 import weakref
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from torch.optim import lr_scheduler
@@ -110,12 +120,20 @@ def _micro_batches(acc: Accumulator, it: Iterator[Any]) -> Iterator[Any]:
             yield part
 
 
+def _grouped_batches(acc: Accumulator, it: Iterator[Any]) -> Iterator[Any]:
+    # Each loader batch is one micro-batch; a group of acc.steps makes a step. An
+    # iteration starts a group (a resumed one starts at a saved step boundary).
+    for i, batch in enumerate(it):
+        acc.begin(i % acc.steps, acc.steps)
+        yield batch
+
+
 class _MicroIter:
     """What ``iter(loader)`` returns: the micro-batches of the real iterator (which stays reachable)."""
 
-    def __init__(self, acc: Accumulator, inner: Any) -> None:
+    def __init__(self, acc: Accumulator, inner: Any, group: bool = False) -> None:
         self._inner = inner
-        self._gen = _micro_batches(acc, inner)
+        self._gen = _grouped_batches(acc, inner) if group else _micro_batches(acc, inner)
 
     def __iter__(self) -> "_MicroIter":
         return self
@@ -130,13 +148,31 @@ class _MicroIter:
         return getattr(self._inner, name)
 
 
-def install(jobdir: Any) -> Accumulator | None:
-    """Read accumulate.json and patch torch if it asks for s > 1; returns the accumulator (or None)."""
+def elastic_steps(env: Mapping[str, str]) -> int:
+    """Loader batches per optimizer step for an elastic job at this run's size (1: none
+    to group); the size is torchrun's WORLD_SIZE. A warning and 1 when it cannot be met."""
+    text = env.get(protocol.ENV_ELASTIC, "")
+    if not text:
+        return 1
+    try:
+        return protocol.parse_elastic(text).accumulation(int(env.get("WORLD_SIZE") or 1))
+    except ValueError as exc:
+        print(f"teiresias: warning: elastic accumulation off, the global batch changes with the size: {exc}",
+              file=sys.stderr, flush=True)
+        return 1
+
+
+def install(jobdir: Any, env: Mapping[str, str] | None = None) -> Accumulator | None:
+    """Read accumulate.json (split) or the elastic setting (group) and patch torch
+    if it asks for s > 1; returns the accumulator (or None)."""
     try:
         setting = protocol.read_accumulate(jobdir)
     except protocol.AccumulateInvalid as exc:
         print(f"teiresias: warning: gradient accumulation off: {exc}", file=sys.stderr, flush=True)
         return None
+    group = False
+    if setting is None and env is not None and elastic_steps(env) > 1:
+        setting, group = protocol.Accumulate(elastic_steps(env)), True
     if setting is None or setting.accumulation <= 1:
         return None
     acc = Accumulator(setting.accumulation)
@@ -145,7 +181,7 @@ def install(jobdir: Any) -> Accumulator | None:
 
     @functools.wraps(orig_iter)
     def loader_iter(self: Any) -> Any:
-        return _MicroIter(acc, orig_iter(self))
+        return _MicroIter(acc, orig_iter(self), group)
 
     dl.DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]
 

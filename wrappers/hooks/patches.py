@@ -113,4 +113,4 @@ def install(rt: Runtime) -> None:
     if rt.job_id:
         from wrappers.hooks import accumulate
 
-        rt.accumulator = accumulate.install(rt.jobdir)
+        rt.accumulator = accumulate.install(rt.jobdir, rt.env)

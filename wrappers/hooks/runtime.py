@@ -210,6 +210,7 @@ class Runtime:
         if found is None:
             return
         data, path = found
+        data = self._resized(data)
         local = self._local_part(data)
         if local["point"]["kind"] == "none":
             _say(f"warning: {path.name} has no data position (the script uses no DataLoader "
@@ -278,6 +279,33 @@ class Runtime:
         _say(f"error: {reason}. Nothing was loaded. Remove the file, or set "
              f"{protocol.ENV_START_FRESH}=1 to start this job from scratch.")
         raise SystemExit(2)
+
+    def _resized(self, data: dict[str, Any]) -> dict[str, Any]:
+        """An elastic job resumed at another size (Gandiva §3.3): each rank takes
+        the saved rank's RNG state (new ranks rank 0's) and a data position of
+        ``pos x old / new`` loader batches: at w ranks a step takes MAX/w batches
+        per rank (wrappers/hooks/accumulate.py), so the same steps are done."""
+        old = len(data["ranks"])
+        d = self._dist()
+        new = d.get_world_size() if d else int(self.env.get("WORLD_SIZE") or 1)
+        if old == new or not self.env.get(protocol.ENV_ELASTIC):
+            return data
+
+        def scaled(part: dict[str, Any]) -> dict[str, Any]:
+            out = dict(part)
+            out["point"] = dict(part["point"])
+            out["iterators"] = [dict(it) for it in part["iterators"]]
+            for item in [out["point"], *out["iterators"]]:
+                if item.get("pos", -1) > 0:
+                    if item["pos"] * old % new:
+                        raise ResumeError(f"cannot resume at {new} rank(s): the checkpoint's data position "
+                                          f"{item['pos']} at {old} rank(s) falls inside an optimizer step")
+                    item["pos"] = item["pos"] * old // new
+            return out
+
+        if self.rank() == 0:
+            _say(f"elastic: resuming a checkpoint of {old} rank(s) at {new}")
+        return {**data, "ranks": [scaled(data["ranks"][r] if r < old else data["ranks"][0]) for r in range(new)]}
 
     def _local_part(self, data: dict[str, Any]) -> dict[str, Any]:
         ranks = data["ranks"]

@@ -1,0 +1,88 @@
+"""Elastic jobs (tsbatch --elastic MIN-MAX, Gandiva §3.3 grow-shrink): a job
+checkpointed and restarted at another size trains as the fixed-size run.
+
+Real PyTorch, real hooks, torchrun with gloo on CPU, real signals: a job of
+elastic 1-2 runs at 2 ranks, is preempted, resumes at 1 rank (the hooks group
+2 loader batches per optimizer step), is preempted again and finishes at 2
+ranks. Its loss over the whole data set after every optimizer step, and its
+final weights, match the uninterrupted 2-rank run within float tolerance
+(the 1-rank steps sum the same gradients in another order).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.torch.jobs import PYTHON, SCRIPTS, job_env, last_step, poll, read_ack, signal_tree
+from wrappers.protocol import job_dir
+
+pytestmark = pytest.mark.torch
+
+STEPS = 3 * 256 // 32  # 3 epochs of 256 samples, a global batch of 32
+
+
+def _torchrun(ranks: int, out: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "w") as f:
+        return subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                                 str(SCRIPTS / "train_elastic.py"), str(out)], env=env, stdout=f,
+                                stderr=subprocess.STDOUT)
+
+
+def _trajectory(*logs: Path) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for log in logs:
+        for line in log.read_text().splitlines():
+            if line.startswith("step "):
+                _, k, _, loss = line.split()
+                out[int(k)] = float(loss)
+    return out
+
+
+def _preempt_at(proc: subprocess.Popen, log: Path, jobdir: Path, step: int) -> int:
+    poll(f"step {step}", lambda: last_step(log) >= step, timeout=120)
+    (jobdir / "ack.json").unlink(missing_ok=True)
+    signal_tree(proc.pid, signal.SIGUSR1)
+    ack = poll("the Ack", lambda: read_ack(jobdir), timeout=60)
+    signal_tree(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    return int(ack["step"])  # type: ignore[index]
+
+
+def test_two_ranks_to_one_and_back_match_the_fixed_two_rank_run(tmp_path) -> None:
+    base = tmp_path / "jobs"
+    fixed_log, fixed_out = tmp_path / "fixed.log", tmp_path / "fixed.pt"
+    p = _torchrun(2, fixed_out, job_env(base, 91, TEIRESIAS_ELASTIC="1-2"), fixed_log)
+    assert p.wait(timeout=300) == 0, fixed_log.read_text()[-3000:]
+    fixed = _trajectory(fixed_log)
+    assert sorted(fixed) == list(range(1, STEPS + 1))
+
+    jobdir = job_dir(base, 92)
+    out = tmp_path / "elastic.pt"
+    logs = [tmp_path / f"run{i}.log" for i in range(3)]
+    pause = {"TRAIN_STEP_SLEEP": "0.05", "TEIRESIAS_ELASTIC": "1-2"}
+    first = _preempt_at(_torchrun(2, out, job_env(base, 92, **pause), logs[0]), logs[0], jobdir, 5)
+    second = _preempt_at(_torchrun(1, out, job_env(base, 92, restart=1, **pause), logs[1]), logs[1], jobdir,
+                         first + 4)
+    last = _torchrun(2, out, job_env(base, 92, restart=2, **pause), logs[2])
+    assert last.wait(timeout=300) == 0, logs[2].read_text()[-3000:]
+    assert first < second < STEPS
+
+    # The 1-rank run really grouped: two loader batches (two lines) per optimizer step.
+    one_rank = [int(line.split()[1]) for line in logs[1].read_text().splitlines() if line.startswith("step ")]
+    assert len(one_rank) >= 2 * (second - first) and one_rank.count(first + 1) == 2
+    assert "resuming a checkpoint of 2 rank(s) at 1" in logs[1].read_text()
+    assert "resuming a checkpoint of 1 rank(s) at 2" in logs[2].read_text()
+
+    elastic = _trajectory(*logs)
+    assert sorted(elastic) == list(range(1, STEPS + 1))
+    for k in fixed:
+        assert elastic[k] == pytest.approx(fixed[k], rel=1e-9, abs=1e-12), f"loss after step {k}"
+    a, b = torch.load(fixed_out, weights_only=True), torch.load(out, weights_only=True)
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=1e-10) for k in a)
+    # Training moved: the trajectory is no flat line that any run would match.
+    assert fixed[STEPS] < 0.5 * fixed[1]
