@@ -505,6 +505,9 @@ class LocalCluster:
                 for child in children:
                     procs.kill_if_alive(child)
                 stopped.append(f"slurmstepd({pid})")
+            for pid in procs.job_pids(self.cfg.conf):  # job processes that escaped their step
+                procs.kill_if_alive(pid)
+                stopped.append(f"job process({pid})")
             self.cfg.restd_socket.unlink(missing_ok=True)
         return stopped
 

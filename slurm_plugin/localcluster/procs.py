@@ -108,6 +108,27 @@ def pids_with_cwd_under(comm: str, root: Path) -> list[int]:
     return out
 
 
+def job_pids(conf: Path) -> list[int]:
+    """Live processes started by a job of the cluster whose slurm.conf is
+    ``conf``: SLURM_JOB_ID and ``SLURM_CONF=conf`` in their environment. How a
+    job process that left its process tree (setsid, a daemonised child) is
+    still found: proctrack/linuxproc follows only the tree, so such a process
+    outlives its job and the cluster."""
+    want = f"SLURM_CONF={conf}".encode()
+    me = os.getpid()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if want in env and any(v.startswith(b"SLURM_JOB_ID=") for v in env):
+            out.append(int(entry.name))
+    return out
+
+
 def _ppid(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -185,6 +185,26 @@ def test_down_after_slurmctld_died_still_stops_jobs(contract_cluster):
         assert not procs.is_alive(pid), f"pid {pid} ({procs.proc_comm(pid)}) survived down"
 
 
+def test_down_stops_a_job_process_that_left_its_process_tree(contract_cluster):
+    # proctrack/linuxproc follows the process tree: a setsid child is re-parented
+    # to init, and scancel never reaches it (such a training process once outlived
+    # its test cluster); down finds it by its environment
+    up()
+    env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
+    mark = DIR / "jobs" / "escaped.pid"
+    mark.unlink(missing_ok=True)
+    subprocess.run(["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap",
+                    f"(setsid sleep 301 < /dev/null > /dev/null 2>&1 & echo $! > {mark}); sleep 300"],
+                   capture_output=True, text=True, env=env, check=True)
+    assert procs.wait_until(lambda: mark.exists() and mark.read_text().strip(), 20), "the job never started"
+    escaped = int(mark.read_text())
+    assert procs.is_alive(escaped) and escaped not in [
+        p for s in procs.pids_with_cwd_under("slurmstepd", DIR) for p in procs.descendants(s)]
+    r = cli("down", "--dir", str(DIR), "--json")
+    assert not procs.is_alive(escaped), "the escaped job process survived down"
+    assert f"job process({escaped})" in json.loads(r.stdout)["stopped"]
+
+
 def test_status_reports_a_drained_node_and_up_resumes_it(contract_cluster):
     up()
     env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
