@@ -191,14 +191,16 @@ def test_timelimit_signal_saves_requeues_itself_and_finishes(clean_slurm, tmp_pa
 
 @pytest.mark.slow
 def test_real_time_limit_requeues_and_finishes(clean_slurm, tmp_path, reference):
-    """--time=1 (Slurm's minimum) on a job that needs about 50 s of training: the real warning
-    comes (Slurm sends it up to a minute early), the job saves and requeues itself,
-    maybe several times, and a later run finishes."""
+    """--time=1 (Slurm's minimum) on a job that needs about 94 s of training (36 steps of
+    2.6 s): the real warning comes (Slurm sends it up to a minute early), the job saves
+    and requeues itself, maybe several times, and a later run finishes. Slurm checks
+    time limits only every ~30 s, so a job needing less than ~90 s (it was 43 s) could
+    finish in its first run before any warning came."""
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
     job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
                             "--time=1", str(train_job(tmp_path, "train_plain.py", out)),
-                            env={"TRAIN_STEP_SLEEP": "1.2", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"}))
+                            env={"TRAIN_STEP_SLEEP": "2.6", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"}))
     def finished_or_requeued():
         j = clean_slurm.job(job)
         if j.state == "PENDING" and j.restart_count >= 1:
