@@ -8,15 +8,16 @@ from pathlib import Path
 
 import click
 
+from teiresias.config import ENV_PROFILE_STORE, profile_store_root
 from teiresias.errors import TeiresiasError
+from teiresias.jobfiles import DEFAULT_BASE, ENV_BASE, profile_dir
 
 from profiler.aggregate import Profile, aggregate_dir
-from profiler.env import profile_dir
 from profiler.store import ProfileStore
 
-ENV_STORE = "TEIRESIAS_PROFILE_STORE"
-ENV_JOB_BASE = "TEIRESIAS_JOB_BASE"
-DEFAULT_JOB_BASE = "~/.teiresias/jobs"  # wrappers/protocol.py DEFAULT_BASE
+ENV_STORE = ENV_PROFILE_STORE
+ENV_JOB_BASE = ENV_BASE
+DEFAULT_JOB_BASE = DEFAULT_BASE
 
 
 class NoProfile(TeiresiasError):
@@ -32,13 +33,8 @@ def _from_dir(d: Path) -> Profile:
 def store_root(store: str | None, config_path: str | None) -> Path | None:
     """--store, else $TEIRESIAS_PROFILE_STORE, else the controller config's
     profile store (``--config``, $TEIRESIAS_CONFIG, etc/teiresias.yaml)."""
-    chosen = store or os.environ.get(ENV_STORE)
-    if chosen:
-        return Path(os.path.expanduser(chosen))
-    from slurm_plugin.config import load_config  # the controller's config owns the location
-
     try:
-        return load_config(config_path).profiles
+        return profile_store_root(os.environ, store, config_path)
     except TeiresiasError:
         if config_path:
             raise

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 from teiresias.errors import ConfigError
+# Re-exported: the launcher (wrappers/batchscript.py) names them from here.
+from teiresias.jobfiles import PROFILE_SUBDIR as PROFILE_SUBDIR
+from teiresias.jobfiles import profile_dir as profile_dir
 
 from profiler import library_path
 
@@ -22,7 +24,6 @@ ENV_SECONDS = "TEIRESIAS_PROFILE_SECONDS"
 ENV_ITERS = "TEIRESIAS_PROFILE_ITERS"
 ENV_MAX_BYTES = "TEIRESIAS_PROFILE_MAX_BYTES"
 ENV_IGNORE_PORTS = "TEIRESIAS_PROFILE_IGNORE_PORTS"
-PROFILE_SUBDIR = "profile"  # wrappers/protocol.py: <jobdir>/profile/
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,6 @@ class ProfileWindow:
             raise ConfigError(f"profile window iterations must be >= 0, got {self.iterations}")
         if self.max_bytes < 4096:
             raise ConfigError(f"profile max_bytes must be >= 4096, got {self.max_bytes}")
-
-
-def profile_dir(jobdir: str | os.PathLike[str]) -> Path:
-    """Where a job's record files go: ``<jobdir>/profile``."""
-    return Path(jobdir) / PROFILE_SUBDIR
 
 
 def profiling_env(

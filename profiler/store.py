@@ -20,9 +20,9 @@ import os
 from pathlib import Path
 
 from teiresias.errors import ConfigError
+from teiresias.jobfiles import write_json_atomic
 
 from profiler.aggregate import Profile
-from wrappers.protocol import write_json_atomic
 
 
 def model_key(model_name: str = "", script: str = "") -> str:

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from teiresias.config import ENV_CONFIG, ENV_PROFILE_STORE, profile_store_root
 from teiresias.errors import ConfigError, TeiresiasError
 
-ENV_STORE = "TEIRESIAS_PROFILE_STORE"
-ENV_CONFIG = "TEIRESIAS_CONFIG"  # slurm_plugin.config.ENV_CONFIG
+ENV_STORE = ENV_PROFILE_STORE
 SITE_CONFIG = "/etc/teiresias.yaml"
 # Window settings a user may give at submit time (profiler.env's variables).
 ENV_SECONDS = "TEIRESIAS_PROFILE_SECONDS"
@@ -42,15 +42,11 @@ class Decision:
 
 def store_root(env: Mapping[str, str]) -> Path | None:
     """The controller's ProfileStore folder, or None when it cannot be found or read."""
-    if env.get(ENV_STORE):
-        return Path(os.path.expanduser(env[ENV_STORE]))
     config = env.get(ENV_CONFIG) or SITE_CONFIG
-    if not os.access(config, os.R_OK):
+    if not env.get(ENV_STORE) and not os.access(config, os.R_OK):
         return None
-    from slurm_plugin.config import load_config
-
     try:
-        return load_config(config).profiles
+        return profile_store_root(env, config=config)
     except TeiresiasError as exc:
         print(f"tsbatch: warning: controller config unusable ({exc}); profiling as for a new model",
               file=sys.stderr)

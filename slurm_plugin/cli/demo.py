@@ -23,7 +23,7 @@ from slurm_plugin.controller.state import Phase, StateStore
 from slurm_plugin.controller.view import build_rows, format_table
 from teiresias.errors import ConfigError, TeiresiasError
 from teiresias.policy.registry import POLICY_NAMES
-from wrappers.protocol import format_comment
+from teiresias.jobfiles import format_comment
 
 LUA = Path(__file__).resolve().parents[2] / "etc" / "job_submit.lua"
 DEFAULT_DEMO_DIR = "/var/tmp/teiresias-demo"

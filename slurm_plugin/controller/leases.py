@@ -21,7 +21,7 @@ from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import Plan, Snapshot
 from teiresias.policy.themis.apps import app_of
-from wrappers.protocol import CheckpointRecord, RunRecord, job_dir, parse_comment, read_records, read_runs
+from teiresias.jobfiles import CheckpointRecord, RunRecord, read_records, read_runs
 
 META_KEY = "themis"
 
@@ -37,7 +37,7 @@ def load(raw: str | None) -> dict[str, dict[int, Any]]:
 
 def record_app(config: ControllerConfig, rec: JobRecord) -> str:
     """The explicit app of a job: its ``tsbatch --app``, else its account's app in the config ('' if neither)."""
-    app = parse_comment(rec.comment).get("app", "")
+    app = rec.files.app
     if app:
         return app
     return dict(config.policy.apps).get(rec.account, "")
@@ -67,12 +67,10 @@ def work_left(total: int, runs: Mapping[int, RunRecord], checkpoints: Sequence[C
 
 def record_work_left(rec: JobRecord) -> float | None:
     """The job's measured seconds left when it declared ``tsbatch --iterations`` and the hooks timed steps."""
-    items = parse_comment(rec.comment)
-    total, base = items.get("iters", ""), items.get("dir")
-    if not total.isdigit() or not base:
+    total, jobdir = rec.files.iterations, rec.files.job_dir(rec.job_id)
+    if not total or jobdir is None:
         return None
-    jobdir = job_dir(base, rec.job_id)
-    return work_left(int(total), read_runs(jobdir), read_records(jobdir))
+    return work_left(total, read_runs(jobdir), read_records(jobdir))
 
 
 def prepare(config: ControllerConfig, snapshot: Snapshot, records: Mapping[int, JobRecord],

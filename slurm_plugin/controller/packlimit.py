@@ -5,7 +5,7 @@ jobs' placement and performance. The controller's side of that:
 
 1. When a run of a tsbatch job ends (finished, or requeued), its measured
    iteration time (``runs.jsonl``, written by the in-job hooks:
-   wrappers/protocol.py ``RunRecord``), its node count against the fewest it
+   teiresias/jobfiles.py ``RunRecord``), its node count against the fewest it
    could have used, and the job's skew S_J become a ``RunOutcome`` row of the
    state DB (``run_outcomes``).
 2. The history is turned into ``PlacementOutcome``s: each run next to the
@@ -29,7 +29,7 @@ from profiler.packlimit import DEFAULT_PACKLIMIT, PackLimitFit, PlacementOutcome
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.profiles import model_name
 from slurm_plugin.controller.state import JobRecord, RunOutcome
-from wrappers.protocol import RunRecord
+from teiresias.jobfiles import RunRecord
 
 # The fit uses the most recent runs only: recent behaviour of the site's models,
 # and a refit that stays tens of milliseconds (fit_packlimit is O(runs x distinct

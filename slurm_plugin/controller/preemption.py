@@ -1,4 +1,4 @@
-"""Two-phase preemption (issue 3; protocol in wrappers/protocol.py).
+"""Two-phase preemption (Tiresias §4; the job files in teiresias/jobfiles.py).
 
 RUNNING --signal USR1--> PREEMPTING --Ack for this run, or grace over--> requeue (held) --> PENDING
 
@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass
 
 from slurm_plugin.controller.state import JobRecord
-from wrappers.protocol import Ack, job_dir, parse_comment, read_ack
+from teiresias.jobfiles import Ack, read_ack
 
 # An Ack written a little before our signal time is still ours (clock skew
 # between the job's node and the controller's host).
@@ -32,15 +32,15 @@ _ACK_SLACK_S = 5.0
 
 def speaks_protocol(rec: JobRecord) -> bool:
     """Jobs launched by tsbatch (comment ``teiresias:dir=...``) checkpoint on the signal."""
-    return bool(parse_comment(rec.comment).get("dir"))
+    return bool(rec.files.dir)
 
 
 def find_ack(rec: JobRecord) -> Ack | None:
     """The job's Ack for the run we signalled, or None (not written yet, not a tsbatch job)."""
-    base = parse_comment(rec.comment).get("dir")
-    if not base or rec.signal_restart is None:
+    jobdir = rec.files.job_dir(rec.job_id)
+    if jobdir is None or rec.signal_restart is None:
         return None
-    ack = read_ack(job_dir(base, rec.job_id))
+    ack = read_ack(jobdir)
     if ack is None or ack.job_id != rec.job_id or ack.restart_count != rec.signal_restart:
         return None
     if rec.signal_time is not None and ack.time < rec.signal_time - _ACK_SLACK_S:

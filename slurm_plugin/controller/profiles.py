@@ -16,7 +16,7 @@ from pathlib import Path
 
 from slurm_plugin.controller.state import JobRecord
 from teiresias.errors import TeiresiasError
-from wrappers.protocol import job_dir, parse_comment
+from teiresias.jobfiles import profile_dir
 
 log = logging.getLogger("teiresias.controller")
 
@@ -45,14 +45,13 @@ class SkewBook:
 
     def learn(self, rec: JobRecord) -> float | None:
         """After a profiled run ended: aggregate its records, store them, return the skew."""
-        items = parse_comment(rec.comment)
-        if items.get("profile") != "1" or not items.get("dir"):
+        jobdir = rec.files.job_dir(rec.job_id)
+        if not rec.files.profile or jobdir is None:
             return None
         from profiler.aggregate import aggregate_dir
-        from profiler.env import profile_dir
         from profiler.store import model_key
 
-        pdir = profile_dir(job_dir(items["dir"], rec.job_id))
+        pdir = profile_dir(jobdir)
         if not pdir.is_dir():
             return None
         try:

@@ -28,7 +28,7 @@ from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Placement
 from teiresias.domain.plan import Sharing
 from teiresias.policy.sjf_bsbf.model import SharingModel
-from wrappers import protocol
+from teiresias import jobfiles as protocol
 
 SHARD_HINT = "submit both with --gres=shard:N (half a GPU's shards) so that Slurm can co-allocate them"
 
@@ -68,10 +68,9 @@ def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
     """accumulate.json in the guest's job directory (read by the hooks when its run starts);
     None for a job without one (not a tsbatch job). The directory is created for
     the job's user when the controller (root) makes it."""
-    base = protocol.parse_comment(rec.comment).get("dir")
-    if not base:
+    jd = rec.files.job_dir(rec.job_id)
+    if jd is None:
         return None
-    jd = protocol.job_dir(base, rec.job_id)
     if not jd.is_dir():
         jd.mkdir(mode=0o700, parents=True)
         if os.geteuid() == 0 and user:

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 from slurm_plugin.controller.files import FileModes, chmod_if_exists, secure_file
 from teiresias.domain import Placement
+from teiresias.jobfiles import JobComment, job_comment
 from teiresias.errors import ConfigError
 
 
@@ -113,6 +114,12 @@ class JobRecord:
     @property
     def active(self) -> bool:
         return self.phase is not Phase.FINISHED
+
+    @property
+    def files(self) -> JobComment:
+        """The comment's teiresias items, typed: where the job's files are, whether it
+        is profiled, its app (teiresias/jobfiles.py parses each comment text once)."""
+        return job_comment(self.comment)
 
 
 class JournalStatus(str, Enum):
@@ -416,7 +423,8 @@ class StateStore:
                         (status.value, time.time(), entry_id))
 
     def journal(self, status: JournalStatus | None = None, job_id: int | None = None) -> list[JournalEntry]:
-        sql, params = "SELECT id, time, job_id, action, restart_count, args, status FROM journal WHERE 1=1", []
+        sql = "SELECT id, time, job_id, action, restart_count, args, status FROM journal WHERE 1=1"
+        params: list[str | int] = []
         if status is not None:
             sql += " AND status=?"
             params.append(status.value)

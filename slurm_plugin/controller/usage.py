@@ -11,11 +11,10 @@ policy's ``Job.usage`` carries them. A job that does not run has none.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import JobUsage
-from wrappers.protocol import UsageSample, job_dir, parse_comment, read_usage
+from teiresias.jobfiles import UsageSample, read_usage
 
 # A job's files are read no more often than this (a shared file system with
 # many running jobs); samples come every 5 s.
@@ -63,7 +62,7 @@ def of_record(rec: JobRecord) -> JobUsage | None:
 
 def read_for(rec: JobRecord) -> tuple[JobUsage, str] | None:
     """File I/O: the record's job dir (tsbatch jobs only; others have none)."""
-    base = parse_comment(rec.comment).get("dir")
-    if not base:
+    jobdir = rec.files.job_dir(rec.job_id)
+    if jobdir is None:
         return None
-    return combine(read_usage(Path(job_dir(base, rec.job_id))), rec.restart_count)
+    return combine(read_usage(jobdir), rec.restart_count)

@@ -15,7 +15,7 @@ from teiresias.errors import TeiresiasError
 SUBCOMMANDS: dict[str, str] = {
     "simulate": "teiresias.cli.simulate:simulate",
     "trace": "teiresias.cli.trace:trace",
-    "cells": "teiresias.cli.cells:cells",
+    "cells": "slurm_plugin.cli.cells:cells",
     "cluster": "slurm_plugin.cli.cluster:cluster",
     "controller": "slurm_plugin.cli.controller:controller",
     "queue": "slurm_plugin.cli.queue:queue",

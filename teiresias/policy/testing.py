@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
 
@@ -15,12 +15,12 @@ def cluster(nodes: int, gpus: int, switches: int = 1) -> Cluster:
     return Cluster.from_tiresias_spec(switches, nodes, gpus)
 
 
-def pending(job_id: int, gpus: int = 1, submit: float = 0.0, **kw) -> Job:
+def pending(job_id: int, gpus: int = 1, submit: float = 0.0, **kw: Any) -> Job:
     """A WAITING job; ``kw`` sets any other Job field (executed_time, first_start_time, ...)."""
     return Job(JobId(job_id), gpus, submit, **kw)
 
 
-def running(job_id: int, gpus: int, on: Mapping[str, int], submit: float = 0.0, **kw) -> Job:
+def running(job_id: int, gpus: int, on: Mapping[str, int], submit: float = 0.0, **kw: Any) -> Job:
     """A RUNNING job holding ``on`` = {node: GPUs}; first_start_time defaults to its submit time."""
     kw.setdefault("first_start_time", submit)
     placement = Placement.of(dict(on))

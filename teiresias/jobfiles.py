@@ -1,0 +1,500 @@
+"""The job-files contract: what a job launched by ``tsbatch`` and the parts
+that look after it (the controller in slurm_plugin/, the in-job hooks in
+wrappers/, the communication profiler in profiler/) agree on.
+
+It is the lowest floor of the project: it imports nothing of teiresias, so
+every package may import it and none has to import another sideways to learn
+where a job's files are (docs/architecture.md). wrappers/protocol.py
+re-exports it under its old name for job-side code written against it.
+
+Where a job's files live
+    ``tsbatch`` chooses a *job base directory* (``--checkpoint-dir``, default
+    ``DEFAULT_BASE``) and records it in the Slurm job comment as
+    ``teiresias:dir=<base>`` (plus ``;profile=0|1`` and other ``;key=value``
+    items; ``JobComment`` is the parsed form). At run time the job's own
+    directory is ``<base>/<SLURM_JOB_ID>`` (the id survives requeues), mode
+    0700, owned by the job's user:
+
+    ``<jobdir>/checkpoints/``   checkpoints (last K kept), written by rank 0
+    ``<jobdir>/ack.json``       preemption acknowledgement (below)
+    ``<jobdir>/checkpoints.jsonl``  one line per checkpoint written: step, bytes, seconds
+    ``<jobdir>/runs.jsonl``     each run's measured iteration time (``RunRecord``), rank 0
+    ``<jobdir>/profile/``       communication profiler records (``profile_dir``; profiler/)
+    ``<jobdir>/usage.<node>.json``  the latest resource sample of the job on that node (``UsageSample``)
+    ``<jobdir>/accumulate.json``  sub-batch + gradient accumulation for GPU sharing (``Accumulate``)
+    ``<jobdir>/slices.jsonl``   one line per time slice the job was suspended for (``SliceRecord``), rank 0
+
+Preemption (two-phase; Tiresias §4 preempts by checkpoint and restart)
+    1. The controller sends ``PREEMPT_SIGNAL`` to the whole job
+       (``scancel --signal=USR1 --full``) and notes the time.
+    2. The job finishes its current optimizer step, saves, writes ``ack.json``
+       (an ``Ack`` with ``restart_count`` = its ``SLURM_RESTART_COUNT``) and
+       then *waits* to be requeued: it must not exit, since a job that ends is
+       COMPLETED and can no longer be requeued.
+    3. The controller requeues when an Ack for the current run appears, or when
+       its grace time runs out, whichever is first.
+
+    A signal that comes before the job's hooks are ready (torch not imported
+    yet, e.g. right after a requeue) is not lost: the batch shell traps USR1
+    from its first line, records ``preempt-requested.<restart>`` in the job
+    directory and, unless a process of this run has marked
+    ``started.<restart>.<pid>`` (it is about to use its training state), writes
+    the Ack itself with ``saved=False``: nothing new to save, the next run
+    resumes from the newest checkpoint (``path`` empty, ``step`` that
+    checkpoint's step or 0). A process that starts afterwards sees the request
+    and preempts itself at its first step (``mark_run_started``,
+    ``preempt_requested``).
+
+Time limits: ``tsbatch`` asks Slurm for ``TIMELIMIT_SIGNAL`` shortly before the
+limit; the job saves and requeues itself (``scontrol requeue``).
+
+Preemption cost: every checkpoint a job writes is a ``CheckpointRecord`` line in
+``checkpoints.jsonl``; the controller reads them with ``read_records(jobdir)``.
+The in-job side is wrappers/hooks (docs/checkpointing.md).
+
+Iteration time (PACKLIMIT from history, Tiresias §3.3.2): rank 0 appends a
+``RunRecord`` to ``runs.jsonl`` (periodically, at every checkpoint and at
+exit); the last line of a run is its figure. The controller reads them with
+``read_runs(jobdir)`` when the run has ended.
+
+Resource usage (GPU truth): on each node the hooks of the node's first process
+(SLURM_LOCALID 0) rewrite ``usage.<node>.json`` every few seconds with a
+``UsageSample``: NVML utilization and memory of the job's own GPUs (None
+without NVML), psutil CPU and RSS of the job's process tree. Written whole
+(rename), not fsynced: a lost sample is replaced by the next one. The
+controller reads them with ``read_usage(jobdir)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+PREEMPT_SIGNAL = "USR1"
+TIMELIMIT_SIGNAL = "USR2"
+COMMENT_PREFIX = "teiresias:"
+DEFAULT_BASE = "~/.teiresias/jobs"  # tsbatch --checkpoint-dir default
+
+ENV_BASE = "TEIRESIAS_JOB_BASE"  # set by tsbatch in the job's environment
+ENV_ENABLE = "TEIRESIAS_CHECKPOINT"  # "1" activates the hooks
+ENV_EVERY = "TEIRESIAS_CHECKPOINT_EVERY"  # periodic checkpoint every N steps (0: only on signals)
+ENV_PROFILE = "TEIRESIAS_PROFILE"  # "1": profile this run's communication
+ENV_KEEP = "TEIRESIAS_CHECKPOINT_KEEP"  # how many checkpoints to keep (default 2)
+ENV_START_FRESH = "TEIRESIAS_START_FRESH"  # "1": refused checkpoints are set aside, training starts over
+ENV_TRUST = "TEIRESIAS_TRUST_CHECKPOINT"  # "mod.Name,...": globals allowed beyond weights_only's own
+ENV_GRACE = "TEIRESIAS_TIMELIMIT_GRACE"  # seconds before the time limit for TIMELIMIT_SIGNAL
+ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the Nth write
+ENV_USAGE_EVERY = "TEIRESIAS_USAGE_EVERY"  # seconds between usage samples (default 5; 0: off)
+ENV_ELASTIC = "TEIRESIAS_ELASTIC"  # "MIN-MAX" (tsbatch --elastic): GPU counts the job may run at
+
+CHECKPOINT_RECORDS = "checkpoints.jsonl"
+RUN_RECORDS = "runs.jsonl"
+PREEMPT_REQUEST = "preempt-requested.{restart}"  # written by the batch shell (wrappers/batchscript.py)
+RUN_STARTED = "started.{restart}.{pid}"  # written by the hooks before a process touches its state
+PROFILE_SUBDIR = "profile"  # <jobdir>/profile/: the profiler's record files
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A checkpoint written in answer to a preemption signal."""
+
+    job_id: int
+    restart_count: int
+    step: int
+    path: str
+    bytes: int
+    seconds: float
+    time: float
+    # False: written by the batch shell for a run that had not started training;
+    # nothing was saved, the next run resumes from the newest checkpoint.
+    saved: bool = True
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One checkpoint written by a job (a line of ``checkpoints.jsonl``).
+
+    ``seconds`` and ``bytes`` are what a preemption costs this job (the save
+    side); ``reason`` is preempt, timelimit, term, periodic or api.
+    """
+
+    job_id: int
+    restart_count: int
+    step: int
+    path: str
+    bytes: int
+    seconds: float
+    time: float
+    reason: str
+
+
+def parse_comment(comment: str) -> dict[str, str]:
+    """``teiresias:dir=/x;profile=1`` -> {"dir": "/x", "profile": "1"}; {} if not ours."""
+    if not comment or not comment.startswith(COMMENT_PREFIX):
+        return {}
+    out: dict[str, str] = {}
+    for item in comment[len(COMMENT_PREFIX):].split(";"):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def format_comment(items: dict[str, str]) -> str:
+    """The inverse of ``parse_comment`` (tsbatch writes it into ``--comment``)."""
+    return COMMENT_PREFIX + ";".join(f"{k}={v}" for k, v in items.items())
+
+
+@dataclass(frozen=True)
+class JobComment:
+    """The teiresias items of a Slurm job comment, typed (``tsbatch`` writes them).
+
+    ``dir`` is the job base directory ("" when the job was not submitted by
+    tsbatch: no job files to read); ``profile`` whether its first run is
+    profiled; ``app`` the Themis app (``tsbatch --app``, Themis §3.1);
+    ``iterations`` the total optimizer steps it declared (0: not declared);
+    ``items`` every item, also those this class does not name.
+    """
+
+    dir: str = ""
+    profile: bool = False
+    app: str = ""
+    iterations: int = 0
+    items: tuple[tuple[str, str], ...] = ()
+
+    def job_dir(self, job_id: int | str) -> Path | None:
+        """``<dir>/<job_id>``, or None for a job without job files."""
+        return job_dir(self.dir, job_id) if self.dir else None
+
+
+@lru_cache(maxsize=4096)
+def job_comment(comment: str) -> JobComment:
+    """The comment parsed once per distinct text (the controller reads every
+    job's comment every round; the result is frozen, so sharing it is safe)."""
+    items = parse_comment(comment)
+    iters = items.get("iters", "")
+    return JobComment(
+        dir=items.get("dir", ""),
+        profile=items.get("profile") == "1",
+        app=items.get("app", ""),
+        iterations=int(iters) if iters.isdigit() else 0,
+        items=tuple(items.items()),
+    )
+
+
+def job_dir(base: str | os.PathLike[str], job_id: int | str) -> Path:
+    return Path(os.path.expanduser(str(base))) / str(job_id)
+
+
+def profile_dir(jobdir: str | os.PathLike[str]) -> Path:
+    """Where the profiler writes a job's record files: ``<jobdir>/profile``."""
+    return Path(jobdir) / PROFILE_SUBDIR
+
+
+def ack_path(jobdir: Path) -> Path:
+    return jobdir / "ack.json"
+
+
+def replace_json(path: Path, payload: object, fsync: bool) -> None:
+    """Temporary file in the same (existing) folder, then rename: readers never
+    see half a file. ``fsync`` first when the file must survive a crash."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, payload: object) -> None:
+    """Its folder made if missing, then written whole, fsynced, renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_json(path, payload, fsync=True)
+
+
+def write_ack(jobdir: Path, ack: Ack) -> None:
+    write_json_atomic(ack_path(jobdir), asdict(ack))
+
+
+def read_ack(jobdir: Path) -> Ack | None:
+    """The last Ack, or None when there is none or it cannot be read."""
+    try:
+        data = json.loads(ack_path(jobdir).read_text())
+        return Ack(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def mark_run_started(jobdir: Path, restart: int, pid: int) -> None:
+    """The hooks' side of an early preemption (module docstring): this process
+    is about to use its training state; markers of earlier runs are removed."""
+    mine = RUN_STARTED.format(restart=restart, pid=pid)
+    for old in jobdir.glob("started.*"):
+        if old.name.split(".")[1] != str(restart):
+            old.unlink(missing_ok=True)
+    for old in jobdir.glob("preempt-requested.*"):
+        if old.name.split(".", 1)[1] != str(restart):
+            old.unlink(missing_ok=True)
+    fd = os.open(jobdir / mine, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.close(fd)
+
+
+def preempt_requested(jobdir: Path, restart: int) -> bool:
+    """True when the batch shell recorded a preemption signal for this run."""
+    return (jobdir / PREEMPT_REQUEST.format(restart=restart)).exists()
+
+
+def records_path(jobdir: Path) -> Path:
+    return jobdir / CHECKPOINT_RECORDS
+
+
+def append_record(jobdir: Path, record: CheckpointRecord) -> None:
+    """Append one line and fsync: a reader sees whole lines (a torn last line is skipped)."""
+    fd = os.open(records_path(jobdir), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(jobdir: Path) -> list[CheckpointRecord]:
+    """Every checkpoint this job wrote, oldest first; [] when none. The controller
+    reads this to learn a job's preemption cost (duration and size of a save)."""
+    try:
+        lines = records_path(jobdir).read_text().splitlines()
+    except OSError:
+        return []
+    out: list[CheckpointRecord] = []
+    for line in lines:
+        try:
+            out.append(CheckpointRecord(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue  # a line torn by a kill during append
+    return out
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run's measured iteration time (a line of ``runs.jsonl``).
+
+    ``median_step_s`` is the median wall time between consecutive optimizer
+    steps after the first few (warm-up) steps of the run; ``steps`` counts the
+    intervals it is the median of; ``nodes`` is the run's node count as Slurm
+    told the job (SLURM_JOB_NUM_NODES, 0 when unknown).
+    """
+
+    job_id: int
+    restart_count: int
+    steps: int
+    median_step_s: float
+    nodes: int
+    time: float
+
+
+def runs_path(jobdir: Path) -> Path:
+    return jobdir / RUN_RECORDS
+
+
+def append_run(jobdir: Path, record: RunRecord) -> None:
+    """Append one line (no fsync: a lost last line only delays what it reports)."""
+    fd = os.open(runs_path(jobdir), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_runs(jobdir: Path) -> dict[int, RunRecord]:
+    """The latest record of each run, by restart count; {} when none. Torn lines are skipped."""
+    try:
+        lines = runs_path(jobdir).read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[int, RunRecord] = {}
+    for line in lines:
+        try:
+            r = RunRecord(**json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        if r.steps > 0 and r.median_step_s > 0:
+            out[r.restart_count] = r  # later lines of a run cover more steps
+    return out
+
+
+@dataclass(frozen=True)
+class UsageSample:
+    """What one node of a job used at ``time`` (a ``usage.<node>.json`` file).
+
+    GPU fields cover the job's own GPUs on that node (CUDA_VISIBLE_DEVICES):
+    ``gpu_util`` the mean NVML utilization in percent, ``gpu_mem_used`` /
+    ``gpu_mem_total`` bytes summed over them. All three are None when NVML
+    cannot be used (no driver, no GPU: the normal case off a GPU node);
+    ``gpu_note`` then says why. ``cpu_percent`` (100 = one core) and
+    ``rss_bytes`` cover the job's processes on the node.
+    """
+
+    job_id: int
+    restart_count: int
+    node: str
+    time: float
+    gpus: int
+    gpu_util: float | None
+    gpu_mem_used: int | None
+    gpu_mem_total: int | None
+    cpu_percent: float
+    rss_bytes: int
+    processes: int
+    gpu_note: str = ""
+
+
+USAGE_GLOB = "usage.*.json"
+
+
+def usage_path(jobdir: Path, node: str) -> Path:
+    return jobdir / f"usage.{node}.json"
+
+
+def write_usage(jobdir: Path, sample: UsageSample) -> None:
+    """Whole file or nothing (rename), without fsync: samples are cheap and replaced."""
+    replace_json(usage_path(jobdir, sample.node), asdict(sample), fsync=False)
+
+
+def read_usage(jobdir: Path) -> list[UsageSample]:
+    """The latest sample of every node of the job; [] when none (or unreadable)."""
+    out: list[UsageSample] = []
+    try:
+        paths = sorted(jobdir.glob(USAGE_GLOB))
+    except OSError:
+        return []
+    for path in paths:
+        try:
+            out.append(UsageSample(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+# GPU sharing (SJF-BSBF, docs/sjf-bsbf.md): the controller writes accumulate.json
+# before (re)starting a job that shares GPUs; the hooks read it once when the run
+# starts (a restart boundary) and split every DataLoader batch into
+# ``accumulation`` micro-batches, stepping the optimizer once per full batch.
+ACCUMULATE = "accumulate.json"
+
+
+@dataclass(frozen=True)
+class Accumulate:
+    """``accumulation``: micro-batches per DataLoader batch (1: off); ``sub_batch``:
+    the per-GPU micro-batch the scheduler planned (for display; the split is by count)."""
+
+    accumulation: int
+    sub_batch: int | None = None
+
+
+class AccumulateInvalid(ValueError):
+    """accumulate.json exists but is not a valid ``Accumulate``."""
+
+
+def write_accumulate(jobdir: Path, acc: Accumulate) -> None:
+    """Whole file or nothing (rename)."""
+    replace_json(jobdir / ACCUMULATE, asdict(acc), fsync=False)
+
+
+def read_accumulate(jobdir: Path) -> Accumulate | None:
+    """The job's accumulation setting; None without the file; AccumulateInvalid naming the problem."""
+    path = jobdir / ACCUMULATE
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        # No job dir (or a file in its place, which the checkpoint hooks
+        # already warn about): no setting, not a second warning.
+        return None
+    except (OSError, ValueError) as exc:
+        raise AccumulateInvalid(f"{path}: unreadable ({exc})") from None
+    if not isinstance(raw, dict) or set(raw) - {"accumulation", "sub_batch"}:
+        raise AccumulateInvalid(f"{path}: expected {{\"accumulation\": N, \"sub_batch\": B}}")
+    n, b = raw.get("accumulation"), raw.get("sub_batch")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise AccumulateInvalid(f"{path}: accumulation must be a whole number >= 1, got {n!r}")
+    if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+        raise AccumulateInvalid(f"{path}: sub_batch must be a whole number >= 1, got {b!r}")
+    return Accumulate(n, b)
+
+
+# Time-slicing (Gandiva §3.1, docs/gandiva.md): ``scontrol suspend`` sends SIGTSTP;
+# the hooks finish the mini-batch, move GPU state to the host, stop themselves and
+# on SIGCONT move it back. Rank 0 appends one SliceRecord per suspension.
+SLICE_RECORDS = "slices.jsonl"
+
+
+@dataclass(frozen=True)
+class SliceRecord:
+    """One suspension of a run: ``step`` the last optimizer step before it,
+    ``signalled`` when SIGTSTP came, ``parked`` when the process stopped itself
+    (0.0: Slurm's SIGSTOP caught it first, mid-step), ``resumed`` when SIGCONT
+    came (wall clock, time.time()); ``offloaded_bytes`` GPU bytes moved to the host."""
+
+    job_id: int
+    restart_count: int
+    step: int
+    signalled: float
+    parked: float
+    resumed: float
+    offloaded_bytes: int
+
+
+def append_slice(jobdir: Path, record: SliceRecord) -> None:
+    """Append one line (no fsync: a lost line only hides one slice from the statistics)."""
+    fd = os.open(jobdir / SLICE_RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_slices(jobdir: Path) -> list[SliceRecord]:
+    """Every suspension recorded by the job, oldest first; torn lines are skipped."""
+    try:
+        lines = (jobdir / SLICE_RECORDS).read_text().splitlines()
+    except OSError:
+        return []
+    out: list[SliceRecord] = []
+    for line in lines:
+        try:
+            out.append(SliceRecord(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """``tsbatch --elastic MIN-MAX``: the job may run on MIN..MAX GPUs (Gandiva §3.3
+    grow-shrink). Its script's per-rank batch is the one it uses at MAX ranks; at
+    w ranks the hooks accumulate MAX/w loader batches per optimizer step, so
+    per-rank batch x accumulation x ranks stays the job's batch."""
+
+    min_gpus: int
+    max_gpus: int
+
+    def accumulation(self, ranks: int) -> int:
+        """Loader batches per optimizer step at ``ranks`` ranks; ValueError when MAX is not a multiple."""
+        if ranks < 1 or self.max_gpus % ranks:
+            raise ValueError(f"{ranks} rank(s) do not divide the elastic maximum {self.max_gpus}")
+        return self.max_gpus // ranks
+
+
+def parse_elastic(text: str) -> Elastic:
+    """``"1-4"`` -> Elastic(1, 4); ValueError naming what is wrong."""
+    lo, sep, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise ValueError(f"--elastic expects MIN-MAX GPU counts such as 1-4, got {text!r}") from None
+    if a < 1 or b < a:
+        raise ValueError(f"--elastic expects 1 <= MIN <= MAX, got {text!r}")
+    return Elastic(a, b)
