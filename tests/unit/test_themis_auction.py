@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from teiresias.policy.themis.auction import MAX_LEVELS, Bid, auction, bid_levels
+from teiresias.policy.themis.auction import MAX_LEVELS, Bid, auction, bid_levels, pay
 
 
 def _brute_force(bids, total):
@@ -47,7 +47,7 @@ def test_hidden_payment_is_a_fraction_below_one_under_contention():
     out = auction(bids, {"n0": 4})
     for app in ("a", "b"):
         assert 0.0 < out.fraction[app] < 1.0
-        assert out.granted[app] == math.floor(out.fraction[app] * out.pf_gpus[app] + 1e-9)
+        assert out.granted[app] in (0, 2) and out.granted[app] <= out.pf_gpus[app]
     # Alone, an app pays nothing.
     solo = auction([bids[0]], {"n0": 4})
     assert solo.fraction["a"] == 1.0 and solo.granted["a"] == 4
@@ -70,3 +70,28 @@ def test_bid_levels_are_bounded_and_within_the_gpus_on_auction():
     assert all(levels[i][0] <= 64 for i in chosen)
     assert chosen[-1] == 63  # the largest usable level is always offered
     assert bid_levels([(8, 1.0)], 4) == []
+
+
+def test_an_indivisible_level_is_kept_with_probability_c():
+    """GPUs are indivisible and a job is gang-scheduled: c_i x an 8-GPU level is paid in expectation
+    (the level with probability c_i, else nothing), never rounded down to a count no job can use.
+    Rounding down (floor(c_i x 8) = 5 here) took every GPU from a one-job app that won."""
+    bids = [Bid("a", (0, 8), (9.0, 1.0)), Bid("b", (0, 8), (3.0, 1.0))]
+    draws = [auction(bids, {"n0": 8}, seed=f"round{k}") for k in range(400)]
+    first = draws[0]
+    assert first.pf_gpus == {"a": 8, "b": 0}  # a gains more (9 -> 1 against 3 -> 1)
+    c = first.fraction["a"]
+    assert c == pytest.approx(1.0 / 3.0)  # b's valuation without a (1) over with a (1/3)
+    kept = [d.granted["a"] for d in draws]
+    assert set(kept) == {0, 8}
+    assert sum(kept) / len(kept) == pytest.approx(8 * c, abs=0.8)
+    assert auction(bids, {"n0": 8}, seed="x") == auction(bids, {"n0": 8}, seed="x")  # seeded
+
+
+def test_pay_keeps_one_of_the_apps_levels_with_the_expected_gpus():
+    levels = (0, 1, 3, 8)
+    assert pay(levels, 3, 1.0, 0.99) == 8
+    # c x 8 = 4: between levels 3 and 8, the 8 with probability (4 - 3) / (8 - 3) = 0.2.
+    assert pay(levels, 3, 0.5, 0.19) == 8 and pay(levels, 3, 0.5, 0.21) == 3
+    mean = sum(pay(levels, 3, 0.5, (k + 0.5) / 1000) for k in range(1000)) / 1000
+    assert mean == pytest.approx(4.0, abs=0.01)

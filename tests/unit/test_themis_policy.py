@@ -6,7 +6,11 @@ import pytest
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
 from teiresias.errors import ConfigError
+from teiresias.policy.placement import ConsolidatePlacement
 from teiresias.policy.registry import POLICY_NAMES, PolicyParams, build_policy
+from teiresias.policy.themis.policy import ThemisPolicy, lease_end
+from teiresias.simulator import SimulationOptions, Simulator
+from teiresias.simulator.trace import TraceJob
 
 C = Cluster.from_tiresias_spec(1, 1, 4)
 
@@ -47,7 +51,7 @@ def test_at_lease_end_the_gpus_go_to_the_app_farthest_from_fair():
     # b has waited with no GPUs: its rho is the highest, it is the one app (1 - f of 2) that bids.
     assert plan.rho[JobId(2)] > plan.rho[JobId(1)]
     assert plan.preempt == (JobId(1),) and set(plan.start) == {JobId(2)}
-    assert plan.leases == {JobId(2): 700.0}
+    assert plan.leases == {JobId(2): 600.0}  # the lease grid's next point at least 300 s away
     assert "preempted" in plan.reasons[JobId(1)]
 
 
@@ -56,7 +60,7 @@ def test_with_nothing_pending_every_ended_lease_is_renewed():
     jobs = [_running(1, "a", 2, lease_end=50.0), _running(2, "b", 2, lease_end=None)]
     plan = pol.decide(Snapshot(100.0, C, jobs))
     assert set(plan.keep) == {JobId(1), JobId(2)} and not plan.preempt
-    assert plan.leases == {JobId(1): 700.0, JobId(2): 700.0}
+    assert plan.leases == {JobId(1): 600.0, JobId(2): 600.0}
 
 
 def test_idle_gpus_never_stay_idle_while_a_job_fits():
@@ -83,3 +87,23 @@ def test_within_an_app_its_jobs_go_in_2d_las_order():
     newer = Job(JobId(2), 2, 1.0, app="a", duration=100.0)
     plan = build_policy("themis").decide(Snapshot(10.0, Cluster.from_tiresias_spec(1, 1, 2), [older, newer]))
     assert set(plan.start) == {JobId(2)}
+
+
+def test_leases_end_on_a_common_grid_at_least_half_a_lease_away():
+    assert [lease_end(t, 600.0) for t in (0.0, 100.0, 299.0, 300.0, 590.0, 600.0)] == [
+        600.0, 600.0, 600.0, 1200.0, 1200.0, 1200.0]
+
+
+def test_an_app_needing_more_gpus_than_one_lease_frees_gets_them_when_the_leases_end_together():
+    """8 GPUs, one node. App s starts eight 1-GPU jobs a minute apart; at 500 s app b submits one
+    8-GPU job. b is the one app that bids (1 - f of 2), but its only level is 8 GPUs: with leases
+    of now + 600 s they end one job at a time, b never has 8 GPUs on auction, and each freed GPU
+    went back to s under a fresh lease until s's jobs ended (~20,000 s). On the grid they end
+    together at 1,200 s and b wins them."""
+    trace = [TraceJob(k, 1, 60.0 * k, 20_000.0, model_name="m", app="s") for k in range(8)]
+    trace.append(TraceJob(8, 8, 500.0, 600.0, model_name="m", app="b"))
+    cluster = Cluster.from_tiresias_spec(1, 1, 8)
+    res = Simulator(trace, cluster, ThemisPolicy(ConsolidatePlacement(), lease=600.0),
+                    SimulationOptions(record_timeline=False, progress=False)).run()
+    b = next(r for r in res.records if r.job_id == 8)
+    assert b.start <= 1200.0 + 60.0, f"b's 8-GPU job waited until {b.start:.0f} s"

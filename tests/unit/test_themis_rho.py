@@ -7,10 +7,10 @@ import math
 import pytest
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
+from teiresias.policy.placement import ConsolidatePlacement
 from teiresias.policy.themis.apps import app_of, name_prefix
 from teiresias.policy.themis.policy import ThemisPolicy
 from teiresias.policy.themis.rho import Topology, jain
-from teiresias.policy.placement import ConsolidatePlacement
 from teiresias.simulator.metrics import JobRecord, app_rho, jain_index
 
 
@@ -87,3 +87,23 @@ def test_slowdown_scales_with_profiled_skew():
     pol = ThemisPolicy(ConsolidatePlacement(), lease=600.0)
     s_best = {s: pol.app_rhos(Snapshot(0.0, c, [j]))[1]["a/x"].s_best for s, j in jobs.items()}
     assert s_best[0.1] == pytest.approx(1.06) and s_best[1.0] == pytest.approx(1.6)
+
+
+def test_an_app_finishes_no_sooner_than_its_slowest_job():
+    """Themis §4.3.1 worked example: T_sh is when the app's last job finishes, each job's speed-up
+    capped by its own GPUs. An app running its one long 1-GPU job, with a 60-s 8-GPU job waiting,
+    is not unfair: alone on its share it could not end before that long job either."""
+    c = Cluster.from_tiresias_spec(1, 2, 8)  # 16 GPUs, two apps: a share of 8
+    long = Job(JobId(1), 1, 0.0, account="a", model_name="x", duration=10_000.0, state=JobState.RUNNING,
+               placement=Placement.of({"s0n0": 1}), first_start_time=0.0, executed_time=1000.0,
+               total_executed_time=1000.0, lease_end=5000.0)
+    short = Job(JobId(2), 8, 0.0, account="a", model_name="x", duration=60.0)
+    other = Job(JobId(3), 1, 0.0, account="b", model_name="y", duration=100.0)
+    _, inputs, now_rho = ThemisPolicy(ConsolidatePlacement()).app_rhos(Snapshot(1000.0, c, [long, short, other]))
+    a = inputs["a/x"]
+    # T_id = max(10,480 GPU-s / min(8, 9), the long job's 10,000 s) = 10,000 (W / share alone: 1,310).
+    assert a.t_id == pytest.approx(10_000.0)
+    # T_sh on its 1 GPU = 1,000 + max(9,480 / 1, 9,000) = 10,480; with its 9 GPUs the long job still
+    # has 9,000 s to go.
+    assert now_rho["a/x"] == pytest.approx(1.048)
+    assert a.rho(9) == pytest.approx((1000.0 + 9000.0) / 10_000.0)

@@ -18,13 +18,21 @@ c_i = prod_{j!=i} v_j(G_pf) / prod_{j!=i} v_j(G_pf^{-i}) <= 1 of its
 proportional-fair allocation, v = 1/rho and G_pf^{-i} the proportional-fair
 allocation of the others without i. (Pseudocode 1, line 8 prints the ratio
 upside down; as printed it would be >= 1.)
+
+GPUs and gang-scheduled jobs are indivisible, so c_i x pf GPUs is kept in
+expectation: the app gets the level just above c_i x pf with the probability
+that makes its expected GPUs exactly c_i x pf, else the level just below
+(``pay``). Rounding down instead, as this module first did, took a 1-level
+app's whole allocation whenever c_i < 1: an app of one 8-GPU job could win
+every auction and never run (docs/themis.md).
 """
 
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -44,7 +52,8 @@ class Bid:
 
 @dataclass(frozen=True)
 class Outcome:
-    """Per app: the proportional-fair level, its GPUs, c_i, and the GPUs it keeps (c_i x its pf GPUs)."""
+    """Per app: the proportional-fair level, its GPUs, c_i, and the GPUs it keeps (c_i x its pf GPUs in
+    expectation, always one of its levels)."""
 
     level: Mapping[str, int]
     pf_gpus: Mapping[str, int]
@@ -70,8 +79,10 @@ def _solve(bids: Sequence[Bid], capacity: Mapping[str, int]) -> tuple[dict[str, 
         ys = list(range(len(cost), len(cost) + len(b.gpus)))
         for v, (g, r) in zip(ys, zip(b.gpus, b.rho)):
             cost.append(math.log(r))  # minimize sum log(rho) = maximize sum log(1/rho)
-            rows.append(i); cols.append(v); vals.append(1.0)  # exactly one level per app
-            rows.append(len(bids)); cols.append(v); vals.append(float(g))  # GPUs on auction
+            # exactly one level per app; then the level's GPUs count against the GPUs on auction
+            rows.extend((i, len(bids)))
+            cols.extend((v, v))
+            vals.extend((1.0, float(g)))
         y_index.append(ys)
     n = len(cost)
     a = coo_matrix((vals, (rows, cols)), shape=(len(bids) + 1, n)).tocsr()
@@ -95,8 +106,26 @@ def _solve(bids: Sequence[Bid], capacity: Mapping[str, int]) -> tuple[dict[str, 
     return levels, value
 
 
-def auction(bids: Sequence[Bid], capacity: Mapping[str, int]) -> Outcome:
-    """Pseudocode 1's AUCTION: proportional-fair levels, then each app keeps c_i of its GPUs."""
+def pay(gpus: Sequence[int], level: int, c: float, draw: float) -> int:
+    """GPUs an app keeps of its proportional-fair ``level`` after paying 1 - ``c`` (Pseudocode 1, lines 8-9).
+
+    ``gpus`` are the app's bid levels (increasing, gpus[0] = 0). Kept is one of
+    them: the highest at most c x gpus[level], or the next one up when ``draw``
+    (uniform in [0, 1)) falls below the share that makes the expected GPUs kept
+    exactly c x gpus[level] (Partial Allocation's fraction, for indivisible GPUs).
+    """
+    x = c * gpus[level]
+    lo = max((i for i in range(level + 1) if gpus[i] <= x + 1e-9), default=0)
+    if lo >= level:
+        return gpus[level]
+    hi = lo + 1
+    p = (x - gpus[lo]) / (gpus[hi] - gpus[lo])
+    return gpus[hi] if draw < p else gpus[lo]
+
+
+def auction(bids: Sequence[Bid], capacity: Mapping[str, int], seed: str = "") -> Outcome:
+    """Pseudocode 1's AUCTION: proportional-fair levels, then each app keeps c_i of its GPUs (``pay``,
+    with draws seeded by ``seed``)."""
     levels, _ = _solve(bids, capacity)
     by_app = {b.app: b for b in bids}
 
@@ -104,6 +133,7 @@ def auction(bids: Sequence[Bid], capacity: Mapping[str, int]) -> Outcome:
         return sum(-math.log(by_app[a].rho[l]) for a, l in lv.items() if a != without)
 
     pf_gpus = {b.app: b.gpus[levels[b.app]] for b in bids}
+    rng = random.Random(seed)
     fraction: dict[str, float] = {}
     granted: dict[str, int] = {}
     for b in bids:
@@ -115,7 +145,7 @@ def auction(bids: Sequence[Bid], capacity: Mapping[str, int]) -> Outcome:
             # log c_i = sum_{j!=i} log v_j(with i) - sum_{j!=i} log v_j(without i) <= 0.
             c = math.exp(min(others_value(levels, b.app) - others_value(lv_without, b.app), 0.0))
         fraction[b.app] = c
-        granted[b.app] = math.floor(c * pf_gpus[b.app] + 1e-9)
+        granted[b.app] = pay(b.gpus, levels[b.app], c, rng.random())
     return Outcome(levels, pf_gpus, fraction, granted)
 
 

@@ -17,7 +17,7 @@ A round:
    lease ended. Apps are sorted by current rho; the 1 - f fraction farthest
    from fair (highest rho) bid rho for each level of their job order; the
    partial-allocation auction (``auction.auction``) gives each winner c_i of
-   its proportional-fair share.
+   its proportional-fair share (in expectation: GPUs are indivisible).
 4. The ranking handed to the shared allocation walk: leased jobs, then the
    winners' jobs (within their granted GPUs), then the leftovers: the
    unfiltered apps in a random order seeded from ``seed`` and the round's
@@ -25,17 +25,18 @@ A round:
    GPUs first and preempts only jobs ranked below (ended leases), lowest
    first; a preempted job goes through the owner's checkpoint/requeue path.
 5. Every job started, or whose lease ended and that still runs, gets a new
-   lease of ``lease`` seconds.
+   lease, ending on the common grid of multiples of ``lease`` (``lease_end``),
+   so that the GPUs of one round's leases come back to auction together.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Mapping
+from collections.abc import Mapping
 
 from teiresias.domain import Job, JobId, Plan, Snapshot
-from teiresias.policy.allocate import to_plan, walk
+from teiresias.policy.allocate import Walk, to_plan, walk
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.mlfq import rank_mlfq
 from teiresias.policy.themis.apps import app_of
@@ -43,6 +44,24 @@ from teiresias.policy.themis.auction import Bid, auction, bid_levels
 from teiresias.policy.themis.rho import SLOWDOWNS, AppRho, Topology, app_rho, current_rho
 
 _EPS = 1e-6
+
+
+def lease_end(now: float, lease: float) -> float:
+    """When a lease granted at ``now`` ends: the first multiple of ``lease`` at least half a lease away.
+
+    Why on a common grid and not ``now + lease`` (Themis §3.3.2: "at the end of
+    this lease, the freed GPUs are re-auctioned"): leases granted at different
+    times end one job at a time, so a round rarely has more GPUs on auction than
+    one job held, and an app whose next job needs more than that could never
+    bid (its levels must fit the GPUs on auction) while the freed GPUs went to
+    leftovers under fresh leases; its rho grew without bound (docs/themis.md).
+    On the grid the leases of a round end together. The half-lease minimum
+    keeps a job that started just before a grid point from being re-auctioned
+    a few seconds after its start.
+    """
+    if lease <= 0:
+        return now
+    return (math.floor((now + 0.5 * lease) / lease + 1e-9) + 1) * lease
 
 
 class ThemisPolicy:
@@ -101,9 +120,9 @@ class ThemisPolicy:
                   if j.is_running and j.lease_end is not None and j.lease_end > now + _EPS]
         leased_ids = {j.job_id for j in leased}
         if not any(not j.is_running for j in snapshot.jobs):
-            ranked = [j for js in apps.values() for j in js]
-            w = walk(snapshot, ranked, self.placement, preemptive=False, policy_name=self.name)
-            return self._plan(snapshot, ranked, w, leased_ids, rho_by_job)
+            everyone = [j for js in apps.values() for j in js]
+            w = walk(snapshot, everyone, self.placement, preemptive=False, policy_name=self.name)
+            return self._plan(snapshot, everyone, w, leased_ids, rho_by_job)
 
         reported = {a: r * self.misreport.get(a, 1.0) for a, r in now_rho.items()}
         by_unfairness = sorted(apps, key=lambda a: (-reported[a], a))
@@ -114,8 +133,8 @@ class ThemisPolicy:
         for js in apps.values():
             for j in js:
                 if j.is_running and j.job_id not in leased_ids and j.placement is not None:
-                    for a in j.placement.allocations:
-                        capacity[a.node] = capacity.get(a.node, 0) + a.gpus
+                    for alloc in j.placement.allocations:
+                        capacity[alloc.node] = capacity.get(alloc.node, 0) + alloc.gpus
         on_auction = sum(capacity.values())
         # Each app's jobs up for auction, in its own order.
         offer = {a: [j for j in js if j.job_id not in leased_ids] for a, js in apps.items()}
@@ -144,7 +163,7 @@ class ThemisPolicy:
                 inputs[a].rho(held + levels[i][0], levels[i][1]) * factor for i in chosen]
             bids.append(Bid(a, tuple(gpus), tuple(max(r, 1e-12) for r in rho)))
             bid_jobs[a] = [js[: i + 1] for i in chosen]
-        outcome = auction(bids, capacity)
+        outcome = auction(bids, capacity, seed=f"{self.seed}:{now!r}:pay")
 
         ranked: list[Job] = list(leased)
         placed: set[JobId] = set(leased_ids)
@@ -168,10 +187,10 @@ class ThemisPolicy:
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return self._plan(snapshot, ranked, w, leased_ids, rho_by_job)
 
-    def _plan(self, snapshot: Snapshot, ranked: list[Job], w, leased_ids: set[JobId],
+    def _plan(self, snapshot: Snapshot, ranked: list[Job], w: Walk, leased_ids: set[JobId],
               rho_by_job: dict[JobId, float]) -> Plan:
         now = snapshot.now
-        end = now + self.lease
+        end = lease_end(now, self.lease)
         leases: dict[JobId, float] = {jid: end for jid in w.start}
         by_id = {j.job_id: j for j in snapshot.jobs}
         for jid in w.keep:

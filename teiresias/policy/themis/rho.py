@@ -10,15 +10,27 @@ every round from the jobs' own counters:
   estimated as the time the job has already run, at least
   ``min_remaining`` seconds (half-way is the memoryless guess; docs/themis.md).
 - total work: W plus the GPU-seconds the app's jobs already ran.
-- T_independent = S_best x total work / min(G / N, D): the app alone on its
-  1/N share of the G usable GPUs (N apps with work), with linear speedup up to
-  its demand D (GPUs of its unfinished jobs), at the slowdown S_best of the
-  best placement of its jobs.
-- T_shared(k) = elapsed + S(k) x W / min(k, D) with k GPUs: elapsed is now
-  minus the app's first submission among its unfinished jobs (queueing
-  included); S(k) the slowdown of the app's first jobs that fit in k GPUs.
+- T_independent = S_best x max(total work / min(G / N, D), P): the app alone
+  on its 1/N share of the G usable GPUs (N apps with work), with linear
+  speedup up to its demand D (GPUs of its unfinished jobs), at the slowdown
+  S_best of the best placement of its jobs; and never before its slowest job
+  could end: P = max over its jobs of (submission - the app's first
+  submission + the job's whole run time).
+- T_shared(k) = elapsed + S(k) x max(W / min(k, D), L) with k GPUs: elapsed
+  is now minus the app's first submission among its unfinished jobs
+  (queueing included); S(k) the slowdown of the app's first jobs that fit in
+  k GPUs; L the longest remaining run time of one of its jobs.
   With no GPUs (k = 0) the app is assumed to wait one lease and then get its
-  fair share: elapsed + lease + S_best x W / min(G / N, D).
+  fair share: elapsed + lease + S_best x max(W / min(G / N, D), L).
+
+Why P and L: a job runs on its own GPUs, so an app's finish time is at least
+its slowest job's (the paper's T_sh is "the time when the last job finishes",
+§4.3.1 worked example, with each job's speed-up capped by its demand). With
+W / k alone, an app whose one long 1-GPU job runs kept a rho of
+total / (G/N) / that job's length forever, stayed among the 1 - f apps
+farthest from fair, and shut apps that had waited for hours out of the
+auction (docs/themis.md); the reported rho (simulator/metrics.py) already
+counted the slowest job.
 
 Slowdown S of a job's placement (Themis footnote 3): 1 on one node, 1.1
 across nodes of one rack (switch), 1.3 across racks; an app's S is the
@@ -30,8 +42,8 @@ docs/themis.md says why).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from teiresias.domain import Cluster, Job, Placement
 
@@ -65,7 +77,7 @@ class Topology:
     slowdowns: tuple[float, float, float] = SLOWDOWNS
 
     @classmethod
-    def of(cls, cluster: Cluster, slowdowns: tuple[float, float, float] = SLOWDOWNS) -> "Topology":
+    def of(cls, cluster: Cluster, slowdowns: tuple[float, float, float] = SLOWDOWNS) -> Topology:
         racks = [sum(n.gpus for n in ns) for ns in cluster.switches().values()]
         return cls(cluster.max_gpus_per_node, max(racks, default=0), slowdowns)
 
@@ -100,6 +112,7 @@ class AppRho:
     lease: float
     s_best: float
     t_id: float
+    longest_left: float = 0.0  # the longest remaining run time of one of its jobs, s (L)
     # Prefix levels of the app's jobs in its own order: (GPUs, slowdown) of its first m jobs.
     levels: tuple[tuple[int, float], ...] = ()
 
@@ -107,8 +120,9 @@ class AppRho:
         if self.work_left <= 0:
             return self.elapsed
         if gpus <= 0:
-            return self.elapsed + self.lease + self.s_best * self.work_left / min(self.share, self.demand)
-        return self.elapsed + slowdown * self.work_left / min(gpus, self.demand)
+            spread = self.work_left / min(self.share, self.demand)
+            return self.elapsed + self.lease + self.s_best * max(spread, self.longest_left)
+        return self.elapsed + slowdown * max(self.work_left / min(gpus, self.demand), self.longest_left)
 
     def rho(self, gpus: float, slowdown: float = 1.0) -> float:
         return self.t_shared(gpus, slowdown) / self.t_id if self.t_id > 0 else 1.0
@@ -138,20 +152,25 @@ def app_rho(
     total = 0.0
     demand = 0
     weighted = 0.0
+    longest_left = 0.0
     levels: list[tuple[int, float]] = []
+    first = min((j.submit_time for j in jobs), default=now)
+    path = 0.0  # P: the latest a job of the app could end alone, from its first submission
     for j in jobs:
         g = max(j.num_gpus, 0)
-        left = g * remaining(j, min_remaining)
-        work_left += left
-        total += left + g * j.total_executed_time
+        r = remaining(j, min_remaining)
+        work_left += g * r
+        total += g * (r + j.total_executed_time)
+        longest_left = max(longest_left, r)
+        path = max(path, j.submit_time - first + r + j.total_executed_time)
         demand += g
         weighted += g * topo.best(g, j.skew)
         levels.append((demand, weighted / demand if demand else 1.0))
     s_best = weighted / demand if demand else 1.0
-    elapsed = max(now - min((j.submit_time for j in jobs), default=now), 0.0)
+    elapsed = max(now - first, 0.0)
     eff = min(share, demand) if demand else share
-    t_id = s_best * total / eff if eff > 0 else 0.0
-    return AppRho(name, elapsed, work_left, total, demand, share, lease, s_best, t_id, tuple(levels))
+    t_id = s_best * max(total / eff, path) if eff > 0 else 0.0
+    return AppRho(name, elapsed, work_left, total, demand, share, lease, s_best, t_id, longest_left, tuple(levels))
 
 
 def current_rho(a: AppRho, jobs: Sequence[Job], topo: Topology, cluster: Cluster) -> float:
