@@ -124,7 +124,7 @@ def bench(n_jobs: int, rounds: int, policy: str, poll: str = "json") -> dict[str
         store = StateStore(cfg.state_db)
         ctl = Controller(cfg, None, store, AuditLog(None), dry_run=True)  # type: ignore[arg-type]
         times: list[dict[str, float]] = []
-        for r in range(rounds + 1):  # round 0 creates the records (cold); the others are steady state
+        for _ in range(rounds + 1):  # round 0 creates the records (cold); the others are steady state
             t0 = time.perf_counter()
             jobs, nodes = parse_jobs(), parse_sinfo_json(si)
             t1 = time.perf_counter()

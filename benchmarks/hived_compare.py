@@ -173,7 +173,7 @@ def main() -> None:
     # Fragmentation over time: ten equal slices of the replay.
     print()
     print("fragmentation over time (mean per tenth of the replay):")
-    for label, (res, obs, end, _) in results.items():
+    for label, (_res, obs, end, _) in results.items():
         t0 = obs.samples[0][0]
         cells = []
         for k in range(10):

@@ -108,7 +108,7 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
             emit(ctl.round())
         except SlurmUnreachable as exc:
             click.echo(f"teiresias: error: {unreachable_line(exc)}", err=True)
-            raise SystemExit(EXIT_UNREACHABLE)
+            raise SystemExit(EXIT_UNREACHABLE) from None
         finally:
             ctl.store.close()
             ctl.audit.close()

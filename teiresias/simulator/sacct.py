@@ -230,7 +230,7 @@ def _parsable_records(text: str, source: str) -> tuple[list[SacctRecord], int]:
         where = f"{source}:{n}"
         if len(row) < len(header):
             raise TraceError(f"{where}: {len(row)} fields, the header has {len(header)}")
-        get = lambda c: row[idx[c]].strip() if c in idx else ""  # noqa: E731 - tiny local accessor
+        get = lambda c: row[idx[c]].strip() if c in idx else ""  # noqa: E731, B023 - used in this iteration only
         raw_id = get(id_col)
         if "." in raw_id:
             steps += 1  # 123.batch, 123.0, 123.extern: steps of an allocation listed above

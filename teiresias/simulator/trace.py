@@ -96,7 +96,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
                 continue  # blank lines (e.g. a trailing newline) carry nothing
             if len(row) < len(cols):
                 raise TraceError(f"{p}:{line}: {len(row)} fields, header has {len(cols)}")
-            get = lambda c: row[idx[c]]  # noqa: E731 - tiny local accessor
+            get = lambda c: row[idx[c]]  # noqa: E731, B023 - used in this iteration only
             job_id = int(_num(p, line, "job_id", get("job_id"), integer=True, minimum=0, strict=False))
             if job_id in seen:
                 raise TraceError(f"{p}:{line}: duplicate job_id {job_id} (first on line {seen[job_id]})")

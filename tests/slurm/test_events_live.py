@@ -51,8 +51,8 @@ def test_a_preempted_job_has_every_stage_in_its_timeline(cluster, make_controlle
     # both are submitted while the controller's first two rounds are due anyway.
     old = submit_protocol_job(cluster, tmp_path, 16, run_for=2 * PREEMPT_POLL_S, name="old")
     # 100 GPU-s: old (16 GPUs) is past it at the second round, new (16 GPUs x 3 s) never is.
-    ctl = make_controller(poll_interval=PREEMPT_POLL_S, policy={"queues": [100]},
-                          events={"socket": str(cluster.cfg.events_socket)}).start()
+    make_controller(poll_interval=PREEMPT_POLL_S, policy={"queues": [100]},
+                    events={"socket": str(cluster.cfg.events_socket)}).start()
     cluster.wait_for(old, "RUNNING", timeout=30)
     # At the next round old has 16 GPUs x several s > the threshold (Q2),
     # and new (Q1) preempts it; new's end pokes old back onto its GPUs.

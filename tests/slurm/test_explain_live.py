@@ -90,7 +90,7 @@ def test_unknown_job_is_exit_2_and_one_line(cluster, make_controller, tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "999999: no such managed job" in p.stderr
 
 
-def test_a_real_user_explains_only_what_queue_shows_them(cluster, real_users, make_controller):
+def test_a_real_user_explains_only_what_queue_shows_them(cluster, real_users, make_controller):  # noqa: F811
     """Under PrivateData=jobs a non-root user explains their own job, sees root's job
     ahead of it only as a count, and gets the unknown-job answer for root's job."""
     base = Path(f"/var/tmp/tt-observe-explain-{os.getpid()}")

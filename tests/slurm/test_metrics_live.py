@@ -112,7 +112,7 @@ def test_vc_metrics_match_the_cells_file_and_the_jobs_slurm_runs(cluster, make_c
                              "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 1}}},
     }
     (tmp_path / "cells.yaml").write_text(yaml.safe_dump(cells))
-    ctl = make_controller(cells=str(tmp_path / "cells.yaml"), metrics={"port": PORT}).start()
+    make_controller(cells=str(tmp_path / "cells.yaml"), metrics={"port": PORT}).start()
     a = submit_sleep(cluster, 4, 600, "gpu", "--account=team-a")
     b = [submit_sleep(cluster, 2, 600, "gpu", "--account=team-b") for _ in range(2)]  # one beyond its quota
     for j in (a, *b):

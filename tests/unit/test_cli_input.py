@@ -62,7 +62,7 @@ def one_error_line(r) -> str:
 # -- item 22: encodings, byte-order marks, directories --------------------------------
 
 def _commands(d: Path, bad: Path) -> dict[str, list[str]]:
-    t, c, s = str(d / "t.csv"), str(d / "c.csv"), str(d / "s.csv")
+    t, c = str(d / "t.csv"), str(d / "c.csv")
     return {
         "simulate -t": ["simulate", "-t", str(bad), "-c", c],
         "simulate -c (csv)": ["simulate", "-t", t, "-c", str(bad)],

@@ -150,7 +150,7 @@ def test_batch_shell_survives_and_forwards_each_signal_once(tmp_path):
         for sig, word in ((signal.SIGUSR2, "usr2"), (signal.SIGUSR1, "usr1")):
             proc.send_signal(sig)
             _wait(f"{word} at the child",
-                  lambda: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text())
+                  lambda: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text())  # noqa: B023
         (tmp_path / "stop").write_text("")
         assert proc.wait(timeout=20) == 7
         assert proc.stdout.read() == "child done\n"
