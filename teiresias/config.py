@@ -57,6 +57,14 @@ class PolicyConfig:
     queues_auto: bool = False
     # sjf-bsbf / sjf-ffs: the interference and memory model (etc/sharing.yaml); None: the model's defaults.
     sharing: Path | None = None
+    # gandiva (docs/gandiva.md): its knobs as (name, value) pairs, given to GandivaParams
+    # (slice, max_height, packing, pack_util, migration, defrag_threshold, grow_shrink, idle_period).
+    gandiva: tuple[tuple[str, float | bool], ...] = ()
+
+
+# policy.gandiva keys: True for switches, False for numbers (teiresias/policy/gandiva/params.py).
+GANDIVA_KEYS = {"slice": False, "max_height": False, "packing": True, "pack_util": False, "migration": True,
+                "defrag_threshold": False, "grow_shrink": True, "idle_period": False}
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,8 @@ def _manages(partitions: tuple[str, ...], partition: str) -> bool:
 _SCHEMA: dict[str, Any] = {
     "partitions": None,
     "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None, "last_queue": None,
-               "lease": None, "fairness_knob": None, "apps": None, "sharing": None},
+               "lease": None, "fairness_knob": None, "apps": None, "sharing": None,
+               "gandiva": dict.fromkeys(GANDIVA_KEYS)},
     "placement": None,
     "packlimit": None,
     "packlimit_learning": None,
@@ -284,8 +293,14 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         sharing_path = _resolve(base, r.string("policy.sharing", pol["sharing"]))
         if not sharing_path.is_file():
             raise r.fail("policy.sharing", f"file {sharing_path} does not exist; see etc/sharing.yaml")
+    gandiva: list[tuple[str, float | bool]] = []
+    for key, value in (pol.get("gandiva") or {}).items():
+        where = f"policy.gandiva.{key}"
+        got = r.boolean(where, value) if GANDIVA_KEYS[key] else r.number(where, value, positive=False)
+        gandiva.append((key, got))  # type: ignore[arg-type]  # a number is never None here
     kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,  # type: ignore[arg-type]
-                                tuple(apps), queues_auto=queues_auto, sharing=sharing_path)
+                                tuple(apps), queues_auto=queues_auto, sharing=sharing_path,
+                                gandiva=tuple(gandiva))
 
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)

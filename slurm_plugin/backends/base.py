@@ -159,6 +159,21 @@ class SlurmBackend(ABC):
         """The job's batch script as submitted (its ``#SBATCH`` lines included)."""
         raise SlurmError(f"{type(self).__name__} cannot read batch scripts; use the CLI backend")
 
+    def suspend(self, job_id: int) -> None:
+        """``scontrol suspend``: SIGTSTP to every process of the job, SIGSTOP ~2 s
+        later; the job keeps its GPUs and shards, its cores are freed (Gandiva
+        time-slicing, docs/gandiva.md)."""
+        raise SlurmError(f"{type(self).__name__} cannot suspend jobs; use the CLI backend")
+
+    def resume(self, job_id: int) -> None:
+        """``scontrol resume``: SIGCONT to a suspended job."""
+        raise SlurmError(f"{type(self).__name__} cannot resume suspended jobs; use the CLI backend")
+
+    def set_gres(self, job_id: int, gres: str) -> None:
+        """Change a pending job's per-node GRES count (``gpu:2``, ``shard:1``): Slurm
+        22.05 accepts a new count of the same kind, not gpu <-> shard (Gandiva resize)."""
+        raise SlurmError(f"{type(self).__name__} cannot change a job's GRES; use the CLI backend")
+
     @abstractmethod
     def requeue(self, job_id: int, hold: bool = True) -> None:
         """Requeue a running job; ``hold`` leaves it held for the controller."""

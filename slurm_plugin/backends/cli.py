@@ -149,6 +149,15 @@ class CliBackend(SlurmBackend):
         return self.run("scontrol", "write", "batch_script", str(job_id), "-",
                         job_id=int(str(job_id).split("_")[0]))
 
+    def suspend(self, job_id: int) -> None:
+        self._scontrol(job_id, "suspend", str(job_id))
+
+    def resume(self, job_id: int) -> None:
+        self._scontrol(job_id, "resume", str(job_id))
+
+    def set_gres(self, job_id: int, gres: str) -> None:
+        self._scontrol(job_id, "update", f"jobid={job_id}", f"gres={gres}")
+
     def requeue(self, job_id: int, hold: bool = True) -> None:
         """Requeue a running job (PENDING again, restart count +1, a ~120 s
         BeginTime: see ``clear_begin_time``); ``hold`` also holds it."""

@@ -7,11 +7,13 @@ that escaped the submission hold, re-hold jobs Slurm did not start in time,
 record finished jobs). The caller persists and enacts.
 
 How Slurm states map to the policy's two states:
-- RUNNING / CONFIGURING -> RUNNING, placed where Slurm runs it.
+- RUNNING / CONFIGURING -> RUNNING, placed where Slurm runs it. SUSPENDED too:
+  a job the gandiva policy suspended keeps its GPUs (controller/slicing.py
+  marks it ``Job.suspended``); no other policy suspends jobs.
 - PENDING and held, or PENDING after our requeue -> PENDING.
 - Released by us but not started yet (phase STARTING) -> RUNNING on its planned
   placement: those GPUs are promised, the next round must not give them away.
-- COMPLETING, REQUEUED, SUSPENDED, ... (in transit) -> left out of the
+- COMPLETING, REQUEUED, ... (in transit) -> left out of the
   snapshot; their GPUs are still busy in Slurm and so count as unavailable.
 - COMPLETED, FAILED, CANCELLED, TIMEOUT, ... -> the job leaves the queue.
 """
@@ -31,7 +33,7 @@ from slurm_plugin.controller.accounting import Segment
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
-RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
 TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                              "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
 
