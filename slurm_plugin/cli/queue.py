@@ -15,7 +15,7 @@ from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.config import ControllerConfig, load_config
 from slurm_plugin.controller.startup import read_site, slurm_env
 from slurm_plugin.controller.state import JobRecord, StateStore
-from slurm_plugin.controller import leases
+from slurm_plugin.controller import leases, slicing
 from slurm_plugin.controller.view import build_rows, format_table
 from teiresias.errors import ConfigError, SlurmError
 
@@ -113,6 +113,7 @@ def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, .
         # Named jobs are looked up among finished ones too (squeue -j shows a job that just ended).
         records = list(store.jobs(active_only=not (show_all or wanted)).values())
         themis = leases.load(store.get_meta(leases.META_KEY))
+        gandiva = slicing.load(store.get_meta(slicing.META_KEY))
     finally:
         store.close()
     slurm = None if no_slurm else slurm_jobs(config, "teiresias queue", "showing the state DB only")
@@ -124,7 +125,7 @@ def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, .
             raise ConfigError(f"--jobs: {','.join(map(str, unknown))}: no such managed job (or not visible to"
                               " you); `teiresias queue --all` lists the ones you can see")
     records = [r for r in records if (not users or r.user in users) and (not wanted or r.job_id in wanted)]
-    rows = build_rows(records, time.time(), slurm, themis, lambda r: leases.record_app(config, r))
+    rows = build_rows(records, time.time(), slurm, themis, lambda r: leases.record_app(config, r), gandiva)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=None))
     else:

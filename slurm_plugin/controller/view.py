@@ -8,7 +8,7 @@ two controller rounds.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from slurm_plugin.backends.base import SlurmJob
@@ -56,9 +56,15 @@ class QueueRow:
     lease_ends: float | None = None  # when its GPU lease ends (themis, running jobs)
     # GPU sharing (docs/sjf-bsbf.md): the job sharing its GPUs now, its sub-batch
     # (None: its full batch) and gradient-accumulation steps.
+    # Gandiva (docs/gandiva.md) uses shared_with too: its first colocated partner.
     shared_with: int | None = None
     sub_batch: int | None = None
     accumulation: int = 1
+    # Gandiva: every job on the same GPUs, how often it was suspended for a partner's
+    # slice, and how often it was migrated (controller/slicing.py).
+    colocated_with: list[int] = field(default_factory=list)
+    slices: int = 0
+    migrations: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,11 +73,13 @@ class QueueRow:
 def build_rows(records: Iterable[JobRecord], now: float,
                slurm: Mapping[int, SlurmJob] | None = None,
                themis: Mapping[str, Mapping[int, Any]] | None = None,
-               app_for: Callable[[JobRecord], str] | None = None) -> list[QueueRow]:
+               app_for: Callable[[JobRecord], str] | None = None,
+               gandiva: Mapping[int, Any] | None = None) -> list[QueueRow]:
     """Rows ordered like the policy ranks them: running first, then waiting jobs by rank.
 
     ``themis``: the last round's stored apps, rho and leases (controller/leases.py);
     ``app_for``: a record's explicit app (tsbatch --app, the config's apps), '' if none.
+    ``gandiva``: the controller's Gandiva state per job (controller/slicing.py Member).
     """
     rows = []
     themis = themis or {}
@@ -85,6 +93,8 @@ def build_rows(records: Iterable[JobRecord], now: float,
             alloc = [{"node": n, "gpus": None} for n in sj.nodes]  # placed by Slurm, not by us
         else:
             alloc = []
+        g = (gandiva or {}).get(r.job_id)
+        group = list(g.group) if g is not None and r.active else []
         rows.append(QueueRow(
             job_id=r.job_id, user=r.user, name=r.name, gpus=r.gpus, state=r.phase.value,
             slurm_state=sj.state if sj is not None else None, queue=f"Q{r.queue + 1}", queue_index=r.queue,
@@ -99,7 +109,9 @@ def build_rows(records: Iterable[JobRecord], now: float,
             final_state=r.final_state, ckpt_seconds=r.ckpt_seconds, ckpt_bytes=r.ckpt_bytes,
             gpu_util=r.gpu_util, gpu_mem_used=r.gpu_mem_used, gpu_mem_total=r.gpu_mem_total,
             cpu_percent=r.cpu_percent, rss_bytes=r.rss_bytes, usage_time=r.usage_time, usage_note=r.usage_note,
-            shared_with=r.shared_with, sub_batch=r.sub_batch, accumulation=r.accumulation,
+            shared_with=r.shared_with if r.shared_with is not None or not group else group[0],
+            sub_batch=r.sub_batch, accumulation=r.accumulation, colocated_with=group,
+            slices=g.slices if g is not None else 0, migrations=g.migrations if g is not None else 0,
         ))
     order = {Phase.RUNNING.value: 0, Phase.PREEMPTING.value: 0, Phase.STARTING.value: 1,
              Phase.PENDING.value: 2, Phase.FINISHED.value: 3}

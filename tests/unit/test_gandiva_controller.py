@@ -137,3 +137,15 @@ def test_policy_gandiva_knobs_in_the_config():
         parse_config({"partitions": ["gpu"], "policy": {"name": "gandiva", "gandiva": {"slices": 3}}})
     with pytest.raises(ConfigError, match="policy.gandiva.packing"):
         parse_config({"partitions": ["gpu"], "policy": {"name": "gandiva", "gandiva": {"packing": 3}}})
+
+
+def test_queue_rows_show_the_group_slices_and_migrations():
+    from slurm_plugin.controller.view import build_rows
+
+    members = {7: Member(group=[8], slices=4, migrations=1), 8: Member(group=[7], slices=3)}
+    rows = {r.job_id: r.to_json() for r in build_rows(records().values(), 100.0, gandiva=members)}
+    assert {k: rows[7][k] for k in ("shared_with", "colocated_with", "slices", "migrations")} == \
+        {"shared_with": 8, "colocated_with": [8], "slices": 4, "migrations": 1}
+    assert rows[8]["shared_with"] == 7 and rows[8]["slices"] == 3
+    plain = build_rows(records().values(), 100.0)[0].to_json()
+    assert (plain["shared_with"], plain["slices"], plain["migrations"]) == (None, 0, 0)
