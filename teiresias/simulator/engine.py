@@ -54,7 +54,8 @@ from teiresias.errors import TeiresiasError
 from teiresias.policy.base import KeyRanked, SchedulingPolicy
 from teiresias.policy.themis.apps import app_of
 from teiresias.simulator.clock import Clock, SimulatedClock
-from teiresias.simulator.metrics import JobRecord, SimulationResult, summarize
+from teiresias.simulator.gandiva import Mechanisms
+from teiresias.simulator.metrics import GandivaFigures, JobRecord, SimulationResult, summarize
 from teiresias.simulator.simjob import SimJob, SimTime
 from teiresias.simulator.slowdown import SlowdownTable
 from teiresias.simulator.trace import TraceJob
@@ -97,6 +98,11 @@ class SimulationOptions:
     # (policies that are ``KeyRanked``; Simulator._keyed_plan), with prune_rounds. Results
     # are unchanged; False only to measure what it saves (benchmarks/bench_simulator.py).
     keyed_rounds: bool = True
+    # Gandiva (docs/gandiva.md, "Simulator"): seconds a migration or a resize costs the job
+    # (checkpoint and restart; None: preempt_overhead), and how much work (consolidated
+    # seconds) counts as a job's early feedback (Gandiva §4.1; the time-to-feedback metric).
+    migration_cost: float | None = None
+    feedback: float = 600.0
 
 
 class Simulator:
@@ -179,6 +185,16 @@ class Simulator:
         self.overhead_total = 0.0
         # GPU sharing (Plan.sharing): guest -> (host, guest's rate alone at its sub-batch, host's rate before)
         self._share: dict[JobId, tuple[JobId, float, float]] = {}
+        # Gandiva's mechanisms (teiresias/simulator/gandiva.py): a policy with ``wake_at`` gets a
+        # round at every completion and at the times it names (slice ends, idle periods).
+        wake_at = getattr(policy, "wake_at", None)
+        self._wake_at = wake_at if callable(wake_at) else None
+        self._wake = math.inf
+        self._mech = Mechanisms(self, self._wake_at is not None)
+
+    def error(self, message: str) -> SimulationError:
+        """The error for a plan the engine cannot enact (for teiresias.simulator.gandiva)."""
+        return SimulationError(message)
 
     # -- bookkeeping ----------------------------------------------------------
     def _set_busy(self, t: float, delta: int) -> None:
@@ -290,8 +306,14 @@ class Simulator:
         self._pending_gpus += j.num_gpus
 
     def _complete(self, j: SimJob, now: float) -> None:
-        if not self._leave_pair(j, now):
+        if self._mech.active:
+            assert j.placement is not None
+            self._mech.touch(j.placement, now)
+        if not self._leave_pair(j, now) and not self._mech.leave_group(j, now):
             self._stop(j, now)
+        self._mech.demand(now, -j.trace.num_gpus)
+        if j.feedback_at is None:
+            j.feedback_at = now
         self._last_progress = now
         j.work_left = 0.0
         j.total_executed_time = j.trace.duration  # exact, whatever the float residue
@@ -302,7 +324,7 @@ class Simulator:
         self._records.append(
             JobRecord(
                 job_id=int(j.job_id),
-                gpus=j.num_gpus,
+                gpus=j.trace.num_gpus,
                 model=j.model_name,
                 submit=j.submit_time,
                 start=start,
@@ -315,6 +337,9 @@ class Simulator:
                 nodes=j.nodes,
                 app=app_of(j),
                 work=j.trace.duration,
+                feedback=j.feedback_at - j.submit_time,
+                slices=j.slices,
+                migrations=j.migrations,
             )
         )
 
@@ -324,6 +349,8 @@ class Simulator:
     # while paired. When one ends, the survivor runs alone again: a host at its
     # old rate, a guest at its sub-batch's rate, now holding its own GPUs.
     def _push(self, j: SimJob, now: float) -> None:
+        if j.rate <= 0.0:
+            return  # suspended (Gandiva): no completion until it runs again
         end = now + j.restore_left + j.work_left / j.rate
         self._seq += 1
         heapq.heappush(self._events, (end, self._seq, j.version, j.job_id))
@@ -592,7 +619,8 @@ class Simulator:
                 self.keyed_rounds += 1
                 self._queues.update(plan.queues)
             else:
-                plan = self.policy.decide(Snapshot(now, self.cluster, list(active.values())))
+                snapshot = Snapshot(now, self.cluster, list(active.values()), idle_since=self._mech.changed)
+                plan = self.policy.decide(snapshot)
                 self._queues = dict(plan.queues)
         self.rounds += 1
         for jid in plan.preempt:
@@ -606,8 +634,12 @@ class Simulator:
                 raise SimulationError(f"policy {self.policy.name} started job {jid}, which is not pending")
             if jid in plan.sharing:
                 self._start_shared(j, placement, plan.sharing[jid], now)
+            elif jid in plan.colocate:
+                self._mech.start_colocated(j, placement, plan.colocate[jid], now)
             else:
                 self._start(j, placement, now)
+                if self._mech.active:
+                    self._mech.started(j, now)
         for jid in plan.promote:
             j = active.get(jid)
             if j is not None:
@@ -620,6 +652,11 @@ class Simulator:
             j = active.get(jid)
             if j is not None:
                 j.lease_end = end  # leasing policies (themis): carried to the next round on the job
+        if plan.suspend or plan.resume or plan.pack or plan.unpack or plan.migrate or plan.resize:
+            self._mech.enact(plan, now)
+        if self._wake_at is not None:
+            self._wake = self._wake_at(Snapshot(now, self.cluster, list(active.values()),
+                                                idle_since=self._mech.changed))
         # Every job's queue_index now reads from this mapping (SimJob.queue_index): O(1).
         self._time.queues = self._queues
         if self._quiet is not None and not plan.start and not plan.preempt and not plan.promote:
@@ -672,7 +709,8 @@ class Simulator:
                         elif t_tick < quiet:
                             k = math.ceil((quiet - _QUIET_MARGIN - self.t0) / interval - 1e-9)
                             t_tick = max(t_tick, self.t0 + k * interval)
-                t = min(t_arr, t_end, t_tick)
+                t_wake = self._wake if self._wake > now else math.inf
+                t = min(t_arr, t_end, t_tick, t_wake)
                 if t == math.inf:
                     raise SimulationError(
                         f"policy {self.policy.name} leaves {len(self._pending)} job(s) pending on an idle "
@@ -692,6 +730,8 @@ class Simulator:
                 while ai < n and trace[ai].submit_time <= now + _EPS:
                     tj = trace[ai]
                     job = SimJob(tj, self._time, self.opt.slowdown.profile(tj.model_name).skew)
+                    job.feedback_work = min(self.opt.feedback, tj.duration)
+                    self._mech.demand(now, tj.num_gpus)
                     self._active[job.job_id] = job
                     self._pending[job.job_id] = job
                     if self._rank_keys is not None:
@@ -705,8 +745,15 @@ class Simulator:
                     bar.update(done)
                 if done:
                     self._base_at = None
-                if arrived or t == t_tick or (done and self._pending):
+                if arrived or t == t_tick or (done and (self._pending or self._mech.active)) or t == t_wake:
                     started = self._round(now)
+                    # A policy with wake_at (gandiva) may have more to do at once after its plan is
+                    # enacted (a pack once a newcomer's first slice is done, a migration onto GPUs
+                    # a completion freed): rounds until it has nothing more for now, at most 8.
+                    for _ in range(8):
+                        if self._wake > now:
+                            break
+                        started = self._round(now) or started
                     self._check_progress(now, started, ai >= n)
         finally:
             if bar is not None:
@@ -724,6 +771,21 @@ class Simulator:
             wall_seconds=wall,
             rounds=self.rounds,
             timeline=(self._timeline_t, self._timeline_busy) if self.opt.record_timeline else None,
+            gandiva=self._gandiva_figures(),
+        )
+
+    def _gandiva_figures(self) -> GandivaFigures:
+        """Height, load and mechanism counts of the replay (metrics.GandivaFigures)."""
+        m = self._mech
+        end = max((r.end for r in self._records), default=self.t0)
+        m.demand(max(end, m._demand_since), 0)
+        span = end - self.t0
+        total = self.cluster.total_gpus
+        return GandivaFigures(
+            avg_load=m.demand_integral / (total * span) if span > 0 and total > 0 else 0.0,
+            peak_load=m.peak_demand / total if total > 0 else 0.0,
+            max_height=max(m.max_height, 1 if self._records else 0), suspensions=m.suspensions,
+            migrations=m.migrations, packs=m.packs, unpacks=m.unpacks, resizes=m.resizes,
         )
 
     def _check_livelock(self, now: float) -> None:

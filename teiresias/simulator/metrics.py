@@ -15,6 +15,18 @@
   before its last job could end on its own (last submission + duration).
   ``max_rho``, ``jain_rho`` (Jain's index of the rhos) and ``share_rho_le_1``
   (fraction of apps with rho <= 1) summarise them for every policy.
+- Gandiva's figures, for every policy (docs/gandiva.md, "Metrics"):
+  - time to early feedback: from submission until the job has done its
+    first ``feedback`` seconds of work (SimulationOptions.feedback; all of
+    it if shorter), Gandiva §4.1's design goal;
+  - useful utilisation: work done (GPUs x consolidated alone seconds) over
+    total GPUs x makespan; unlike ``gpu_utilization`` (GPUs held) it drops
+    while jobs are suspended or slowed and can pass 1 with packing;
+  - load: GPUs asked for by all unfinished jobs over the cluster's GPUs,
+    time-averaged and at its peak (> 1: overload, §4.1); ``max_height``:
+    the highest ceil(allocated / GPUs) of any node (> 1 only when jobs
+    time-slice), with the counts of suspensions, migrations, packs,
+    unpacks and resizes.
 """
 
 from __future__ import annotations
@@ -41,6 +53,23 @@ class JobRecord:
     nodes: tuple[str, ...]  # nodes of its last placement
     app: str = ""  # its app (teiresias.policy.themis.apps.app_of)
     work: float = 0.0  # run time alone and consolidated (the trace's duration), s
+    feedback: float = 0.0  # time to early feedback: submit until its first `feedback` s of work, s
+    slices: int = 0  # times suspended for time-slicing (Gandiva)
+    migrations: int = 0  # times migrated (Gandiva)
+
+
+@dataclass(frozen=True)
+class GandivaFigures:
+    """Replay-wide figures of the module docstring that records cannot give."""
+
+    avg_load: float = 0.0
+    peak_load: float = 0.0
+    max_height: int = 0
+    suspensions: int = 0
+    migrations: int = 0
+    packs: int = 0
+    unpacks: int = 0
+    resizes: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,6 +94,18 @@ class Summary:
     jain_rho: float = 1.0
     share_rho_le_1: float = 1.0
     app_rho: dict[str, float] = field(default_factory=dict)
+    avg_feedback: float = 0.0
+    median_feedback: float = 0.0
+    p95_feedback: float = 0.0
+    useful_utilization: float = 0.0
+    avg_load: float = 0.0
+    peak_load: float = 0.0
+    max_height: int = 0
+    suspensions: int = 0
+    migrations: int = 0
+    packs: int = 0
+    unpacks: int = 0
+    resizes: int = 0
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -107,12 +148,16 @@ def summarize(
     wall_seconds: float,
     rounds: int,
     timeline: tuple[list[float], list[int]] | None,
+    gandiva: GandivaFigures | None = None,
 ) -> SimulationResult:
     records = sorted(records, key=lambda r: r.job_id)
     avg_jct, med_jct, p95_jct = _stats([r.jct for r in records])
     avg_q, med_q, p95_q = _stats([r.queue_delay for r in records])
     util = busy_gpu_seconds / (total_gpus * makespan) if makespan > 0 and total_gpus > 0 else 0.0
     rhos = app_rho(records, total_gpus)
+    avg_fb, med_fb, p95_fb = _stats([r.feedback for r in records])
+    useful = sum(r.gpus * r.work for r in records) / (total_gpus * makespan) if makespan > 0 and total_gpus > 0 else 0.0
+    g = gandiva if gandiva is not None else GandivaFigures()
     rho_values = list(rhos.values())
     summary = Summary(
         policy=policy,
@@ -133,6 +178,18 @@ def summarize(
         jain_rho=jain_index(rho_values),
         share_rho_le_1=(sum(1 for r in rho_values if r <= 1.0 + 1e-9) / len(rho_values)) if rho_values else 1.0,
         app_rho=rhos,
+        avg_feedback=avg_fb,
+        median_feedback=med_fb,
+        p95_feedback=p95_fb,
+        useful_utilization=useful,
+        avg_load=g.avg_load,
+        peak_load=g.peak_load,
+        max_height=g.max_height,
+        suspensions=g.suspensions,
+        migrations=g.migrations,
+        packs=g.packs,
+        unpacks=g.unpacks,
+        resizes=g.resizes,
     )
     tt, tb = timeline if timeline is not None else ([], [])
     return SimulationResult(summary, records, list(tt), list(tb), total_gpus)

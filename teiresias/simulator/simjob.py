@@ -50,6 +50,7 @@ class SimJob(Job):
     __slots__ = (
         "_t", "_since", "_exec", "_wait", "_total", "_q", "trace", "work_left", "restore_left", "rate",
         "version", "needs_restore", "held_time", "overhead", "slowed", "nodes", "work_at_start",
+        "feedback_work", "feedback_at",
     )
 
     def __init__(self, trace: TraceJob, t: SimTime, skew: float | None) -> None:
@@ -71,6 +72,10 @@ class SimJob(Job):
         self.slowed = False
         self.nodes: tuple[str, ...] = ()
         self.work_at_start = trace.duration  # work_left when the current run began
+        # Early feedback (Gandiva §4.1): when the job had done this much work (the engine's
+        # feedback knob, or all of it if shorter); set by settle() at the crossing.
+        self.feedback_work = trace.duration
+        self.feedback_at: float | None = None
         Job.__init__(
             self,
             job_id=JobId(trace.job_id),
@@ -82,6 +87,7 @@ class SimJob(Job):
             model_name=trace.model_name,
             skew=skew,
             duration=trace.duration,
+            elastic=trace.elastic_range(),
         )
 
     def settle(self) -> None:
@@ -91,7 +97,7 @@ class SimJob(Job):
         self._since = now
         if dt <= 0.0:
             return
-        if self.state is _RUNNING:
+        if self.state is _RUNNING and not self.suspended:
             self._exec += dt
             self.held_time += dt
             r = self.restore_left
@@ -102,17 +108,21 @@ class SimJob(Job):
             if dt > 0.0:
                 self.work_left -= dt * self.rate
                 self._total = self.trace.duration - self.work_left
+                if self.feedback_at is None and self._total >= self.feedback_work - 1e-9 and self.rate > 0.0:
+                    # Progress was linear since the restore ended: the exact crossing time.
+                    self.feedback_at = now - (self._total - self.feedback_work) / self.rate
         else:
+            # A suspended job (Gandiva time-slicing) holds GPUs but waits like a pending one.
             self._wait += dt
 
     def doing_work(self) -> bool:
         """Running and past its restore, i.e. making useful progress right now."""
-        return self.state is _RUNNING and self._t.now - self._since > self.restore_left
+        return self.state is _RUNNING and not self.suspended and self._t.now - self._since > self.restore_left
 
     # -- the time-dependent Job fields --------------------------------------
     @property  # type: ignore[override]
     def executed_time(self) -> float:
-        if self.state is _RUNNING:
+        if self.state is _RUNNING and not self.suspended:
             return self._exec + (self._t.now - self._since)
         return self._exec
 
@@ -123,7 +133,7 @@ class SimJob(Job):
 
     @property  # type: ignore[override]
     def waiting_time(self) -> float:
-        if self.state is _RUNNING:
+        if self.state is _RUNNING and not self.suspended:
             return self._wait
         return self._wait + (self._t.now - self._since)
 
@@ -135,7 +145,7 @@ class SimJob(Job):
     @property  # type: ignore[override]
     def total_executed_time(self) -> float:
         """Useful work done, in consolidated seconds (restore time is not work)."""
-        if self.state is _RUNNING:
+        if self.state is _RUNNING and not self.suspended:
             el = self._t.now - self._since - self.restore_left
             if el > 0.0:
                 return self._total + el * self.rate

@@ -23,6 +23,9 @@ from teiresias.errors import ConfigError
 class ModelProfile:
     skew: float | None
     slowdown: float  # >= 1.0: run time factor when not consolidated
+    # Mean GPU utilisation (percent) running alone, Gandiva Table 1; None: unknown.
+    # Gandiva's packing reads it (docs/gandiva.md, "Simulator").
+    gpu_util: float | None = None
 
 
 # Table 6 largest-tensor ratios; slowdowns interpolated to Fig. 12's 1.67x max
@@ -34,7 +37,7 @@ BUILTIN_MODELS: dict[str, ModelProfile] = {
     "alexnet": ModelProfile(0.610, 1.53),
     "resnet152": ModelProfile(0.039, 1.0),
     "resnet101": ModelProfile(0.053, 1.0),
-    "resnet50": ModelProfile(0.092, 1.0),
+    "resnet50": ModelProfile(0.092, 1.0, 94.0),
     "inception4": ModelProfile(0.036, 1.0),
     "inception3": ModelProfile(0.086, 1.0),
     "googlenet": ModelProfile(0.146, 1.0),
@@ -48,6 +51,14 @@ class SlowdownTable:
 
     models: Mapping[str, ModelProfile] = field(default_factory=lambda: dict(BUILTIN_MODELS))
     default: ModelProfile = BUILTIN_DEFAULT
+    # Packed jobs (Gandiva §4.2.2) each run at (1 - pack_overhead) * min(1, 100 / sum of
+    # their GPU utilisations) of their alone speed: 0.15 fits Gandiva Table 1's pairs within 0.1.
+    pack_overhead: float = 0.15
+
+    def pack_rate(self, utils: list[float | None]) -> float:
+        """Each packed job's speed relative to alone; an unknown utilisation counts as 100%."""
+        total = sum(100.0 if u is None else u for u in utils)
+        return (1.0 - self.pack_overhead) * min(1.0, 100.0 / total if total > 0 else 1.0)
 
     def profile(self, model_name: str) -> ModelProfile:
         return self.models.get(model_name.strip().lower(), self.default)
@@ -58,8 +69,8 @@ class SlowdownTable:
         return cls(models={}, default=ModelProfile(None, 1.0))
 
 
-_PROFILE_KEYS = ("skew", "slowdown")
-_TOP_KEYS = ("default", "models")
+_PROFILE_KEYS = ("skew", "slowdown", "gpu_util")
+_TOP_KEYS = ("default", "models", "pack_overhead")
 
 
 def _profile(path: Path, where: str, raw: object) -> ModelProfile:
@@ -68,7 +79,9 @@ def _profile(path: Path, where: str, raw: object) -> ModelProfile:
     skew_f = None if skew is None else yamlconf.number(path, f"{where}.skew", skew, minimum=0.0, maximum=1.0)
     # slowdown is a factor on run time: below 1 a spread job would run faster.
     slow_f = yamlconf.number(path, f"{where}.slowdown", prof.get("slowdown", 1.0), minimum=1.0)
-    return ModelProfile(skew_f, slow_f)
+    util = prof.get("gpu_util")
+    util_f = None if util is None else yamlconf.number(path, f"{where}.gpu_util", util, minimum=0.0, maximum=100.0)
+    return ModelProfile(skew_f, slow_f, util_f)
 
 
 def load_slowdown(path: str | Path) -> SlowdownTable:
@@ -82,4 +95,6 @@ def load_slowdown(path: str | Path) -> SlowdownTable:
     models_raw = yamlconf.mapping(p, "models", doc.get("models") or {})
     models = {str(k).lower(): _profile(p, f"models.{k}", v) for k, v in models_raw.items()}
     default = _profile(p, "default", doc["default"]) if "default" in doc else BUILTIN_DEFAULT
-    return SlowdownTable(models=models, default=default)
+    overhead = doc.get("pack_overhead", 0.15)
+    overhead_f = yamlconf.number(p, "pack_overhead", overhead, minimum=0.0, maximum=0.99)
+    return SlowdownTable(models=models, default=default, pack_overhead=overhead_f)

@@ -9,7 +9,9 @@ side by side with it::
 consolidated; ``interval`` is the gap to the next arrival (carried through,
 unused). Optional extra columns ``user`` and ``account`` name the owner (used
 by virtual clusters), ``app`` the Themis app a job belongs to
-(docs/themis.md); any other extra column is ignored.
+(docs/themis.md), ``elastic`` the GPU range ``MIN-MAX`` a job may be grown or
+shrunk within (Gandiva grow-shrink, docs/gandiva.md; empty: fixed size); any
+other extra column is ignored.
 
 Every problem raises :class:`TraceError` with one line ``FILE:LINE: problem``
 so a user can open the file at that line.
@@ -30,7 +32,7 @@ from teiresias.errors import TraceError
 from teiresias.simulator.atomic import atomic_writer
 
 TRACE_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
-OPTIONAL_COLUMNS = ("user", "account", "app")
+OPTIONAL_COLUMNS = ("user", "account", "app", "elastic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,14 @@ class TraceJob:
     user: str = ""
     account: str = ""
     app: str = ""  # the Themis app (a group of related jobs); empty: derived from account and name
+    elastic: str = ""  # "MIN-MAX" GPUs for grow-shrink (Gandiva); empty: fixed size
+
+    def elastic_range(self) -> tuple[int, int] | None:
+        """``elastic`` as (MIN, MAX), None when empty (read_trace checked its form)."""
+        if not self.elastic:
+            return None
+        lo, _, hi = self.elastic.partition("-")
+        return int(lo), int(hi)
 
 
 def _num(path: Path, line: int, col: str, raw: str, *, integer: bool, minimum: float, strict: bool) -> float:
@@ -114,6 +124,12 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
             iterations = int(_num(p, line, "iterations", iters_raw, integer=True, minimum=0, strict=False)) if iters_raw else 0
             ivl_raw = get("interval").strip()
             interval = _num(p, line, "interval", ivl_raw, integer=False, minimum=0, strict=False) if ivl_raw else 0.0
+            elastic = row[idx["elastic"]].strip() if "elastic" in idx else ""
+            if elastic:
+                lo, dash, hi = elastic.partition("-")
+                if not (dash and lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= gpus <= int(hi)):
+                    raise TraceError(f"{p}:{line}: elastic {elastic!r}: expected MIN-MAX GPUs with MIN <= num_gpu"
+                                     f" ({gpus}) <= MAX, e.g. 1-4, or empty for a fixed-size job")
             jobs.append(
                 TraceJob(
                     job_id=job_id,
@@ -126,6 +142,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
                     user=row[idx["user"]].strip() if "user" in idx else "",
                     account=row[idx["account"]].strip() if "account" in idx else "",
                     app=row[idx["app"]].strip() if "app" in idx else "",
+                    elastic=elastic,
                 )
             )
     if not jobs:

@@ -72,6 +72,7 @@ def get_node(job: Job, r: Round, placement: PlacementPolicy, max_height: int) ->
     unavailable = r.snapshot.unavailable
     hosts = [grp for grp in r.groups
              if grp.gpus == g and not grp.packed and grp.size < max_height
+             and not any(m.job_id in r.start for m in grp.members)  # a partner must be running already
              and all(m.num_gpus == g for m in grp.members)
              and all(aff[n] == g and not unavailable.get(n, 0) for n in grp.nodes)]
     if hosts:

@@ -40,13 +40,15 @@ def _fits_memory(g: Group) -> bool | None:
     return sum(u for u in used if u is not None) <= min(t for t in totals if t is not None)
 
 
-def introspect(r: Round, pack_util: float, settle: float) -> None:
+def introspect(r: Round, pack_util: float, settle: float) -> float:
     """Unpack groups whose measured throughput loses to slicing; pack light sliced groups, lightest first.
 
     ``settle``: seconds a group must have run packed before its throughput is judged
-    (a slice: the mini-batch times must be from the packed run).
+    (a slice: the mini-batch times must be from the packed run). Returns when a packed
+    group can next be judged (inf: none waits for it).
     """
     now = r.snapshot.now
+    wake = float("inf")
     candidates: list[tuple[float, int, Group, str]] = []
     for g in r.groups:
         if g.size < 2 or any(m.job_id in r.touched for m in g.members):
@@ -54,10 +56,14 @@ def introspect(r: Round, pack_util: float, settle: float) -> None:
         if g.packed:
             since = max((m.slice_since or 0.0) for m in g.members)
             tput = packed_throughput(g)
-            if tput is None or now - since < settle or tput >= 1.0:
+            if now - since < settle:
+                wake = min(wake, since + settle)
+                continue
+            if tput is None or tput >= 1.0:
                 continue
             rates = ", ".join(f"job {m.job_id} {m.solo_step_time:.3g}/{m.step_time:.3g} s"
                               for m in g.members if m.step_time and m.solo_step_time)
+            g.packed = False
             for i, m in enumerate(g.members):
                 r.unpack.append(m.job_id)
                 r.touched.add(m.job_id)
@@ -65,7 +71,9 @@ def introspect(r: Round, pack_util: float, settle: float) -> None:
                 r.notes[m.job_id] = (f"unpack: packed throughput {tput:.2f} < 1.00 of time-slicing"
                                      f" (solo/packed mini-batch: {rates})")
             continue
-        if any(m.pack_failed for m in g.members):
+        # Jobs arrive in exclusive mode and are profiled first (§4.2.2): each member must have run a slice.
+        if any(m.pack_failed or m.first_start_time is None or now - m.first_start_time < settle
+               for m in g.members):
             continue
         utils = [_util(m) for m in g.members]
         mem = _fits_memory(g)
@@ -81,8 +89,10 @@ def introspect(r: Round, pack_util: float, settle: float) -> None:
                                "pack: no GPU utilisation measured; trying it (solo mini-batch times known)"))
     # Greedy, lightest first (§4.2.2): the order only matters for the audit, each group is independent.
     for _, _, g, why in sorted(candidates, key=lambda c: (c[0], c[1])):
+        g.packed = True
         for m in g.members:
             r.pack.append(m.job_id)
             r.touched.add(m.job_id)
             r.runs[m.job_id] = True
             r.notes[m.job_id] = why
+    return wake

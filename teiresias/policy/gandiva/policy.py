@@ -2,9 +2,9 @@
 
 Each round, in this order:
 
-1. time-slicing: every sliced group's slice turns over (``slicing.rotate``);
-2. introspection: unpack groups whose packed throughput lost, pack light
+1. introspection: unpack groups whose packed throughput lost, pack light
    ones (``packing.introspect``; only with ``packing``);
+2. time-slicing: every sliced group's slice turns over (``slicing.rotate``);
 3. reactive mode (§4.2.1): waiting jobs in arrival order get a node by
    Algorithm 1 (``affinity.get_node``): idle GPUs, else time-slicing with a
    group of same-size jobs (the newcomer runs its first slice at once: early
@@ -44,16 +44,17 @@ class GandivaPolicy:
         return self._decide(snapshot)[0]
 
     def wake_at(self, snapshot: Snapshot) -> float:
-        """When a round could change something with no arrival or completion: a slice ending, an
-        idle period passing (inf: never). The simulator ticks there (docs/gandiva.md, "Simulator")."""
-        return self._decide(snapshot)[1]
+        """When a round could change something with no arrival or completion: ``snapshot.now`` if
+        its plan is not empty, else a slice ending or an idle period passing (inf: never). The
+        simulator runs a round there (docs/gandiva.md, "Simulator")."""
+        plan, wake = self._decide(snapshot)
+        return snapshot.now if not plan.is_empty else wake
 
     def _decide(self, snapshot: Snapshot) -> tuple[Plan, float]:
         p = self.params
         r = build_round(snapshot)
-        wake = slicing.rotate(r, p.slice)
-        if p.packing:
-            packing.introspect(r, p.pack_util, p.slice)
+        wake = packing.introspect(r, p.pack_util, p.slice) if p.packing else float("inf")
+        wake = min(wake, slicing.rotate(r, p.slice))
         waiting = sorted((j for j in snapshot.jobs if not j.is_running), key=lambda j: (j.submit_time, j.job_id))
         needy: list[Job] = []
         for job in waiting:

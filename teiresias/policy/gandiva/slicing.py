@@ -28,6 +28,9 @@ def rotate(r: Round, slice_len: float) -> float:
         if g.size == 1:
             r.runs[g.members[0].job_id] = True
             continue
+        if any(m.job_id in r.touched for m in g.members):
+            wake = min(wake, now + slice_len)  # unpacked this round: its first slice starts now
+            continue
         running = [m for m in g.members if r.runs[m.job_id]]
         waiting = sorted((m for m in g.members if not r.runs[m.job_id]), key=lambda m: (_since(m), m.job_id))
         # Keep the member whose turn it is (the longest runner of several: an owner's leftover).

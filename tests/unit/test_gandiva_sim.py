@@ -1,0 +1,108 @@
+"""Gandiva's mechanisms in the simulator, each shown by its effect on a small replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from teiresias.domain import Cluster, Node
+from teiresias.policy.gandiva import GandivaParams
+from teiresias.policy.registry import PolicyParams, build_policy
+from teiresias.simulator.engine import SimulationOptions, Simulator
+from teiresias.simulator.metrics import SimulationResult
+from teiresias.simulator.slowdown import ModelProfile, SlowdownTable
+from teiresias.simulator.trace import TraceJob
+
+# Gandiva Table 1: a light model (VAE, 8.7% GPU utilisation) and a heavy one (LSTM, 87.2%).
+TABLE = SlowdownTable(models={"vae": ModelProfile(None, 1.0, 8.7), "lstm": ModelProfile(None, 1.0, 87.2),
+                              "vgg16": ModelProfile(0.743, 1.64)})
+
+
+def run(trace: list[TraceJob], cluster: Cluster, policy: str = "gandiva", placement: str = "consolidate",
+        **opt: object) -> SimulationResult:
+    gp = {k: opt.pop(k) for k in list(opt) if k in GandivaParams.__dataclass_fields__}
+    params = PolicyParams(placement=placement, gandiva=GandivaParams(**gp))  # type: ignore[arg-type]
+    options = SimulationOptions(slowdown=TABLE, progress=False, **opt)  # type: ignore[arg-type]
+    return Simulator(trace, cluster, build_policy(policy, params), options).run()
+
+
+def one_gpu() -> Cluster:
+    return Cluster.from_tiresias_spec(1, 1, 1)
+
+
+def ends(r: SimulationResult) -> dict[int, float]:
+    return {rec.job_id: rec.end for rec in r.records}
+
+
+def test_time_slicing_alternates_two_jobs_on_one_gpu_and_gives_early_feedback() -> None:
+    trace = [TraceJob(i, 1, 0.0, 1000.0, "lstm") for i in range(2)]
+    fifo = run(trace, one_gpu(), "fifo", feedback=120.0)
+    sliced = run(trace, one_gpu(), slice=100.0, feedback=120.0)
+    assert ends(fifo) == {0: 1000.0, 1: 2000.0}
+    # Both run in alternating 100 s slices, the newcomer first: a suspended job makes no
+    # progress, so each needs 1000 s of turns and both end near 2000 s.
+    assert ends(sliced) == pytest.approx({0: 2000.0, 1: 1900.0})
+    assert sliced.summary.suspensions == 19 and sliced.summary.max_height == 2
+    assert [r.slices for r in sliced.records] == [10, 9]
+    # Job 1 has its first 120 s of work at 220 s instead of 1120 s; job 0 pays 200 s for it.
+    assert [r.feedback for r in sliced.records] == pytest.approx([320.0, 220.0])
+    assert [r.feedback for r in fifo.records] == pytest.approx([120.0, 1120.0])
+    # The suspended job holds its GPU: as allocated, the cluster is always busy; as work, too.
+    assert sliced.summary.gpu_utilization == pytest.approx(1.0)
+
+
+def test_a_light_pair_is_packed_and_both_progress_at_once() -> None:
+    trace = [TraceJob(i, 1, 0.0, 1000.0, "vae") for i in range(2)]
+    r = run(trace, one_gpu())
+    assert r.summary.packs == 2 and r.summary.unpacks == 0
+    # Packed from 60 s on (after the newcomer's first slice), each at 0.85 of its speed.
+    assert max(ends(r).values()) < 1300.0 and r.summary.useful_utilization > 1.5
+    assert run(trace, one_gpu(), packing=False).summary.packs == 0
+
+
+def test_a_pair_of_unknown_utilisation_is_tried_packed_and_unpacked() -> None:
+    trace = [TraceJob(i, 1, 0.0, 1000.0, "unprofiled") for i in range(2)]
+    r = run(trace, one_gpu())
+    # Unknown utilisation counts as 100% each: packed throughput 2 x 0.425 = 0.85 < 1.
+    assert r.summary.packs == 2 and r.summary.unpacks == 2
+    assert max(ends(r).values()) > 1950.0  # back to slicing, minus what the trial lost
+
+
+def test_a_suspended_job_migrates_to_a_gpu_that_frees_up_at_a_cost() -> None:
+    c = Cluster.from_tiresias_spec(1, 2, 1)
+    trace = [TraceJob(0, 1, 0.0, 3000.0, "lstm"), TraceJob(1, 1, 0.0, 300.0, "lstm"),
+             TraceJob(2, 1, 10.0, 1000.0, "lstm")]
+    moved = run(trace, c, migration_cost=0.0, slice=60.0)
+    cost = run(trace, c, migration_cost=50.0, slice=60.0)
+    stay = run(trace, c, migration=False, slice=60.0)
+    assert moved.summary.migrations == 1 and stay.summary.migrations == 0
+    # Job 2 time-slices with job 0 until job 1 frees s0n1 at 300 s; then the suspended one
+    # (job 0) moves there and both run alone: 3170 / 1130 s instead of 4000 / 1970 s.
+    assert [r.migrations for r in moved.records] == [1, 0, 0]
+    assert ends(moved) == pytest.approx({0: 3170.0, 1: 300.0, 2: 1130.0})
+    assert ends(stay) == pytest.approx({0: 4000.0, 1: 300.0, 2: 1970.0})
+    assert ends(cost)[0] == pytest.approx(3170.0 + 50.0)  # the migration's cost, paid by the mover
+
+
+def test_a_spread_job_is_consolidated_when_a_node_frees_up() -> None:
+    # Nodes a, b with 2 GPUs, c with 4; job 0 holds c for 300 s, job 1 (vgg16, 1.64x slower
+    # when spread) gets a + b, then moves to c when it frees.
+    c = Cluster((Node("a", "s0", 2), Node("b", "s0", 2), Node("c", "s0", 4)))
+    trace = [TraceJob(0, 4, 0.0, 300.0, "lstm"), TraceJob(1, 4, 0.0, 3000.0, "vgg16")]
+    moved = run(trace, c, placement="spread", migration_cost=10.0)
+    stay = run(trace, c, placement="spread", migration=False)
+    assert ends(stay)[1] == pytest.approx(3000.0 * 1.64)
+    assert moved.records[1].nodes == ("c",) and moved.summary.migrations == 1
+    assert ends(moved)[1] == pytest.approx(300.0 + 10.0 + 3000.0 - 300.0 / 1.64)
+
+
+def test_an_elastic_job_grows_after_the_idle_period_and_shrinks_for_a_newcomer() -> None:
+    c = Cluster.from_tiresias_spec(1, 1, 4)
+    trace = [TraceJob(0, 1, 0.0, 20000.0, "lstm", elastic="1-4"), TraceJob(1, 2, 2000.0, 500.0, "lstm")]
+    r = run(trace, c, idle_period=300.0, migration_cost=0.0)
+    fixed = run(trace, c, grow_shrink=False)
+    # Grown to 4 GPUs at 300 s, shrunk to 2 when job 1 arrives at 2000 s (which starts at
+    # once), grown again 300 s after job 1 left at 2500 s. Work by then: 300 + 1700 x 4
+    # + 800 x 2 = 8700 s; the rest at 4 GPUs: done at 2800 + 11300 / 4.
+    assert r.summary.resizes == 3 and fixed.summary.resizes == 0
+    assert ends(r) == pytest.approx({0: 2800.0 + 11300.0 / 4, 1: 2500.0})
+    assert ends(fixed) == pytest.approx({0: 20000.0, 1: 2500.0})
