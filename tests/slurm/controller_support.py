@@ -17,8 +17,8 @@ from slurm_plugin.controller.audit import read_audit
 from slurm_plugin.controller.state import JobRecord, StateStore
 from tests.helpers import PROTOCOL_JOB
 from wrappers.protocol import format_comment
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 LUA = REPO / "etc" / "job_submit.lua"
 TEIRESIAS = [sys.executable, "-m", "teiresias"]
 

@@ -16,6 +16,7 @@ from slurm_plugin.backends.base import requeue_settle_wait
 from slurm_plugin.backends.cli import CliBackend
 from slurm_plugin.localcluster import procs
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
+from tests.conftest import poll
 
 pytestmark = pytest.mark.slurm
 
@@ -115,7 +116,7 @@ def test_requeue_goes_pending_with_restart_count_and_begin_time_cleared(clean_sl
     b.clear_begin_time(j)
     again = c.wait_for(j, "RUNNING", timeout=20)
     assert again.restart_count == 1
-    assert _poll(lambda: "run 1" in c.output(j), 10), c.output(j)
+    poll("the second run's output", lambda: "run 1" in c.output(j), 10, 0.1)
     # requeue with hold: pending, held, for the controller to release
     b.requeue(j, hold=True)
     held = c.wait_for(j, "PENDING")
@@ -159,9 +160,9 @@ def test_signal_reaches_batch_shell_and_children(clean_slurm):
     j = c.submit(SIGNAL_SCRIPT)
     marks = c.jobs_dir / f"sig-{j}"
     c.wait_for(j, "RUNNING")
-    assert _poll(lambda: marks.exists() and "ready" in marks.read_text(), 20), "job never started its script"
+    poll("the job's script ready", lambda: marks.exists() and "ready" in marks.read_text(), 20, 0.1)
     c.backend.signal(j, "USR1")
-    assert _poll(lambda: {"shell", "child"} <= set(marks.read_text().split()), 10), marks.read_text()
+    poll("USR1 at the shell and the child", lambda: {"shell", "child"} <= set(marks.read_text().split()), 10, 0.1)
     assert c.backend.job(j).state == "RUNNING", "USR1 is caught: the job keeps running"
 
 
@@ -242,15 +243,6 @@ def test_silent_slurmctld_is_unreachable_after_timeout(slurm_cluster, tmp_path):
         for s in conns:
             s.close()
         srv.close()
-
-
-def _poll(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
 
 
 def test_clean_slurm_restarts_a_daemon_a_test_killed(slurm_cluster):

@@ -4,12 +4,11 @@ for the actions v0.0.38 offers."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from slurm_plugin.backends.restd import RestdBackend
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
+from tests.conftest import poll
 
 pytestmark = pytest.mark.slurm
 
@@ -65,9 +64,9 @@ def test_signal_and_cancel(clean_slurm, restd):
     j = c.submit(SIGNAL_SCRIPT)
     marks = c.jobs_dir / f"sig-{j}"
     c.wait_for(j, "RUNNING")
-    assert _poll(lambda: marks.exists() and "ready" in marks.read_text(), 20)
+    poll("the job's script ready", lambda: marks.exists() and "ready" in marks.read_text(), 20, 0.1)
     restd.signal(j, "SIGUSR1")
-    assert _poll(lambda: {"shell", "child"} <= set(marks.read_text().split()), 10), marks.read_text()
+    poll("USR1 at the shell and the child", lambda: {"shell", "child"} <= set(marks.read_text().split()), 10, 0.1)
     restd.cancel(j)
     c.wait_for(j, "CANCELLED")
 
@@ -85,12 +84,3 @@ def test_errors(clean_slurm, restd, tmp_path):
     with pytest.raises(SlurmUnreachable):
         nowhere.jobs()
     assert nowhere.ping() is False
-
-
-def _poll(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()

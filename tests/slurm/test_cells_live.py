@@ -32,10 +32,10 @@ from teiresias.cells.state import CellsState
 from teiresias.errors import SlurmUnreachable
 from tests.helpers import PROTOCOL_JOB, poll
 from wrappers.protocol import format_comment
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[2]
 
 CELLS = {
     "cell_types": {"gpu": {}, "gpu-pair": {"child": "gpu", "count": 2},

@@ -13,15 +13,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from slurm_plugin.localcluster import procs
+from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path):

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from teiresias.simulator import sweep
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "teiresias" / "data" / "yarn-gput1000.csv"
 TEIRESIAS = REPO / ".venv" / "bin" / "teiresias"
 

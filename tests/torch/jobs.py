@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from tests import helpers
+from tests.conftest import poll as _poll
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 HOOK_SITE = REPO / "wrappers" / "hooks" / "site"
 SCRIPTS = REPO / "tests" / "fixtures" / "train_scripts"
 PYTHON = sys.executable
@@ -48,8 +48,8 @@ def start(script: str, args: list[str], env: dict[str, str], log: Path) -> subpr
 
 
 def poll(what: str, check: Callable[[], object], timeout: float = 60, every: float = 0.05) -> object:
-    """tests.helpers.poll, polling fast: preemption tests signal right after a given step."""
-    return helpers.poll(what, check, timeout, every)
+    """tests.conftest.poll, polling fast: preemption tests signal right after a given step."""
+    return _poll(what, check, timeout, every)
 
 
 def steps_in(log: Path) -> list[int]:

@@ -8,8 +8,8 @@ import pytest
 
 from slurm_plugin.config import load_config
 from teiresias.errors import ConfigError
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str) -> Path:

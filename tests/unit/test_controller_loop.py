@@ -12,8 +12,8 @@ from slurm_plugin.config import parse_config
 from slurm_plugin.controller.audit import AuditLog, read_audit
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import Phase, StateStore
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _refuse(name: str):

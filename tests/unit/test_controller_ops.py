@@ -25,8 +25,8 @@ from slurm_plugin.controller.reconcile import reconcile, same_job
 from slurm_plugin.controller.startup import check_against_slurm, parse_show_config, unreachable_line
 from slurm_plugin.controller.state import JobRecord, Phase, RunOutcome, StateStore
 from teiresias.errors import ConfigError, SlurmUnreachable
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CFG = parse_config({"partitions": ["gpu"]})
 
 

@@ -20,8 +20,8 @@ from slurm_plugin.controller.audit import AuditLog, read_audit, timelines
 from slurm_plugin.controller.events import DEBOUNCE_S, EventSocket, open_events, parse_event, render_poke
 from slurm_plugin.localcluster.config import ClusterConfig, render_slurm_conf, rendered_files
 from teiresias.errors import ConfigError
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _poke(tmp: Path, sock: Path, job: str = "42", context: str = "epilog_slurmctld") -> subprocess.CompletedProcess:

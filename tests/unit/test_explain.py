@@ -18,7 +18,6 @@ from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import Placement
 
-REPO = Path(__file__).resolve().parents[2]
 
 SUMMARY = {
     "version": 1, "time": 1000.0, "round": 12, "policy": "las", "thresholds": [100.0], "promote_knob": None,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -27,8 +26,8 @@ from slurm_plugin.controller.metrics import (
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import Plan
 from teiresias.errors import ConfigError
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "etc" / "grafana" / "teiresias-dashboard.json"
 
 

@@ -11,18 +11,31 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from teiresias.cells import config as cells_config
+from teiresias.cells.quota import QuotaPolicy
+from teiresias.cells.scheduler import CellsPolicy
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
+from teiresias.policy.base import SchedulingPolicy
 from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES, PolicyParams, build_policy
+from tests.conftest import REPO
 
 DIST = ServiceDistribution.from_values([10, 40, 90, 300, 1200, 5000])
 PREEMPTIVE = {"sjf", "srtf", "srsf", "las", "gittins", "themis"}
 
 
-def random_snapshot(rng: random.Random) -> Snapshot:
-    """A valid snapshot: running jobs sit on GPUs that exist and are not unavailable."""
+# HiveD's cells and the quota baseline run on the example VCs (etc/cells.example.yaml:
+# vc-a for team-a, vc-b for team-b; any other account is opportunistic).
+CELLS_CLUSTER = Cluster.from_tiresias_spec(2, 2, 4, node_names=["node1", "node2", "node3", "node4"])
+CELLS_CFG = cells_config.load(REPO / "etc" / "cells.example.yaml", cluster=CELLS_CLUSTER)
+
+
+def random_snapshot(rng: random.Random, cluster: Cluster | None = None, accounts: tuple[str, ...] = ("",)) -> Snapshot:
+    """A valid snapshot: running jobs sit on GPUs that exist and are not unavailable.
+    ``cluster``: a fixed cluster instead of a random one; each job's account is drawn from ``accounts``."""
     gpus = rng.choice([1, 2, 4, 8])
-    c = Cluster.from_tiresias_spec(rng.randint(1, 2), rng.randint(1, 3), gpus)
+    c = cluster or Cluster.from_tiresias_spec(rng.randint(1, 2), rng.randint(1, 3), gpus)
+    gpus = c.max_gpus_per_node
     unavailable = {n.name: rng.randint(0, 1) for n in c.nodes if rng.random() < 0.2}
     left = {n.name: n.gpus - unavailable.get(n.name, 0) for n in c.nodes}
     jobs: list[Job] = []
@@ -36,6 +49,7 @@ def random_snapshot(rng: random.Random) -> Snapshot:
             waiting_time=float(rng.choice([0, 10, 1000])),
             duration=float(rng.randint(1, 600)) + executed,
             skew=rng.choice([None, 0.1, 0.9]),
+            account=rng.choice(accounts),
         )
         if rng.random() < 0.5:
             # Try to make it RUNNING somewhere it fits.
@@ -66,7 +80,12 @@ def random_snapshot(rng: random.Random) -> Snapshot:
 def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) -> None:
     params = PolicyParams(queues=(100.0, 1000.0), promote_knob=2.0, distribution=DIST,
                           placement=placement, continuous=continuous)
-    policy = build_policy(name, params)
+    check_plan(build_policy(name, params), snap, preemptive=name in PREEMPTIVE)
+
+
+def check_plan(policy: SchedulingPolicy, snap: Snapshot, preemptive: bool, minimal_preemption: bool = True) -> None:
+    """docs/policy-contract.md's rules on one decision of ``policy``; with
+    ``minimal_preemption`` also that no job is preempted whose GPUs the plan does not need."""
     before = copy.deepcopy(snap)
     plan = policy.decide(snap)
     assert snap == before, "policy mutated its snapshot"
@@ -81,7 +100,7 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
     assert set(plan.keep) | set(plan.preempt) == running
     assert len(plan.keep) + len(plan.preempt) == len(running)
     assert all(not by_id[j].is_running for j in plan.start)
-    if name not in PREEMPTIVE:
+    if not preemptive:
         assert plan.preempt == ()
 
     # All-or-nothing, on GPUs that are free once the preemptions are done;
@@ -132,7 +151,7 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
         assert started[n.name] <= max(usable[n.name] - kept[n.name], 0), f"node {n.name} over-committed"
     # No needless preemption: a preempted job could not have stayed beside the
     # kept and started jobs (some node of its would be over-committed).
-    for jid in plan.preempt:
+    for jid in plan.preempt if minimal_preemption else ():
         allocs = by_id[jid].placement.allocations
         assert any(kept[a.node] + started[a.node] + a.gpus > usable[a.node] for a in allocs), (
             f"job {jid} preempted although its GPUs were not needed"
@@ -153,6 +172,23 @@ def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) 
 )
 def test_every_policy_keeps_the_contract(rng, name, placement, continuous) -> None:
     check_contract(name, placement, continuous, random_snapshot(rng))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rng=st.randoms(use_true_random=False),
+    kind=st.sampled_from(["cells", "quota"]),
+    ranker=st.sampled_from(["las", "gittins", "fifo"]),
+)
+def test_the_cells_and_quota_policies_keep_the_contract(rng, kind, ranker) -> None:
+    """HiveD's cells (HiveD §3) and the quota baseline under a Tiresias ranker,
+    with guaranteed (team-a, team-b) and opportunistic jobs on the example VCs."""
+    inner = build_policy(ranker, PolicyParams(queues=(100.0, 1000.0), promote_knob=2.0, distribution=DIST))
+    policy = CellsPolicy(CELLS_CFG, inner) if kind == "cells" else QuotaPolicy(CELLS_CFG, inner)
+    # Not minimal_preemption: a guaranteed job takes its VC's bound cell back from the
+    # opportunistic jobs in it even when the node has idle GPUs of other cells (HiveD §3.2).
+    check_plan(policy, random_snapshot(rng, CELLS_CLUSTER, ("team-a", "team-b", "guest")), preemptive=True,
+               minimal_preemption=False)
 
 
 @settings(max_examples=60, deadline=None)

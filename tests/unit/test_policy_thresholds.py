@@ -3,7 +3,6 @@ the model's arithmetic by hand, the fit's choice, and its effect on real replays
 
 import itertools
 import random
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,8 +15,8 @@ from teiresias.policy.registry import PolicyParams, build_policy
 from teiresias.policy.thresholds import _Moments, _score, expected_jct, fit_thresholds
 from teiresias.simulator import SimulationOptions, Simulator
 from teiresias.simulator.synth import PhillyParams, philly_like
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PHILLY = REPO / "teiresias" / "data" / "yarn-gput10000.csv"
 
 

@@ -5,15 +5,14 @@ The Slurm job array (--on-slurm) runs on the real local cluster: tests/slurm/tes
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from teiresias.cli import cli
 from teiresias.simulator import sweep
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "teiresias" / "data" / "yarn-gput1000.csv"
 SPEC = f"""\
 cluster: {REPO / 'etc' / 'cluster.yaml'}

@@ -14,6 +14,7 @@ import pytest
 from wrappers.batchscript import JobSetup, NotABatchScript, header_lines, render, wrap_script
 from wrappers.sbatch_args import parse
 from wrappers.tsbatch import build_comment
+from tests.conftest import poll
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE.parent / "fixtures" / "train_scripts" / "tsbatch_golden.sh"
@@ -125,15 +126,6 @@ sys.exit(7)
 """
 
 
-def _wait(what, check, timeout=20.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_batch_shell_survives_and_forwards_each_signal_once(tmp_path):
     """The generated script run by bash, as slurmstepd runs it: USR1 and USR2 sent
     to the batch shell alone reach the child exactly once each (the shell must
@@ -146,11 +138,11 @@ def test_batch_shell_survives_and_forwards_each_signal_once(tmp_path):
     proc = subprocess.Popen(["bash", str(tmp_path / "batch.sh"), str(tmp_path)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        _wait("the child", (tmp_path / "ready").exists)
+        poll("the child", (tmp_path / "ready").exists, 20, 0.02)
         for sig, word in ((signal.SIGUSR2, "usr2"), (signal.SIGUSR1, "usr1")):
             proc.send_signal(sig)
-            _wait(f"{word} at the child",
-                  lambda: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text())  # noqa: B023
+            poll(f"{word} at the child",
+                 lambda: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text(), 20, 0.02)  # noqa: B023
         (tmp_path / "stop").write_text("")
         assert proc.wait(timeout=20) == 7
         assert proc.stdout.read() == "child done\n"
