@@ -7,7 +7,9 @@ the figure stays exact across controller downtime: the open run is always
 measured from Slurm's StartTime, never from when the controller noticed it.
 
 t_J (``executed_time``) and delta_J (``waiting_time``) are measured since the
-last starvation promotion, which resets both (§3.2.3).
+last starvation promotion, which resets both (§3.2.3). The GPU-time figures
+are teiresias.domain.service's, the one definition the policies and the
+simulator use too (docs/job-states.md, "Attained service").
 
 Pure functions: the caller passes ``now`` and persists what they return.
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller.state import JobRecord
+from teiresias.domain import service
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +58,16 @@ def waiting_time(rec: JobRecord, now: float) -> float:
     return max((now - ref) - executed_time(rec, now), 0.0)
 
 
+def attained_service(rec: JobRecord, now: float) -> float:
+    """W_J x t_J since the last promotion: what the queue thresholds compare
+    (Tiresias §3.2.2; ``teiresias.domain.service``, the audit key ``queue_service_gpu_seconds``)."""
+    return service.attained_service(rec.gpus, executed_time(rec, now))
+
+
 def attained_gpu_seconds(rec: JobRecord, now: float) -> float:
-    """All GPU-time received (reports, Gittins samples): W_J x total executed."""
-    return rec.gpus * total_executed(rec, now)
+    """All GPU-time received (reports, Gittins samples): W_J x total executed
+    (``teiresias.domain.service``, the audit key ``attained_gpu_seconds``)."""
+    return service.attained_gpu_seconds(rec.gpus, total_executed(rec, now))
 
 
 def close_run(rec: JobRecord, end: float, source: str) -> Segment | None:

@@ -147,7 +147,7 @@ def _next_event(r: JobRecord, rank_of: Mapping[int, int], records: Mapping[int, 
     if r.phase is Phase.STARTING:
         return NextEvent("Slurm starts it on the nodes it was released to", None)
     events: list[NextEvent] = []
-    service = r.gpus * accounting.executed_time(r, now)
+    service = accounting.attained_service(r, now)
     if r.phase is Phase.RUNNING:
         q = _queue_of(service, thresholds)
         if q < len(thresholds) and r.gpus > 0:
@@ -174,7 +174,7 @@ def _next_event(r: JobRecord, rank_of: Mapping[int, int], records: Mapping[int, 
     for j, o in records.items():
         if o.phase is not Phase.RUNNING or o.gpus <= 0 or me is None or rank_of.get(j, math.inf) >= me:
             continue
-        s = o.gpus * accounting.executed_time(o, now)
+        s = accounting.attained_service(o, now)
         q = _queue_of(s, thresholds)
         if q < len(thresholds) and q <= r.queue:
             who = f"job {j}" if visible(o) else "a job of another user"
@@ -205,7 +205,7 @@ def explain(job_id: int, records: Mapping[int, JobRecord], summary: Mapping[str,
             else:
                 hidden["jobs"] += 1
                 hidden["gpus_held"] += sum(h["gpus"] for h in holds)
-    service = r.gpus * accounting.executed_time(r, now)
+    service = accounting.attained_service(r, now)
     q = r.queue
     crossed = thresholds[q - 1] if 0 < q <= len(thresholds) else None
     nxt = thresholds[q] if q < len(thresholds) else None

@@ -22,21 +22,23 @@ keeps the policy contract of docs/policy-contract.md). One round:
 
 The placement a job gets is node counts (Placement); cells below the node
 level are accounted only, the GPU indices inside a node are Slurm's choice.
-Where the binding state lives: see state.py (the controller persists
-``CellPlan.cells`` and passes it to ``decide_cells``).
+Where the binding state lives: see state.py. The policy carries it in its
+plan (``CellPlan.cells``, also ``plan.carry``: ``teiresias.policy.base.CarriesState``);
+the simulator hands it back as the object, the controller through its store
+as JSON, both through ``teiresias.policy.base.decide_round``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from teiresias.cells import rebind
 from teiresias.cells.config import CellsConfig
 from teiresias.cells.faults import bad_nodes_of
 from teiresias.cells.model import Cell
 from teiresias.cells.report import CellsReport, build_report
-from teiresias.cells.state import CellsState
+from teiresias.cells.state import META_KEY, CellsState
 from teiresias.cells.world import World, placement_of
 from teiresias.domain import Job, JobId, Placement, Plan, Snapshot
 from teiresias.policy.base import SchedulingPolicy
@@ -58,6 +60,8 @@ class CellsPolicy:
     """HiveD buddy-cell virtual clusters with the ranking of ``ranker`` (see module doc)."""
 
     name = "cells"
+    # CarriesState (teiresias/policy/base.py): the binding, stored under this key.
+    carry_key = META_KEY
 
     def __init__(self, config: CellsConfig, ranker: SchedulingPolicy, bad_nodes: Iterable[str] = (),
                  with_report: bool = True) -> None:
@@ -70,6 +74,19 @@ class CellsPolicy:
 
     def decide(self, snapshot: Snapshot) -> CellPlan:
         return self.decide_cells(snapshot, None)
+
+    def decide_from(self, snapshot: Snapshot, carried: object | None) -> CellPlan:
+        """CarriesState: ``carried`` is the previous plan's binding (``plan.carry``)."""
+        if carried is not None and not isinstance(carried, CellsState):
+            raise TypeError(f"cells policy handed {type(carried).__name__}, not the CellsState it carries")
+        return self.decide_cells(snapshot, carried)
+
+    def carry_to_json(self, carry: object) -> dict[str, Any]:
+        assert isinstance(carry, CellsState)
+        return carry.to_json()
+
+    def carry_from_json(self, data: Any) -> CellsState:
+        return CellsState.from_json(data)
 
     @classmethod
     def from_file(cls, path: str, ranker: SchedulingPolicy, cluster=None) -> "CellsPolicy":
@@ -166,7 +183,8 @@ class CellsPolicy:
             order=tuple(j.job_id for j in order),
             reasons=reasons,
             index=ranked_plan.index,
-            cells=w.to_state(),
+            cells=(binding := w.to_state()),
+            carry=binding,
             guaranteed=frozenset(w.guaranteed & (set(keep) | set(start))),
             migrate={k: v for k, v in migrate.items() if k in preempted},
             report=build_report(w) if self.with_report else None,

@@ -7,6 +7,7 @@ from enum import Enum
 from typing import NewType
 
 from teiresias.domain.placement import Placement
+from teiresias.domain.service import attained_gpu_seconds, attained_service
 from teiresias.domain.usage import JobUsage
 
 JobId = NewType("JobId", int)
@@ -99,13 +100,15 @@ class Job:
 
     @property
     def attained_service(self) -> float:
-        """W_J * t_J in GPU-seconds: the 2D attained service of §3.2.2."""
-        return self.num_gpus * self.executed_time
+        """W_J * t_J in GPU-seconds since the last promotion: the 2D attained service of
+        §3.2.2 (``teiresias.domain.service``, the one definition)."""
+        return attained_service(self.num_gpus, self.executed_time)
 
     @property
     def attained_gpu_seconds(self) -> float:
-        """All GPU-time ever received (not reset by promotion); for reports."""
-        return self.num_gpus * self.total_executed_time
+        """All GPU-time ever received (not reset by promotion); for reports
+        (``teiresias.domain.service``)."""
+        return attained_gpu_seconds(self.num_gpus, self.total_executed_time)
 
     @property
     def remaining_time(self) -> float | None:

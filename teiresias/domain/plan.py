@@ -91,6 +91,10 @@ class Plan:
       no start of it; GPUs a shrink or migration frees count for the next
       round, not this one (the owner frees them only once the checkpoint is done).
     - ``notes``: why each of those decisions, with the numbers (audit log).
+
+    - ``carry``: state a stateful policy carries to its next round (HiveD's cell
+      binding; ``teiresias.policy.base.CarriesState``); the owner stores it and
+      hands it back to ``decide_from``. None for every other policy.
     """
 
     start: Mapping[JobId, Placement] = field(default_factory=dict)
@@ -112,6 +116,7 @@ class Plan:
     migrate: Mapping[JobId, Placement] = field(default_factory=dict)
     resize: Mapping[JobId, Placement] = field(default_factory=dict)
     notes: Mapping[JobId, str] = field(default_factory=dict)
+    carry: object = None
 
     @property
     def is_empty(self) -> bool:

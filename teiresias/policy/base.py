@@ -16,11 +16,29 @@ called once per round::
 
 A placement policy answers one question: given the free GPUs per node, where
 do this job's GPUs go (or None when it cannot be placed now).
+
+Optional abilities are declared here as Protocols, and every owner (the
+simulator, the live controller) asks for them through the functions below,
+never by ``getattr`` of its own, so both read a policy the same way:
+
+- ``IdleFirst`` / ``is_idle_first``: pending jobs meet the idle GPUs before
+  any running job is preempted (``teiresias.policy.allocate``);
+- ``MayPreempt`` / ``is_preemptive``: whether the policy ever preempts
+  (declared False by non-preemptive policies; preemptive when undeclared);
+- ``QuietAware`` / ``quiet_until_of``: until when the ranking cannot move;
+- ``WakeAware`` / ``wake_at_of``: when a round is due with no event (Gandiva);
+- ``monotone_placement``: the placement's feasibility is monotone in the
+  free GPUs;
+- ``KeyRanked``: the ranking is a sort by a key of each job alone;
+- ``CarriesState``: the policy carries state from one round to the next in
+  its Plan (``plan.carry``), such as HiveD's cell binding; the owner stores
+  it and hands it back (``decide_round``).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from teiresias.domain import Cluster, Job, Placement, Plan, Snapshot
 
@@ -55,7 +73,124 @@ class KeyRanked(Protocol):
 
 
 @runtime_checkable
+class KeepsRanking(Protocol):
+    """An optional ability: the policy keeps its rank keys from one round to the next.
+
+    The one state such a policy holds between calls of ``decide`` is a memo of
+    the key it gave each job (``teiresias.policy.mlfq.RankMemo``), reused for
+    the same Job object while the key provably holds (``KeyRanked``'s
+    ``until``, the job in the same state with the counter of that state
+    standing still), so a round keys only the jobs that changed. It is a
+    cache, never an input: ``decide`` returns the Plan a policy with an empty
+    memo returns for the same snapshot, whatever snapshots came before
+    (tests/unit/test_policy_rank_memo.py), so an owner needs to do nothing.
+    ``forget_ranking()`` empties it (to measure its effect, or to free it).
+    """
+
+    def forget_ranking(self) -> None: ...
+
+
+@runtime_checkable
 class PlacementPolicy(Protocol):
     name: str
 
     def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None: ...
+
+
+@runtime_checkable
+class IdleFirst(Protocol):
+    """An optional ability: ``idle_first = True`` promises that pending jobs meet the
+    idle GPUs before any running job is preempted for them (the walk of
+    ``teiresias.policy.allocate``), so an owner may leave the running jobs out of a
+    round in which the pending ones all fit on idle GPUs."""
+
+    idle_first: bool
+
+
+@runtime_checkable
+class MayPreempt(Protocol):
+    """``preemptive = False`` declares a policy that never preempts (fifo, sjf-bsbf)."""
+
+    preemptive: bool
+
+
+@runtime_checkable
+class QuietAware(Protocol):
+    """``quiet_until(snapshot)``: the policy's ranking of the snapshot's jobs cannot
+    change before that time unless a job arrives, ends, starts or is preempted
+    (a tick before it decides nothing new; Tiresias §3.2: queues move only at
+    thresholds and promotions)."""
+
+    def quiet_until(self, snapshot: Snapshot) -> float: ...
+
+
+@runtime_checkable
+class WakeAware(Protocol):
+    """``wake_at(snapshot)``: when a round could change something with no arrival
+    or completion (Gandiva §3.1: a time slice ends, an idle period passes); inf:
+    never. An owner that runs rounds only on events adds one there."""
+
+    def wake_at(self, snapshot: Snapshot) -> float: ...
+
+
+@runtime_checkable
+class CarriesState(Protocol):
+    """An optional ability: the policy carries state from one round to the next
+    IN ITS PLAN, such as HiveD's virtual-to-physical cell binding (HiveD §3.2:
+    a binding outlives the round that made it).
+
+    ``decide_from(snapshot, carried)`` decides as ``decide`` would with
+    ``carried``, the ``plan.carry`` of the previous round (None at the first
+    round, or when the owner lost it: the policy then rebuilds what it can from
+    the snapshot). The owner keeps ``plan.carry`` and hands it back next round;
+    across processes it travels as JSON (``carry_to_json`` /
+    ``carry_from_json``, which round-trip exactly, so that a policy fed the
+    stored state decides as one fed the object). ``carry_key`` names it in a
+    store. ``decide(snapshot)`` is ``decide_from(snapshot, None)``.
+    """
+
+    name: str
+    carry_key: str
+
+    def decide(self, snapshot: Snapshot) -> Plan: ...
+
+    def decide_from(self, snapshot: Snapshot, carried: object | None) -> Plan: ...
+
+    def carry_to_json(self, carry: object) -> Any: ...
+
+    def carry_from_json(self, data: Any) -> object: ...
+
+
+def is_idle_first(policy: object) -> bool:
+    """Whether ``policy`` declares ``idle_first = True`` (IdleFirst)."""
+    return isinstance(policy, IdleFirst) and policy.idle_first is True
+
+
+def is_preemptive(policy: object) -> bool:
+    """False only for a policy that declares ``preemptive = False`` (MayPreempt)."""
+    return not (isinstance(policy, MayPreempt) and policy.preemptive is False)
+
+
+def quiet_until_of(policy: object) -> Callable[[Snapshot], float] | None:
+    """The policy's ``quiet_until`` (QuietAware), or None when it declares none."""
+    return policy.quiet_until if isinstance(policy, QuietAware) else None
+
+
+def wake_at_of(policy: object) -> Callable[[Snapshot], float] | None:
+    """The policy's ``wake_at`` (WakeAware), or None when it declares none."""
+    return policy.wake_at if isinstance(policy, WakeAware) else None
+
+
+def monotone_placement(policy: object) -> bool:
+    """Whether the policy's placement declares ``monotone = True``: a job placeable
+    on some free GPUs stays placeable when more GPUs are free."""
+    placement = getattr(policy, "placement", None)
+    return getattr(placement, "monotone", False) is True
+
+
+def decide_round(policy: SchedulingPolicy, snapshot: Snapshot, carried: object | None) -> Plan:
+    """One round the way every owner runs it: a CarriesState policy gets the state
+    its previous plan carried, any other policy just decides."""
+    if isinstance(policy, CarriesState):
+        return policy.decide_from(snapshot, carried)
+    return policy.decide(snapshot)

@@ -51,7 +51,16 @@ from typing import Sequence
 from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.domain.plan import Sharing
 from teiresias.errors import TeiresiasError
-from teiresias.policy.base import KeyRanked, SchedulingPolicy
+from teiresias.policy.base import (
+    CarriesState,
+    KeyRanked,
+    SchedulingPolicy,
+    is_idle_first,
+    is_preemptive,
+    monotone_placement,
+    quiet_until_of,
+    wake_at_of,
+)
 from teiresias.policy.themis.apps import app_of
 from teiresias.simulator.clock import Clock, SimulatedClock
 from teiresias.simulator.gandiva import Mechanisms
@@ -133,8 +142,14 @@ class Simulator:
         self._held: dict[str, int] = {}  # GPUs held per node by running jobs
         self._pending_gpus = 0  # GPUs asked for by pending jobs
         self._queues: dict[JobId, int] = {}
-        self._idle_first = self.opt.prune_rounds and getattr(policy, "idle_first", False) is True
-        self._preemptive = getattr(policy, "preemptive", True) is not False
+        # The abilities the policy declares (teiresias/policy/base.py), read as the controller
+        # reads them. A policy that carries state sees every round whole: a pruned round's
+        # plan would carry the state of a part of the jobs.
+        # (isinstance of a Protocol is slow: asked once, here.)
+        self._stateful = policy if isinstance(policy, CarriesState) else None
+        self._idle_first = self.opt.prune_rounds and is_idle_first(policy) and self._stateful is None
+        self._preemptive = is_preemptive(policy)
+        self._carry: object = None  # the last full round's plan.carry (CarriesState)
         self.pruned_rounds = 0
         # Rounds that left out the running jobs ranked above every pending job (_keyed_plan).
         keyed = self._idle_first and self.opt.keyed_rounds and isinstance(policy, KeyRanked)
@@ -153,8 +168,7 @@ class Simulator:
         self._psorted: list[tuple] = []
         self._punkeyed: set[JobId] = set()
         self.keyed_rounds = 0
-        quiet = getattr(policy, "quiet_until", None) if self.opt.skip_quiet_ticks else None
-        self._quiet = quiet if callable(quiet) else None
+        self._quiet = quiet_until_of(policy) if self.opt.skip_quiet_ticks else None
         # The "base": the last round that planned nothing, while since then only arrivals
         # happened and every arrival round started its newcomers on idle GPUs (_extended_plan).
         self._base_at: float | None = None
@@ -162,9 +176,8 @@ class Simulator:
         self._base_quiet: float | None = None  # the policy's quiet_until at the base (lazy)
         # Extending the base needs a preemptive policy with quiet_until whose placement's
         # feasibility is monotone in the free GPUs (more free GPUs never make a job unplaceable).
-        placement = getattr(policy, "placement", None)
         self._extend = (self._idle_first and self._preemptive and self._quiet is not None
-                        and getattr(placement, "monotone", False) is True)
+                        and monotone_placement(policy))
         self.extended_rounds = 0
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
         self._active: dict[JobId, SimJob] = {}  # arrival order
@@ -187,14 +200,23 @@ class Simulator:
         self._share: dict[JobId, tuple[JobId, float, float]] = {}
         # Gandiva's mechanisms (teiresias/simulator/gandiva.py): a policy with ``wake_at`` gets a
         # round at every completion and at the times it names (slice ends, idle periods).
-        wake_at = getattr(policy, "wake_at", None)
-        self._wake_at = wake_at if callable(wake_at) else None
+        self._wake_at = wake_at_of(policy)
         self._wake = math.inf
         self._mech = Mechanisms(self, self._wake_at is not None)
 
     def error(self, message: str) -> SimulationError:
         """The error for a plan the engine cannot enact (for teiresias.simulator.gandiva)."""
         return SimulationError(message)
+
+    def decide(self, snapshot: Snapshot) -> Plan:
+        """A full round: the policy's plan, a stateful policy handed the state its last
+        plan carried (as ``teiresias.policy.base.decide_round`` and the controller's
+        ``decide_stored`` do with its stored copy)."""
+        if self._stateful is None:
+            return self.policy.decide(snapshot)
+        plan = self._stateful.decide_from(snapshot, self._carry)
+        self._carry = plan.carry
+        return plan
 
     # -- bookkeeping ----------------------------------------------------------
     def _set_busy(self, t: float, delta: int) -> None:
@@ -620,7 +642,7 @@ class Simulator:
                 self._queues.update(plan.queues)
             else:
                 snapshot = Snapshot(now, self.cluster, list(active.values()), idle_since=self._mech.changed)
-                plan = self.policy.decide(snapshot)
+                plan = self.decide(snapshot)
                 self._queues = dict(plan.queues)
         self.rounds += 1
         for jid in plan.preempt:
