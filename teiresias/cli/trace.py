@@ -48,8 +48,8 @@ def trace() -> None:
 @click.option("--mean-interarrival", type=float, default=30.0, show_default=True, help="testbed: mean gap, s.")
 @click.option("-s", "--seed", type=int, default=0, show_default=True)
 @click.option("-A", "--apps", "num_apps", type=int, default=None, metavar="N",
-              help="Group the jobs into N apps (an 'app' column for themis): bursts of a search, "
-                   "Zipf-sized apps. [default: no app column]")
+              help="Group the jobs into N apps (an 'app' column for themis): each app a run of "
+                   "consecutive submissions (a search), of random sizes. [default: no app column]")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of the trace on stdout.")
 def synth(
     kind: str, output: str, num_jobs: int, samples: str | None, cluster_path: str | None,

@@ -90,7 +90,7 @@ def test_slowdown_scales_with_profiled_skew():
 
 
 def test_an_app_finishes_no_sooner_than_its_slowest_job():
-    """Themis §4.3.1 worked example: T_sh is when the app's last job finishes, each job's speed-up
+    """Themis §4.3.2-§4.3.3: T_sh is when the app's last job finishes, each job's speed-up
     capped by its own GPUs. An app running its one long 1-GPU job, with a 60-s 8-GPU job waiting,
     is not unfair: alone on its share it could not end before that long job either."""
     c = Cluster.from_tiresias_spec(1, 2, 8)  # 16 GPUs, two apps: a share of 8

@@ -24,10 +24,11 @@ every round from the jobs' own counters:
   fair share: elapsed + lease + S_best x max(W / min(G / N, D), L).
 
 Why P and L: a job runs on its own GPUs, so an app's finish time is at least
-its slowest job's (the paper's T_sh is "the time when the last job finishes",
-§4.3.1 worked example, with each job's speed-up capped by its demand). With
-W / k alone, an app whose one long 1-GPU job runs kept a rho of
-total / (G/N) / that job's length forever, stayed among the 1 - f apps
+its slowest job's (the paper's T_sh is "determined by the job that finishes
+last", §4.3.2, Equation 2's max_j; "the time when the last job finishes" in the
+§4.3.3 example, each job's speed-up capped by its demand). With W / k alone,
+an app whose one long 1-GPU job runs kept rho = that job's length / (its
+GPU-time / share) for as long as it ran, stayed among the 1 - f apps
 farthest from fair, and shut apps that had waited for hours out of the
 auction (docs/themis.md); the reported rho (simulator/metrics.py) already
 counted the slowest job.
