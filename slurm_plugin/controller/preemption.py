@@ -18,12 +18,27 @@ why the batch script: docs/job-states.md "Jobs that checkpoint themselves".
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from slurm_plugin.controller.state import JobRecord
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob
+from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.reconcile import Reconciled
+from slurm_plugin.controller.state import JobRecord, Phase
+from teiresias.domain import Plan
+from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.jobfiles import Ack, read_ack
+
+if TYPE_CHECKING:
+    # enact.py imports RequeueDue from here; the Enactor is only a parameter type.
+    from slurm_plugin.controller.enact import Enactor
+
+log = logging.getLogger("teiresias.controller")
 
 # An Ack written a little before our signal time is still ours (clock skew
 # between the job's node and the controller's host).
@@ -121,3 +136,111 @@ def requeue_due(rec: JobRecord, now: float, grace_seconds: float,
     if waited >= grace_seconds:
         return RequeueDue(None, f"no acknowledgement within the {grace_seconds:g}s grace time")
     return None
+
+
+class Preempter:
+    """The preemption steps of a round, in the order the Controller calls them:
+
+    1. :meth:`preempt`: the plan's preemptions (a STARTING job gets its hold back;
+       a tsbatch job its USR1; a self-requeueing job its own signal; a plain job
+       is requeued at once, it has no checkpoint hook);
+    2. :meth:`requeue_ready`: PREEMPTING jobs are requeued on their Ack or when
+       their time is over.
+
+    A requeue's GPUs count as free in the same round (``free`` is updated).
+    """
+
+    def __init__(self, config: ControllerConfig, backend: SlurmBackend, audit: AuditLog, *,
+                 dry_run: bool) -> None:
+        self.config = config
+        self.backend = backend
+        self.audit = audit
+        self.dry_run = dry_run
+        self._unpreemptible: set[int] = set()  # --no-requeue jobs already reported
+        # Non-tsbatch jobs: the signal their batch script asks for (they checkpoint and
+        # requeue themselves on it), None when it asks for none. Read once per job.
+        self._own_signals: dict[int, SignalSpec | None] = {}
+
+    def forget(self, records: Mapping[int, JobRecord]) -> None:
+        """Drop what is kept about jobs no longer among the active records."""
+        self._own_signals = {j: v for j, v in self._own_signals.items() if j in records}
+
+    def preempt(self, enactor: Enactor, rec: Reconciled, plan: Plan, free: dict[str, int], now: float) -> None:
+        """The plan's preemptions (Tiresias §3.2: preempted jobs keep their attained service)."""
+        records = rec.records
+        for job_id in plan.preempt:
+            r = records[job_id]
+            if r.phase is Phase.STARTING:
+                for a in (r.planned.allocations if r.planned else ()):
+                    free[a.node] = free.get(a.node, 0) + a.gpus
+                enactor.hold(r, "preempted before Slurm started it", now)
+            elif r.phase is Phase.RUNNING:
+                why = plan.reasons.get(job_id) or "a higher-priority job needs its GPUs"  # type: ignore[call-overload]
+                if not rec.slurm[job_id].requeue:
+                    # Submitted with --no-requeue: Slurm refuses the requeue, so it runs to its end.
+                    if job_id not in self._unpreemptible:
+                        self._unpreemptible.add(job_id)
+                        log.warning("[job %d] not preempted: submitted with --no-requeue", job_id)
+                        self.audit.write(job_id, "preempt-skipped", "submitted with --no-requeue")
+                    continue
+                if speaks_protocol(r):
+                    enactor.signal(r, why, now)
+                elif (own := self.own_signal(r, rec.slurm[job_id])) is not None:
+                    # submitit, Lightning auto_requeue, NeMo: their signal, then they
+                    # checkpoint and requeue themselves (docs/job-states.md).
+                    enactor.signal(r, f"{why}; it checkpoints itself on {own}", now,
+                                   signal=own.signal, scope=own.scope)
+                else:
+                    # A plain sbatch job has no checkpoint hook: USR1 would just kill
+                    # it (FAILED, not requeueable). Requeue it right away instead.
+                    if not self.dry_run:  # saved with the journal row
+                        r.signal_time, r.signal_restart = now, r.restart_count
+                        r.phase, r.phase_since = Phase.PREEMPTING, now
+                    act = enactor.requeue(r, RequeueDue(None, why + "; not a tsbatch job: requeued"
+                                                        " without a checkpoint"), now)
+                    if act.ok:
+                        freed(rec, job_id, free)
+
+    def requeue_ready(self, enactor: Enactor, rec: Reconciled, free: dict[str, int], now: float,
+                    on_requeued: Callable[[JobRecord], None]) -> None:
+        """Preemptions in progress: requeue on Ack or when the grace time is over;
+        ``on_requeued`` learns from the run that ended (controller/history.py)."""
+        for job_id, r in rec.records.items():
+            if r.phase is Phase.PREEMPTING:
+                sj = rec.slurm.get(job_id)
+                if sj is None or sj.restart_count != r.signal_restart:
+                    continue
+                due = requeue_due(r, now, self.config.preemption.grace_seconds,
+                                  None if speaks_protocol(r) else self.own_signal(r, sj))
+                if due is not None:
+                    act = enactor.requeue(r, due, now)
+                    if act.ok:
+                        freed(rec, job_id, free)
+                        on_requeued(r)
+
+    def own_signal(self, r: JobRecord, sj: SlurmJob) -> SignalSpec | None:
+        """The signal a self-requeueing job asks for in its batch script (read
+        once per job; Slurm 22.05 shows a job's --signal nowhere else)."""
+        if r.job_id not in self._own_signals:
+            if not sj.requeue:
+                return None
+            try:
+                script = self.backend.batch_script(sj.target)
+            except SlurmUnreachable:
+                raise
+            except SlurmError as exc:
+                log.warning("[job %d] batch script unreadable (%s): preempted as a plain job", r.job_id, exc)
+                script = ""
+            self._own_signals[r.job_id] = signal_spec(script)
+        return self._own_signals[r.job_id]
+
+
+def freed(rec: Reconciled, job_id: int, free: dict[str, int]) -> None:
+    """A requeue done: Slurm has released the run's GPUs when `scontrol requeue`
+    returns (measured on 22.05: GresUsed drops at once; the node stays COMPLETING
+    for KillWait), so the jobs waiting for them are released in this very round
+    instead of the next; Slurm starts them once the node is done completing."""
+    for j in rec.snapshot.jobs:
+        if j.job_id == job_id and j.is_running and j.placement is not None:
+            for a in j.placement.allocations:
+                free[a.node] = free.get(a.node, 0) + a.gpus
