@@ -116,6 +116,7 @@ class Slicer:
         self.members: dict[int, Member] = {}
         self.solo: dict[int, float] = {}  # job -> step time measured while it ran alone
         self._busy: dict[str, tuple[int, float]] = {}  # node -> (busy GPUs, since)
+        self.started_moves: set[int] = set()  # moved jobs released and not running yet
 
     def m(self, job_id: int) -> Member:
         return self.members.setdefault(job_id, Member())
@@ -234,16 +235,24 @@ class Slicer:
             pm.packed = m.packed
         return True
 
-    def started(self, plan: Plan, now: float) -> None:
-        """Jobs the plan started alone begin their first slice now."""
+    def started(self, rec: Reconciled, plan: Plan, now: float) -> None:
+        """Jobs the plan started alone (and Slurm was asked to start) begin their first slice now."""
         for job_id in plan.start:
-            if job_id not in plan.colocate:
+            r = rec.records.get(job_id)
+            if job_id not in plan.colocate and r is not None and r.phase is Phase.STARTING:
                 m = self.m(job_id)
                 m.slice_since = now
                 m.group = []
 
     def restart_moved(self, enactor: Any, rec: Reconciled, now: float) -> None:
         """Requeued migrations/resizes: start them on their target (resize: at the new size)."""
+        for job_id, sj in rec.slurm.items():
+            r = rec.records.get(job_id)
+            if (r is not None and r.phase is Phase.STARTING and sj.restart_count and job_id in self.started_moves
+                    and base_state(sj.state) == "PENDING" and sj.state_reason == "BeginTime" and not self.dry_run):
+                # Slurm ignores starttime=now while the previous run is COMPLETING (notes §6): again.
+                self.backend.clear_begin_time(job_id)
+        self.started_moves &= {j for j, r in rec.records.items() if r.phase is Phase.STARTING}
         for job_id, m in list(self.members.items()):
             target = m.target_placement()
             r = rec.records.get(job_id)
@@ -252,17 +261,18 @@ class Slicer:
                 continue
             if not r.preemptions or now - r.phase_since < RESTART_GAP_S:
                 continue
-            if m.target_kind in ("grow", "shrink") and not self.dry_run:
-                per_node = {a.gpus for a in target.allocations}
+            per_node = {a.gpus for a in target.allocations}
+            # A job that asked per node (--gres=gpu:N) gets N on each node of its node list:
+            # a resize, or a move onto fewer nodes, changes N (Slurm accepts it while pending).
+            if sj.gpus_per_node and not sj.shards and per_node != {sj.gpus_per_node} and not self.dry_run:
                 if len(per_node) != 1:
-                    r.reason = f"cannot {m.target_kind} to an uneven placement {target}"
+                    r.reason = f"cannot {m.target_kind} to an uneven placement {target} (it asks GPUs per node)"
                     continue
-                kind = "shard" if sj.shards else "gpu"
                 try:
-                    self.backend.set_gres(job_id, f"{kind}:{per_node.pop()}")
+                    self.backend.set_gres(job_id, f"gpu:{per_node.pop()}")
                 except SlurmUnreachable:
                     raise
-                except SlurmError as exc:
+                except (JobVanished, SlurmError) as exc:
                     self._audit(job_id, f"{m.target_kind}-failed", str(exc))
                     m.target = None
                     continue
@@ -270,6 +280,7 @@ class Slicer:
             act = enactor.start(r, target, 1, sj, f"{m.target_kind} to {','.join(target.nodes)}"
                                 f" ({target.num_gpus} GPU(s)) after {now - (m.target_since or now):.1f}s", now)
             if act.ok is not False:
+                self.started_moves.add(job_id)
                 if m.target_kind == "migrate":
                     m.migrations += 1
                 m.target, m.target_kind, m.target_since = None, "", None

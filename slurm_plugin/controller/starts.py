@@ -11,6 +11,7 @@ host's GPUs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from slurm_plugin.backends.base import SlurmNode
 from slurm_plugin.config import ControllerConfig
@@ -44,6 +45,8 @@ class Starter:
         # Failed starts: job -> (not before, failures in a row, why).
         self.backoff: dict[int, tuple[float, int, str]] = {}
         self._partition_nodes: dict[str, list[str]] = {}  # partition -> its nodes
+        # Starts a Plan.colocate job (the Controller sets it to Slicer.start_colocated under gandiva).
+        self.colocate: Callable[..., bool] | None = None
 
     def waits(self) -> dict[int, tuple[float, str]]:
         """What reconcile needs: job -> (not before, why)."""
@@ -77,6 +80,11 @@ class Starter:
                 # A guest: its GPUs are its host's (not free), pinned by node (controller/sharing.py).
                 self._start_guest(enactor, rec, r, plan.sharing[job_id], placement,  # type: ignore[index]
                                   priority_for(rank.get(job_id, 0), len(plan.order)), free, now)
+                continue
+            if job_id in plan.colocate and self.colocate is not None:
+                # Gandiva: on its partners' GPUs, through shards (controller/slicing.py).
+                self.colocate(enactor, rec, r, plan.colocate[job_id], placement,
+                              priority_for(rank.get(job_id, 0), len(plan.order)), free, now)
                 continue
             allowed = [n for p in sj.partition.split(",") for n in self._partition_nodes.get(p, [])]
             fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)))

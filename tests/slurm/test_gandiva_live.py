@@ -1,0 +1,116 @@
+"""Gandiva's time-slicing live (docs/gandiva.md): the real controller, policy
+``gandiva``, real ``tsbatch`` PyTorch jobs on the real local Slurm.
+
+The cluster is its own (DIR-gandiva, PORT_BASE+15, 1 node x 1 fake GPU x 2
+shards, etc/job_submit.lua holding jobs at submission). Two ``--gres=shard:1``
+jobs: the first starts alone; the second is colocated on its GPU and
+time-sliced with it (``scontrol suspend/resume`` every 3 s slice). Both make
+progress in alternating slices, park at mini-batch boundaries (the hooks'
+slices.jsonl), and finish with the weights of the uninterrupted run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from slurm_plugin.localcluster import ClusterConfig, LocalCluster
+from teiresias import jobfiles
+from tests.helpers import poll
+from tests.slurm.conftest import SlurmTestCluster, test_cluster_config
+from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
+from tests.torch.jobs import SCRIPTS, steps_in
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch]
+
+TSBATCH = str(Path(sys.executable).with_name("tsbatch"))
+PY = sys.executable
+SLICE_S = 3.0
+
+
+def gandiva_config() -> ClusterConfig:
+    base = test_cluster_config()
+    return ClusterConfig(dir=Path(f"{base.dir}-gandiva"), nodes=1, gpus_per_node=1, shards_per_gpu=2,
+                         port_base=base.port_base + 15, partitions=("gpu",), job_submit_lua=LUA)
+
+
+@pytest.fixture(scope="module")
+def gandiva_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
+    cluster = LocalCluster(gandiva_config())
+    cluster.up()
+    try:
+        yield SlurmTestCluster(cluster)
+    finally:
+        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
+            cluster.down()
+
+
+def _submit(cluster: SlurmTestCluster, *args: str) -> int:
+    r = subprocess.run([TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    m = re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout)
+    assert m, r.stdout
+    return int(m.group(1))
+
+
+def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cluster, tmp_path, reference):
+    base = tmp_path / "ckpt"
+    batch = tmp_path / "slice.sh"
+    # 36 steps of train_plain.py (the reference's), 0.4 s each: about 15 s of training per job.
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+        f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.4\n"
+        f"{PY} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n")
+    c = gandiva_cluster
+    ctl = ControllerProc(tmp_path, c, policy={
+        "name": "gandiva", "gandiva": {"slice": SLICE_S, "packing": False, "migration": False,
+                                       "grow_shrink": False}}).start()
+    try:
+        first = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/a.out", str(batch))
+        c.wait_for(first, "RUNNING", timeout=60)
+        poll("the first job training", lambda: len(steps_in(tmp_path / "a.out")) >= 2, timeout=60)
+        second = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/b.out", str(batch))
+        c.wait_for(second, "RUNNING", timeout=60)
+        # The newcomer runs first (§4.1 early feedback); the first job waits suspended on its GPU.
+        c.wait_for(first, "SUSPENDED", timeout=30)
+
+        def queue_rows() -> dict | None:
+            q = subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True,
+                               text=True, env=c.env)
+            assert q.returncode == 0, q.stderr
+            rows = {x["job_id"]: x for x in json.loads(q.stdout)}
+            return rows if rows.get(first, {}).get("slices", 0) >= 1 else None
+
+        rows = poll("the slices in `teiresias queue --json`", queue_rows, timeout=30, every=1)
+        assert rows[first]["shared_with"] == second and rows[second]["shared_with"] == first  # type: ignore[index]
+        assert rows[first]["migrations"] == 0  # type: ignore[index]
+        for job in (first, second):
+            c.wait_for(job, "COMPLETED", timeout=150)
+    finally:
+        ctl.stop()
+    assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
+    # Both trained exactly the uninterrupted run.
+    for job in (first, second):
+        got, want = torch.load(tmp_path / f"out.{job}.pt", weights_only=True), torch.load(reference, weights_only=True)
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    # Alternating slices: the suspensions switch between the two jobs, and each job's
+    # hooks parked it at a mini-batch boundary at least once and made steps between.
+    order = [e["job"] for e in ctl.audit(action="suspend")]
+    assert first in order and second in order, order
+    assert all(a != b for a, b in zip(order, order[1:])), f"suspensions do not alternate: {order}"
+    assert len(ctl.audit(action="resume")) >= 2
+    for job in (first, second):
+        slices = jobfiles.read_slices(jobfiles.job_dir(base, job))
+        assert slices and all(s.parked > 0 for s in slices), slices
+        steps = [s.step for s in slices]
+        assert steps == sorted(steps) and len(set(steps)) == len(steps), f"no progress between slices: {steps}"
