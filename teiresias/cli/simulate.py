@@ -105,6 +105,25 @@ def _policy_names(text: str) -> list[str]:
               help="With --sweep: where runs, synthesized traces, results and logs go (with --on-slurm on a "
                    "file system the nodes see). [default: a new folder under the current one]")
 @click.option("--csv", "csv_out", default=None, metavar="OUT.csv", help="With --sweep: the merged table as CSV.")
+@click.option("--feedback", type=float, default=600.0, show_default=True, metavar="SECONDS",
+              help="Time to early feedback, every policy: until a job has done this much work (docs/gandiva.md).")
+@click.option("--slice", "slice_len", type=float, default=None, metavar="SECONDS",
+              help="gandiva: time-slice length (Gandiva §3.1). [default: 60]")
+@click.option("--max-height", type=int, default=None, metavar="N",
+              help="gandiva: at most N jobs time-share a set of GPUs; more wait. [default: 4]")
+@click.option("--pack/--no-pack", "packing", default=None,
+              help="gandiva: pack light time-sliced jobs, unpack when slicing would be faster. [default: --pack]")
+@click.option("--migration/--no-migration", default=None,
+              help="gandiva: migrate to lower the height, consolidate and defragment. [default: --migration]")
+@click.option("--migration-cost", type=float, default=None, metavar="SECONDS",
+              help="gandiva: seconds a migration or a resize costs the job. [default: --preempt-overhead]")
+@click.option("--defrag-threshold", type=int, default=None, metavar="GPUS",
+              help="gandiva: defragment while a busy node has this many free GPUs. [default: 3]")
+@click.option("--grow-shrink/--no-grow-shrink", default=None,
+              help="gandiva: grow elastic jobs (trace column elastic) onto idle GPUs, shrink them for waiting "
+                   "jobs. [default: --grow-shrink]")
+@click.option("--idle-period", type=float, default=None, metavar="SECONDS",
+              help="gandiva: GPUs idle this long before a job grows onto them. [default: 300]")
 def simulate(
     trace_path: str, cluster_path: str, policies: str, queues: str | None, promote_knob: float | None,
     gittins_samples: str | None, last_queue: str, preempt_cost: float, placement: str, packlimit: float | None, cells_path: str | None,
@@ -115,6 +134,9 @@ def simulate(
     sweep_path: str | None = None, on_slurm: bool = False, partition: str | None = None,
     workers: int | None = None, workdir: str | None = None, csv_out: str | None = None,
  sharing_path: str | None = None,
+    feedback: float = 600.0, slice_len: float | None = None, max_height: int | None = None,
+    packing: bool | None = None, migration: bool | None = None, migration_cost: float | None = None,
+    defrag_threshold: int | None = None, grow_shrink: bool | None = None, idle_period: float | None = None,
 ) -> None:
     """Replay a trace under the same policy objects the controller runs.
 
@@ -144,8 +166,8 @@ def simulate(
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, Simulator, load_slowdown, read_trace
     from teiresias.simulator.atomic import StagedOutputs, check_output_path
-    from teiresias.simulator.report import (app_rho_table, fairness_table, normalised_table, summary_table,
-                                            write_jobs_csv, write_json)
+    from teiresias.simulator.report import (app_rho_table, fairness_table, gandiva_table, normalised_table,
+                                            summary_table, write_jobs_csv, write_json)
     from teiresias.simulator.slowdown import SlowdownTable
 
     # Validate every input before simulating anything.
@@ -215,6 +237,20 @@ def simulate(
             raise ConfigError(f"--sharing-slowdown is read by the sharing policies; add one of "
                               f"{', '.join(SHARING_NAMES)} to --policy")
         kw["sharing"] = load_sharing_model(sharing_path)
+    if not feedback >= 0:
+        raise ConfigError(f"--feedback {feedback} must be >= 0 seconds of work")
+    if migration_cost is not None and not migration_cost >= 0:
+        raise ConfigError(f"--migration-cost {migration_cost} must be >= 0 seconds")
+    knobs = {"slice": slice_len, "max_height": max_height, "packing": packing, "migration": migration,
+             "defrag_threshold": defrag_threshold, "grow_shrink": grow_shrink, "idle_period": idle_period}
+    given = {k: v for k, v in knobs.items() if v is not None}
+    if (given or migration_cost is not None) and "gandiva" not in names:
+        raise ConfigError("--slice, --max-height, --pack, --migration, --migration-cost, --defrag-threshold, "
+                          "--grow-shrink and --idle-period are gandiva's knobs; add gandiva to --policy")
+    if given:
+        from teiresias.policy.gandiva import GandivaParams
+
+        kw["gandiva"] = GandivaParams(**given)
     params = PolicyParams(**kw)
     built = [build_policy(n, params) for n in names]
     if cells_path is not None:
@@ -223,7 +259,7 @@ def simulate(
         # Validated against the simulated cluster: unknown nodes or GPU counts fail here.
         built = [CellsPolicy.from_file(cells_path, pol, cluster) for pol in built]
     options = SimulationOptions(interval=interval, preempt_overhead=preempt_overhead,
-                                slowdown=slowdown, progress=progress,
+                                slowdown=slowdown, progress=progress, feedback=feedback, migration_cost=migration_cost,
                                 record_timeline=plot is not None or report is not None)
 
     results = [Simulator(trace, cluster, pol, options).run() for pol in built]
@@ -234,6 +270,9 @@ def simulate(
                f"{cluster.total_gpus} GPUs, interval {interval:g} s, preemption overhead {preempt_overhead:g} s",
                file=out)
     click.echo(summary_table(results), file=out)
+    if "gandiva" in names:
+        click.echo("", file=out)
+        click.echo(gandiva_table(results), file=out)
     if any(r.summary.app_rho for r in results):
         click.echo("", file=out)
         click.echo(fairness_table(results), file=out)

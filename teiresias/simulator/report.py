@@ -39,6 +39,21 @@ def summary_table(results: Sequence[SimulationResult]) -> str:
     return _grid(rows)
 
 
+def gandiva_table(results: Sequence[SimulationResult]) -> str:
+    """Gandiva's figures per policy (docs/gandiva.md, "Metrics"): early feedback, useful
+    utilisation, load and height, and how often each mechanism ran."""
+    rows = [("policy", "avg feedback", "med feedback", "p95 feedback", "useful util", "avg load", "max height",
+             "suspend", "migrate", "pack", "unpack", "resize")]
+    for r in results:
+        s = r.summary
+        rows.append((
+            s.policy, f"{s.avg_feedback:.1f}", f"{s.median_feedback:.1f}", f"{s.p95_feedback:.1f}",
+            f"{100 * s.useful_utilization:.1f}%", f"{s.avg_load:.2f}", str(s.max_height), str(s.suspensions),
+            str(s.migrations), str(s.packs), str(s.unpacks), str(s.resizes),
+        ))
+    return _grid(rows)
+
+
 def fairness_table(results: Sequence[SimulationResult]) -> str:
     """Finish-time fairness per policy (Themis §3.2): max rho, Jain's index of rho, share of apps with rho <= 1."""
     rows = [("policy", "apps", "max rho", "Jain rho", "rho<=1")]

@@ -106,3 +106,29 @@ def test_an_elastic_job_grows_after_the_idle_period_and_shrinks_for_a_newcomer()
     assert r.summary.resizes == 3 and fixed.summary.resizes == 0
     assert ends(r) == pytest.approx({0: 2800.0 + 11300.0 / 4, 1: 2500.0})
     assert ends(fixed) == pytest.approx({0: 20000.0, 1: 2500.0})
+
+
+def test_simulate_cli_gandiva_knobs_and_new_metrics_for_every_policy(tmp_path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from teiresias.cli import cli
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                     "0,1,0,0,lstm,1000,0\n1,1,0,0,lstm,1000,0\n")
+    spec = tmp_path / "c.csv"
+    spec.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n1,1,1,8,64\n")
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", str(spec), "-p", "fifo,gandiva", "--slice", "100",
+                                 "--no-pack", "--migration-cost", "5", "--feedback", "120", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "avg feedback" in r.output and "max height" in r.output
+    got = {s["policy"]: s for s in json.loads(out.read_text())}
+    assert got["fifo"]["avg_feedback"] == 620.0 and got["gandiva"]["avg_feedback"] == 270.0
+    assert got["gandiva"]["suspensions"] == 19 and got["fifo"]["max_height"] == 1
+    bad = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", str(spec), "-p", "las", "--slice", "30"])
+    assert bad.exit_code == 2 and "add gandiva to --policy" in bad.output
+    bad = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", str(spec), "-p", "gandiva", "--slice", "0"])
+    assert bad.exit_code == 2 and "slice 0.0 must be a positive number of seconds" in bad.output

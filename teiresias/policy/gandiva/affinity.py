@@ -24,15 +24,7 @@ from teiresias.policy.gandiva.state import Group, Round
 
 def affinity(r: Round, node: str) -> int:
     """The GPU count of the oldest group on ``node`` (its first job), 0 when none is there."""
-    best: tuple[float, int, int] | None = None
-    for g in r.groups:
-        if node in g.nodes:
-            first = g.members[0]
-            key = (first.first_start_time if first.first_start_time is not None else 0.0, int(first.job_id),
-                   first.num_gpus)
-            if best is None or key < best:
-                best = key
-    return 0 if best is None else best[2]
+    return r.aff.get(node, 0)
 
 
 @dataclass(frozen=True)
@@ -49,7 +41,7 @@ def get_node(job: Job, r: Round, placement: PlacementPolicy, max_height: int) ->
     cluster = r.snapshot.cluster
     g = job.num_gpus
     order = {n.name: i for i, n in enumerate(cluster.nodes)}
-    aff = {n.name: affinity(r, n.name) for n in cluster.nodes}
+    aff = r.aff
     if g <= cluster.max_gpus_per_node:
         same = [n for n in aff if aff[n] == g and r.free[n] >= g]
         if same:

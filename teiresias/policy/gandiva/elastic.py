@@ -21,8 +21,11 @@ def _elastic(r: Round) -> list[Job]:
 
 def shrink(r: Round, waiting: list[Job]) -> None:
     """Shrink grown jobs so the first waiting job that fits their GPUs can start next round."""
+    grown = sorted(_elastic(r), key=lambda j: (-j.num_gpus, j.job_id))
+    if not grown:
+        return
     for want in waiting:
-        for job in sorted(_elastic(r), key=lambda j: (-j.num_gpus, j.job_id)):
+        for job in grown:
             assert job.elastic is not None and job.placement is not None
             low = job.elastic[0]
             if job.num_gpus <= low or len(job.placement.allocations) != 1:

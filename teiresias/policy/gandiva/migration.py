@@ -34,9 +34,7 @@ def _move(r: Round, job: Job, to: Placement, note: str) -> None:
     if g.size == 1:
         g.packed = False
         r.runs[g.members[0].job_id] = True
-    mine = Group(members=[job], placement=to, packed=False)
-    r.groups.append(mine)
-    r.group_of[job.job_id] = mine
+    r.add_group(Group(members=[job], placement=to, packed=False))
     r.runs[job.job_id] = True
 
 

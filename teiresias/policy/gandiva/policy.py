@@ -57,12 +57,15 @@ class GandivaPolicy:
         wake = min(wake, slicing.rotate(r, p.slice))
         waiting = sorted((j for j in snapshot.jobs if not j.is_running), key=lambda j: (j.submit_time, j.job_id))
         needy: list[Job] = []
+        # Once a size fails, later jobs of that size fail too (placing jobs only takes GPUs and slots).
+        failed: dict[int, str] = {}
         for job in waiting:
             if job.num_gpus <= 0:
                 r.reasons[job.job_id] = "asks for no GPU"
                 continue
-            got = get_node(job, r, self.placement, p.max_height)
+            got = failed.get(job.num_gpus) or get_node(job, r, self.placement, p.max_height)
             if isinstance(got, str):
+                failed[job.num_gpus] = got
                 r.reasons[job.job_id] = got
                 needy.append(job)
                 continue
@@ -72,9 +75,7 @@ class GandivaPolicy:
             r.touched.add(job.job_id)
             if got.group is None:
                 r.take(got.placement)
-                mine = Group(members=[job], placement=got.placement, packed=False)
-                r.groups.append(mine)
-                r.group_of[job.job_id] = mine
+                r.add_group(Group(members=[job], placement=got.placement, packed=False))
             else:
                 self._join(r, got.group, job)
                 needy.append(job)
@@ -97,8 +98,7 @@ class GandivaPolicy:
         r.colocate[job.job_id] = Colocation(partners=partners, mode="slice",
                                             reason=f"height {g.size + 1} on {', '.join(g.nodes)}: all GPUs busy,"
                                                    f" time-sliced with job(s) {', '.join(map(str, partners))}")
-        g.members.append(job)
-        r.group_of[job.job_id] = g
+        r.join(g, job)
 
     def _plan(self, snapshot: Snapshot, r: Round) -> Plan:
         running = [j for j in snapshot.jobs if j.is_running]

@@ -55,22 +55,38 @@ class Round:
     reasons: dict[JobId, str] = field(default_factory=dict)
     # Jobs a mechanism already changed this round: one decision per job and round.
     touched: set[JobId] = field(default_factory=set)
+    # GPUs allocated per node counting every member of a group (suspended ones too), and each
+    # node's affinity (§4.1: the GPU count of the first job placed there; 0 while empty).
+    alloc: dict[str, int] = field(default_factory=dict)
+    aff: dict[str, int] = field(default_factory=dict)
 
     def take(self, placement: Placement) -> None:
         for a in placement.allocations:
             self.free[a.node] -= a.gpus
+
+    def add_group(self, g: Group) -> None:
+        """A new group (a start on idle GPUs, a migration target): counted in alloc and affinity."""
+        self.groups.append(g)
+        for m in g.members:
+            self.group_of[m.job_id] = g
+        for a in g.placement.allocations:
+            self.alloc[a.node] = self.alloc.get(a.node, 0) + a.gpus * g.size
+            if not self.aff.get(a.node):
+                self.aff[a.node] = g.members[0].num_gpus
+
+    def join(self, g: Group, job: Job) -> None:
+        """``job`` time-slices on ``g``'s GPUs."""
+        g.members.append(job)
+        self.group_of[job.job_id] = g
+        for a in g.placement.allocations:
+            self.alloc[a.node] = self.alloc.get(a.node, 0) + a.gpus
 
     def load(self, node: str) -> float:
         """Allocated GPUs over the node's GPUs, suspended jobs included (§4.1 height before the ceiling)."""
         n = self.snapshot.cluster.node(node)
         if n.gpus <= 0:
             return float("inf")
-        held = 0
-        for g in self.groups:
-            for a in g.placement.allocations:
-                if a.node == node:
-                    held += a.gpus * g.size
-        return held / n.gpus
+        return self.alloc.get(node, 0) / n.gpus
 
     def height(self, node: str) -> int:
         """§4.1: ceil(allocated / GPUs) of a node; > 1 means it is time-sliced."""
@@ -98,5 +114,15 @@ def build_round(snapshot: Snapshot) -> Round:
             free[a.node] = free.get(a.node, 0) - a.gpus
     free = {n: max(f, 0) for n, f in free.items()}
     runs = {jid: not j.suspended for jid, j in running.items()}
-    return Round(snapshot=snapshot, free=free, groups=groups, group_of=group_of, runs=runs)
+    alloc: dict[str, int] = {}
+    first: dict[str, tuple[float, int, int]] = {}
+    for g in groups:
+        head = g.members[0]
+        key = (head.first_start_time if head.first_start_time is not None else 0.0, int(head.job_id), head.num_gpus)
+        for a in g.placement.allocations:
+            alloc[a.node] = alloc.get(a.node, 0) + a.gpus * g.size
+            if a.node not in first or key < first[a.node]:
+                first[a.node] = key
+    aff = {n.name: (first[n.name][2] if n.name in first else 0) for n in snapshot.cluster.nodes}
+    return Round(snapshot=snapshot, free=free, groups=groups, group_of=group_of, runs=runs, alloc=alloc, aff=aff)
 
