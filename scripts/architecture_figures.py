@@ -20,6 +20,7 @@ from pathlib import Path
 # the first prefix it starts with).
 PACKAGES = (
     "teiresias.jobfiles",
+    "teiresias.config",
     "teiresias.domain",
     "teiresias.policy",
     "teiresias.cells",

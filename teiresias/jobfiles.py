@@ -70,9 +70,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 PREEMPT_SIGNAL = "USR1"
 TIMELIMIT_SIGNAL = "USR2"
@@ -257,29 +261,41 @@ def records_path(jobdir: Path) -> Path:
     return jobdir / CHECKPOINT_RECORDS
 
 
-def append_record(jobdir: Path, record: CheckpointRecord) -> None:
-    """Append one line and fsync: a reader sees whole lines (a torn last line is skipped)."""
-    fd = os.open(records_path(jobdir), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+def _append_line(path: Path, record: Any, fsync: bool) -> None:
+    """One JSON line per record, appended; ``fsync`` when a lost line would cost more than a delay."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with os.fdopen(fd, "a") as f:
         f.write(json.dumps(asdict(record)) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _read_lines(path: Path, make: Callable[..., R]) -> list[R]:
+    """Every whole line as ``make(**line)``, oldest first; [] when the file cannot be read.
+    A line torn by a kill during an append (or of another shape) is skipped."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out: list[R] = []
+    for line in lines:
+        try:
+            out.append(make(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def append_record(jobdir: Path, record: CheckpointRecord) -> None:
+    """Append one line and fsync: a reader sees whole lines (a torn last line is skipped)."""
+    _append_line(records_path(jobdir), record, fsync=True)
 
 
 def read_records(jobdir: Path) -> list[CheckpointRecord]:
     """Every checkpoint this job wrote, oldest first; [] when none. The controller
     reads this to learn a job's preemption cost (duration and size of a save)."""
-    try:
-        lines = records_path(jobdir).read_text().splitlines()
-    except OSError:
-        return []
-    out: list[CheckpointRecord] = []
-    for line in lines:
-        try:
-            out.append(CheckpointRecord(**json.loads(line)))
-        except (ValueError, TypeError):
-            continue  # a line torn by a kill during append
-    return out
+    return _read_lines(records_path(jobdir), CheckpointRecord)
 
 
 @dataclass(frozen=True)
@@ -306,23 +322,13 @@ def runs_path(jobdir: Path) -> Path:
 
 def append_run(jobdir: Path, record: RunRecord) -> None:
     """Append one line (no fsync: a lost last line only delays what it reports)."""
-    fd = os.open(runs_path(jobdir), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "a") as f:
-        f.write(json.dumps(asdict(record)) + "\n")
+    _append_line(runs_path(jobdir), record, fsync=False)
 
 
 def read_runs(jobdir: Path) -> dict[int, RunRecord]:
     """The latest record of each run, by restart count; {} when none. Torn lines are skipped."""
-    try:
-        lines = runs_path(jobdir).read_text().splitlines()
-    except OSError:
-        return {}
     out: dict[int, RunRecord] = {}
-    for line in lines:
-        try:
-            r = RunRecord(**json.loads(line))
-        except (ValueError, TypeError):
-            continue
+    for r in _read_lines(runs_path(jobdir), RunRecord):
         if r.steps > 0 and r.median_step_s > 0:
             out[r.restart_count] = r  # later lines of a run cover more steps
     return out
@@ -451,24 +457,12 @@ class SliceRecord:
 
 def append_slice(jobdir: Path, record: SliceRecord) -> None:
     """Append one line (no fsync: a lost line only hides one slice from the statistics)."""
-    fd = os.open(jobdir / SLICE_RECORDS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "a") as f:
-        f.write(json.dumps(asdict(record)) + "\n")
+    _append_line(jobdir / SLICE_RECORDS, record, fsync=False)
 
 
 def read_slices(jobdir: Path) -> list[SliceRecord]:
     """Every suspension recorded by the job, oldest first; torn lines are skipped."""
-    try:
-        lines = (jobdir / SLICE_RECORDS).read_text().splitlines()
-    except OSError:
-        return []
-    out: list[SliceRecord] = []
-    for line in lines:
-        try:
-            out.append(SliceRecord(**json.loads(line)))
-        except (ValueError, TypeError):
-            continue
-    return out
+    return _read_lines(jobdir / SLICE_RECORDS, SliceRecord)
 
 
 @dataclass(frozen=True)
