@@ -37,7 +37,6 @@ SPEC_COLUMNS = ("num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_
 _REQUIRED = SPEC_COLUMNS[:3]
 # Keys of the YAML forms; anything else is a typo (e.g. 'switchs') and an error.
 _EXPLICIT_KEYS = ("switches", "gpus_per_node", "cpus_per_node", "mem_gb_per_node")
-_SWITCH_KEYS = ("name", "nodes")
 _NODE_KEYS = ("name", "gpus", "cpus", "mem_gb")
 
 
@@ -51,22 +50,25 @@ def load_cluster(path: str | Path) -> Cluster:
     return _load_csv(p)
 
 
-def _int_field(p: Path, where: str, key: str, value: Any, minimum: int) -> int:
+def _int_field(p: Path, line: str | None, key: str, value: Any, minimum: int) -> int:
+    """A whole number. ``line``: the CSV line, for the CSV inputs' format (``FILE:LINE: key must ...``);
+    None for YAML, whose errors take teiresias/yamlconf.py's (``FILE: dotted.key: must ...``)."""
     try:
         n = int(str(value).strip())
     except (TypeError, ValueError):
-        raise ConfigError(f"{p}:{where}: {key} must be an integer, got {value!r}") from None
-    if n < minimum:
-        raise ConfigError(f"{p}:{where}: {key} must be >= {minimum}, got {n}")
-    return n
+        problem = f"must be an integer, got {value!r}"
+    else:
+        if n >= minimum:
+            return n
+        problem = f"must be >= {minimum}, got {n}"
+    raise ConfigError(f"{p}: {key}: {problem}" if line is None else f"{p}:{line}: {key} {problem}")
 
 
-def _from_counts(p: Path, where: str, row: dict[str, Any]) -> Cluster:
+def _from_counts(p: Path, where: str | None, row: dict[str, Any]) -> Cluster:
     missing = [k for k in _REQUIRED if row.get(k) in (None, "")]
     if missing:
-        raise ConfigError(
-            f"{p}:{where}: missing {', '.join(missing)}; a cluster spec needs {', '.join(SPEC_COLUMNS)}"
-        )
+        at = f"{p}:" if where is None else f"{p}:{where}:"
+        raise ConfigError(f"{at} missing {', '.join(missing)}; a cluster spec needs {', '.join(SPEC_COLUMNS)}")
     return Cluster.from_tiresias_spec(
         _int_field(p, where, "num_switch", row["num_switch"], 1),
         _int_field(p, where, "num_node_p_switch", row["num_node_p_switch"], 1),
@@ -101,41 +103,32 @@ def _load_yaml(p: Path) -> Cluster:
         doc = doc["cluster"]  # allow nesting inside a larger config file
     yamlconf.check_keys(p, doc, (*_EXPLICIT_KEYS, *SPEC_COLUMNS))
     if "switches" not in doc:
-        return _from_counts(p, "cluster", doc)
+        return _from_counts(p, None, doc)
     mixed = [k for k in SPEC_COLUMNS if k in doc]
     if mixed:
         raise ConfigError(f"{p}: {', '.join(mixed)} belong to the counts form; with 'switches:' "
                           f"use {', '.join(_EXPLICIT_KEYS[1:])}")
     default_gpus = doc.get("gpus_per_node")
     nodes: list[Node] = []
-    switches = doc["switches"]
-    if not isinstance(switches, list) or not switches:
+    # The one switches parser (teiresias/domain/topology.py): the controller's
+    # topology.switches reads the same list (or {switch: [nodes]}) form.
+    topology, entries = yamlconf.switches(p, "switches", doc["switches"])
+    if not topology.switches:
         raise ConfigError(f"{p}: 'switches' must be a non-empty list of {{name, nodes}}")
-    for si, sw in enumerate(switches):
-        if isinstance(sw, dict):
-            yamlconf.check_keys(p, sw, _SWITCH_KEYS, f"switches[{si}]")
-        if not isinstance(sw, dict) or "nodes" not in sw:
-            raise ConfigError(f"{p}: switches[{si}] needs 'nodes' (a list of node names or {{name, gpus}})")
-        sname = str(sw.get("name", f"s{si}"))
-        if not isinstance(sw["nodes"] or [], list):
-            # A bare string would otherwise be read one character per node.
-            raise ConfigError(f"{p}: switches[{si}].nodes must be a list of node names or {{name, gpus}}, "
-                              f"got {sw['nodes']!r}")
-        for ni, nd in enumerate(sw["nodes"] or []):
+    for si, ((sname, names), raw) in enumerate(zip(topology.switches, entries)):
+        for ni, (name, nd) in enumerate(zip(names, raw)):
             where = f"switches[{si}].nodes[{ni}]"
             if isinstance(nd, dict):
                 yamlconf.check_keys(p, nd, _NODE_KEYS, where)
-                name, gpus = nd.get("name"), nd.get("gpus", default_gpus)
+                gpus = nd.get("gpus", default_gpus)
                 cpus, mem = nd.get("cpus", doc.get("cpus_per_node", 0)), nd.get("mem_gb", doc.get("mem_gb_per_node", 0))
             else:
-                name, gpus = nd, default_gpus
+                gpus = default_gpus
                 cpus, mem = doc.get("cpus_per_node", 0), doc.get("mem_gb_per_node", 0)
-            if not name:
-                raise ConfigError(f"{p}:{where}: node needs a name")
             if gpus is None:
-                raise ConfigError(f"{p}:{where}: no GPU count; give 'gpus' or a top-level gpus_per_node")
-            g = _int_field(p, where, "gpus", gpus, 1)
-            nodes.append(Node(str(name), sname, g, _int_field(p, where, "cpus", cpus or 0, 0), float(mem or 0)))
+                raise ConfigError(f"{p}: {where}: no GPU count; give 'gpus' or a top-level gpus_per_node")
+            g = _int_field(p, None, f"{where}.gpus", gpus, 1)
+            nodes.append(Node(name, sname, g, _int_field(p, None, f"{where}.cpus", cpus or 0, 0), float(mem or 0)))
     try:
         return Cluster(tuple(nodes))
     except ValueError as exc:

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from teiresias.domain.topology import Topology
 from teiresias.errors import ConfigError, TeiresiasError
 
 
@@ -111,6 +112,51 @@ def number(source: str | Path, key: str, value: Any, *, minimum: float | None = 
     if maximum is not None and value > maximum:
         raise ConfigError(f"{source}: {key}: must be <= {float(maximum)}, got {value!r}")
     return float(value)
+
+
+def switches(source: str | Path, key: str, value: Any) -> tuple[Topology, list[list[Any]]]:
+    """A ``switches`` section, in either form every topology file uses
+    (teiresias/domain/topology.py): ``{switch: [node, ...]}``, or
+    ``[{name: switch, nodes: [node, ...]}, ...]`` (a list item without a name is
+    ``s<index>``). A node is a name, or a mapping with a ``name`` whose other
+    keys the caller checks; the second value holds each switch's raw node
+    entries in order for that. Errors name ``key`` in the one format above."""
+    if isinstance(value, Mapping):
+        items = [(str(name), nodes, f"{key}.{name}") for name, nodes in value.items()]
+    elif isinstance(value, list):
+        items = []
+        for i, sw in enumerate(value):
+            where = f"{key}[{i}]"
+            sw = mapping(source, where, sw, ("name", "nodes"))
+            if "nodes" not in sw:
+                raise ConfigError(f"{source}: {where}: needs 'nodes' (a list of node names)")
+            items.append((str(sw.get("name", f"s{i}")), sw["nodes"], f"{where}.nodes"))
+    else:
+        raise ConfigError(f"{source}: {key}: must map switch names to lists of node names, or list "
+                          f"{{name, nodes}}; got {_shown(value)}")
+    groups: dict[str, tuple[str, ...]] = {}
+    raw: list[list[Any]] = []
+    for name, nodes, where in items:
+        if isinstance(nodes, str) and isinstance(value, Mapping):
+            nodes = [nodes]  # {switch: node}: one node (the controller's form always took it)
+        elif nodes is None:
+            nodes = []
+        elif not isinstance(nodes, list):
+            raise ConfigError(f"{source}: {where}: must be a list of node names, got {_shown(nodes)}")
+        names = []
+        for j, nd in enumerate(nodes):
+            n = nd.get("name") if isinstance(nd, Mapping) else nd
+            if not isinstance(n, str) or not n:
+                raise ConfigError(f"{source}: {where}[{j}]: a node needs a name, got {_shown(nd)}")
+            names.append(n)
+        if name in groups:
+            raise ConfigError(f"{source}: {where}: switch {name} is listed twice")
+        groups[name] = tuple(names)
+        raw.append(list(nodes))
+    try:
+        return Topology.of(groups), raw
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {key}: {exc}; each node hangs off one switch") from None
 
 
 def _shown(value: Any) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from teiresias import yamlconf
 from teiresias.cells.model import CellChain, CellLevel, CellType, TopCellSpec, Topology
 from teiresias.domain import Cluster
+from teiresias.domain import topology as network
 from teiresias.errors import ConfigError
 
 _TYPE_KEYS = {"child", "count", "node"}
@@ -62,6 +63,12 @@ class CellsConfig:
 
     def topology(self) -> Topology:
         return Topology.build(dict(self.chains), list(self.tops))
+
+    def switches(self) -> network.Topology:
+        """The physical cells as the one topology description (teiresias/domain/topology.py):
+        each top-level cell's nodes under one switch, named by the cell's ``name``, else
+        ``<type><index>`` (in HiveD's cell hierarchy a top-level cell is a rack or a switch's machines)."""
+        return network.Topology(tuple((t.name or f"{t.type_name}{i}", t.nodes) for i, t in enumerate(self.tops)))
 
     def vc_of_account(self, account: str) -> str | None:
         for vc in self.vcs:

@@ -189,7 +189,7 @@ def test_cluster_yaml_nodes_must_be_a_list(d):
     p = d / "bad.yaml"
     p.write_text("gpus_per_node: 4\nswitches:\n  - name: s0\n    nodes: n1\n")
     line = one_error_line(run("simulate", "-t", str(d / "t.csv"), "-c", str(p)))
-    assert "switches[0].nodes must be a list" in line
+    assert "switches[0].nodes: must be a list" in line  # yamlconf's one format: FILE: key: problem
 
 
 LOADERS = {
