@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from teiresias import yamlconf
-from teiresias.domain.topology import Topology
 from teiresias.errors import ConfigError
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
@@ -61,6 +60,11 @@ class PolicyConfig:
     # gandiva (docs/gandiva.md): its knobs as (name, value) pairs, given to GandivaParams
     # (slice, max_height, packing, pack_util, migration, defrag_threshold, grow_shrink, idle_period).
     gandiva: tuple[tuple[str, float | bool], ...] = ()
+    # gittins: seconds a preemption costs its job (checkpoint + restore; docs/policies.md); with
+    # ``policy.preempt_cost: measured`` the median measured on this site's preemptions
+    # (controller/history.py), ``preempt_cost`` (0, the paper's) until one is measured.
+    preempt_cost: float = 0.0
+    preempt_cost_measured: bool = False
 
 
 # policy.gandiva keys: True for switches, False for numbers (teiresias/policy/gandiva/params.py).
@@ -108,7 +112,7 @@ class ControllerConfig:
     # slurmrestd unix socket for backend restd (else $SLURMRESTD_SOCKET).
     slurmrestd_socket: Path | None = None
     # switch name -> Slurm node names; nodes not listed share the default switch.
-    topology: Topology = field(default_factory=Topology)
+    topology: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # HiveD virtual clusters (teiresias/cells, docs/cells.md); None: no VCs.
     cells: Path | None = None
     # Group that may read the state DB and audit log (files 0640, folders 0750);
@@ -121,7 +125,10 @@ class ControllerConfig:
     events_socket: Path | None = None
 
     def switch_of(self, node: str) -> str:
-        return self.topology.switch_of(node)
+        for switch, nodes in self.topology.items():
+            if node in nodes:
+                return switch
+        return "default"
 
     @property
     def profiles(self) -> Path:
@@ -141,7 +148,7 @@ def _manages(partitions: tuple[str, ...], partition: str) -> bool:
 _SCHEMA: dict[str, Any] = {
     "partitions": None,
     "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None, "last_queue": None,
-               "lease": None, "fairness_knob": None, "apps": None, "sharing": None,
+               "lease": None, "fairness_knob": None, "apps": None, "sharing": None, "preempt_cost": None,
                "gandiva": dict.fromkeys(GANDIVA_KEYS)},
     "placement": None,
     "packlimit": None,
@@ -296,9 +303,18 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         where = f"policy.gandiva.{key}"
         got = r.boolean(where, value) if GANDIVA_KEYS[key] else r.number(where, value, positive=False)
         gandiva.append((key, got))  # type: ignore[arg-type]  # a number is never None here
+    cost_raw = pol.get("preempt_cost", 0)
+    cost_measured = cost_raw == "measured"
+    if isinstance(cost_raw, str) and not cost_measured:
+        raise r.fail("policy.preempt_cost", f"must be seconds >= 0 or measured, got {cost_raw!r}")
+    cost = 0.0 if cost_measured else r.number("policy.preempt_cost", cost_raw, positive=False)
+    if (cost_measured or cost) and name != "gittins":
+        raise r.fail("policy.preempt_cost", f"weighs preemptions in gittins' index; policy {name} has none:"
+                     " set policy.name: gittins or drop the key")
     kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,  # type: ignore[arg-type]
                                 tuple(apps), queues_auto=queues_auto, sharing=sharing_path,
-                                gandiva=tuple(gandiva))
+                                gandiva=tuple(gandiva), preempt_cost=cost,  # type: ignore[arg-type]
+                                preempt_cost_measured=cost_measured)
 
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)
@@ -333,10 +349,19 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     if data.get("slurmrestd_socket") is not None:
         kw["slurmrestd_socket"] = _resolve(base, r.string("slurmrestd_socket", data["slurmrestd_socket"]))
 
-    # The one topology description (teiresias/domain/topology.py): {switch: [nodes]}, or
-    # cluster.yaml's list of {name, nodes}.
-    kw["topology"], _ = yamlconf.switches(path, "topology.switches",
-                                          (data.get("topology") or {}).get("switches") or {})
+    topo = (data.get("topology") or {}).get("switches") or {}
+    if not isinstance(topo, Mapping):
+        raise r.fail("topology.switches", "must map switch names to lists of Slurm node names")
+    switches: dict[str, tuple[str, ...]] = {}
+    seen: dict[str, str] = {}
+    for sw, nodes in topo.items():
+        names = r.strings(f"topology.switches.{sw}", nodes)
+        for n in names:
+            if n in seen:
+                raise r.fail(f"topology.switches.{sw}", f"node {n} is already under switch {seen[n]}")
+            seen[n] = str(sw)
+        switches[str(sw)] = names
+    kw["topology"] = switches
 
     if data.get("cells") is not None:
         cells_path = _resolve(base, r.string("cells", data["cells"]))

@@ -6,7 +6,10 @@ The policy's inputs that history changes (Tiresias §3.3.2 and §4.1):
   GPU-seconds of every job finished under this controller;
 - PACKLIMIT, refitted from the measured iteration time of runs by placement;
 - each model's skew, from its profiled run (profile placement);
-- xi, the measured slowdown of shared runs (sjf-bsbf, docs/sjf-bsbf.md §9).
+- xi, the measured slowdown of shared runs (sjf-bsbf, docs/sjf-bsbf.md §9);
+- with ``policy.preempt_cost: measured`` (gittins), the cost of a preemption
+  as this site's jobs pay it (``measured_preempt_cost``): the median over
+  the latest COST_WINDOW measurements is the policy's ``preempt_cost``.
 
 The policy is rebuilt only when one of these changed. Everything here reads
 the store and the hooks' files; the Controller only calls it in its order.
@@ -14,8 +17,10 @@ the store and the hooks' files; the Controller only calls it in its order.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,8 +36,8 @@ from slurm_plugin.controller.packlimit import (
     run_outcomes,
 )
 from slurm_plugin.controller.profiles import SkewBook
-from slurm_plugin.controller.state import JobRecord, StateStore
-from teiresias.jobfiles import read_runs
+from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from teiresias.jobfiles import read_records, read_runs, runs_path
 from teiresias.policy.base import SchedulingPolicy
 from teiresias.policy.sjf_bsbf.model import SharingModel
 
@@ -43,6 +48,10 @@ PolicyFactory = Callable[[ControllerConfig, Any], SchedulingPolicy]
 # Policies that read the GPU-time distribution (sjf-bsbf / sjf-ffs estimate job
 # lengths from it: there are no durations live).
 _SAMPLE_POLICIES = ("gittins", "sjf-bsbf", "sjf-ffs")
+# The preemption cost fed to the policy is the median of this many latest measurements,
+# kept in the state DB's meta table under this key (a JSON list, oldest first).
+COST_WINDOW = 50
+COSTS_META_KEY = "preempt_costs"
 
 
 def build_distribution(seed: Any, samples: list[float]) -> Any:
@@ -55,6 +64,40 @@ def build_distribution(seed: Any, samples: list[float]) -> Any:
 
         return ServiceDistribution(samples)
     return seed.extended(samples) if samples else seed
+
+
+def first_timed_step(jobdir: Path, restart: int) -> float | None:
+    """When run ``restart``'s first timed step began (wall clock), from the first line
+    the hooks wrote for it in runs.jsonl: its time less its steps x median step
+    time. None until the run has such a line."""
+    try:
+        lines = runs_path(jobdir).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            d = json.loads(line)
+            if int(d["restart_count"]) == restart and int(d["steps"]) > 0:
+                return float(d["time"]) - int(d["steps"]) * float(d["median_step_s"])
+        except (ValueError, TypeError, KeyError):
+            continue  # a line torn by a kill during an append
+    return None
+
+
+def measured_preempt_cost(jobdir: Path, restart: int, run_start: float) -> tuple[float, float] | None:
+    """What the preemption before run ``restart`` cost the job, in seconds, as
+    (checkpoint, restore): the save on our signal (checkpoints.jsonl, reason
+    "preempt", run ``restart`` - 1) and the time from run ``restart``'s start
+    (Slurm's StartTime) to its first timed step: process start, imports, the
+    checkpoint load and the hooks' few warm-up steps (docs/policies.md,
+    "Preemption cost"). None while either is unknown."""
+    saves = [c for c in read_records(jobdir) if c.restart_count == restart - 1 and c.reason == "preempt"]
+    if not saves:
+        return None
+    first = first_timed_step(jobdir, restart)
+    if first is None or first < run_start:
+        return None
+    return saves[-1].seconds, first - run_start
 
 
 class History:
@@ -80,6 +123,12 @@ class History:
         self.measured: dict[str, float] | None = None
         self.packlimit_fit: PackLimitFit | None = None
         self._runs_changed = True  # new run outcomes since the last PACKLIMIT fit
+        # Measured preemption costs in seconds, oldest first, and the (job, run) already measured.
+        self.costs: list[float] = []
+        if config.policy.preempt_cost_measured:
+            raw = store.get_meta(COSTS_META_KEY)
+            self.costs = [float(c) for c in json.loads(raw)] if raw else []
+        self._costed: set[tuple[int, int]] = set()
         self.gpus_per_node = 0
 
     @property
@@ -97,12 +146,15 @@ class History:
         if sharing_policy and self.measured is None:
             self.measured = self.store.measured_interference()
         measured = self.measured if sharing_policy and self.measured else {}
-        key = (count, packlimit.packlimit, tuple(sorted(measured.items())))
+        cost = self.preempt_cost()
+        key = (count, packlimit.packlimit, tuple(sorted(measured.items())), cost)
         if self._policy is None or key != self._policy_key:
             dist = build_distribution(self._seed, self.store.samples()) if self.uses_samples else None
             config = self.config
             if packlimit.source == "history":
                 config = replace(config, packlimit=packlimit.packlimit)
+            if cost is not None:
+                config = replace(config, policy=replace(config.policy, preempt_cost=cost))
             if self._policy is not None and metrics is not None and key[0] != (self._policy_key or key)[0]:
                 metrics.refits.inc()
             self._policy = self._factory(config, dist)
@@ -126,6 +178,49 @@ class History:
             self.audit.write(None, "packlimit", f"{old.packlimit:g} -> {fit.packlimit:g}", source=fit.source,
                              samples=fit.samples, misclassified=fit.misclassified)
         return fit
+
+    def preempt_cost(self) -> float | None:
+        """The measured preemption cost in force: the median of the latest COST_WINDOW
+        measurements, in whole seconds (one more measurement rarely rebuilds the
+        policy); None (the configured cost holds) when not asked for or none yet."""
+        if not self.config.policy.preempt_cost_measured or not self.costs:
+            return None
+        return float(round(statistics.median(self.costs[-COST_WINDOW:])))
+
+    def learn_costs(self, records: Iterable[JobRecord]) -> None:
+        """Each resumed run of a tsbatch job, once its hooks timed a step: the preemption
+        before it is measured (``measured_preempt_cost``), logged and audited
+        (``preempt-cost``). Only with ``policy.preempt_cost: measured``."""
+        if self.dry_run or not self.config.policy.preempt_cost_measured:
+            return
+        live = set()
+        for r in records:
+            live.add(r.job_id)
+            if r.phase is not Phase.RUNNING or not r.run_restart or r.run_start is None:
+                continue
+            key = (r.job_id, r.run_restart)
+            jd = r.files.job_dir(r.job_id)
+            if key in self._costed or jd is None:
+                continue
+            try:
+                got = measured_preempt_cost(jd, r.run_restart, r.run_start)
+            except OSError:
+                got = None
+            if got is None:
+                continue  # not timed yet: asked again next round
+            self._costed.add(key)
+            ckpt, restore = got
+            self.costs.append(round(ckpt + restore, 3))
+            del self.costs[:-COST_WINDOW]
+            with self.store.transaction():
+                self.store.set_meta(COSTS_META_KEY, json.dumps(self.costs))
+            log.info("[job %d] preemption measured: %.1f s (checkpoint %.1f s, restore %.1f s)", r.job_id,
+                     ckpt + restore, ckpt, restore)
+            self.audit.write(r.job_id, "preempt-cost", f"{ckpt + restore:.1f} s (checkpoint {ckpt:.1f} s,"
+                             f" restore {restore:.1f} s)", seconds=round(ckpt + restore, 3),
+                             ckpt_seconds=round(ckpt, 3), restore_seconds=round(restore, 3),
+                             restart_count=r.run_restart)
+        self._costed = {k for k in self._costed if k[0] in live}
 
     # ---------------------------------------------------------- per job
     def known_skew(self, r: JobRecord) -> bool:

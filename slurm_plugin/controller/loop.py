@@ -18,8 +18,9 @@ from typing import Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting, leases, sharing, slicing, usage
+from slurm_plugin.controller import leases, sharing, slicing
 from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.books import Books
 from slurm_plugin.controller.enact import Action, Enactor
 from slurm_plugin.controller.events import EventSocket, open_events
 from slurm_plugin.controller.explain import META_KEY as EXPLAIN_META_KEY
@@ -28,12 +29,7 @@ from slurm_plugin.controller.history import History, PolicyFactory
 from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import packlimit_json
 from slurm_plugin.controller.preemption import Preempter
-from slurm_plugin.controller.reconcile import (
-    Reconciled,
-    build_snapshot,
-    reconcile,
-    same_job,
-)
+from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
 from slurm_plugin.controller.slicing import Slicer
 from slurm_plugin.controller.starts import Starter
 from slurm_plugin.controller.startup import unreachable_line
@@ -44,9 +40,6 @@ from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import CarriesState, SchedulingPolicy, decide_round
 
 log = logging.getLogger("teiresias.controller")
-
-# Array tasks split off their meta record per round (one scontrol call each).
-SPLIT_PER_ROUND = 64
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:
@@ -120,8 +113,7 @@ class Controller:
         # Active records kept between rounds (the controller is the only writer of
         # the DB); dropped and reloaded after any failed round.
         self._records: dict[int, JobRecord] | None = None
-        self._usage_read: dict[int, float] = {}  # job -> when its usage files were last read
-        self._started_stamped: set[tuple[int, int]] = set()  # (job, run) whose "started" stage is written
+        self.books = Books(config, backend, store, audit, self.history, dry_run=dry_run)
         # Slurm's pokes (controller/events.py): opened by run() when events.socket is set.
         self.events: EventSocket | None = None
         # Prometheus metrics (controller/metrics.py), set by `controller run` when served.
@@ -156,7 +148,8 @@ class Controller:
         enactor = Enactor(self.config, self.backend, self.store, self.audit, self.dry_run)
         records = self._records if self._records is not None else self.store.jobs()
         self._records = None  # until this round has completed
-        self._refresh_usage(records, now)
+        self.books.refresh_usage(records, now)
+        self.preempter.forget(records)
         managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
         enactor.targets = {j: sj.target for j, sj in managed.items()}
         if any(a.ok for a in enactor.recover(records, managed, now)) and polled:
@@ -168,9 +161,10 @@ class Controller:
             enactor.targets = {j: sj.target for j, sj in managed.items()}
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now, backoff=self.starter.waits())
         self.starter.observe(rec, slurm_nodes)
-        self._archive_reused_ids(rec)
-        self._stamp_timeline(rec)
+        self.books.archive_reused_ids(rec)
+        self.books.stamp_timeline(rec)
         self.history.gpus_per_node = max((n.gpus for n in rec.snapshot.cluster.nodes), default=0)
+        self.history.learn_costs(rec.records.values())
         if any([self.history.known_skew(rec.records[j]) for j in rec.created]):
             # A model profiled before: profile placement can use its skew in this very round.
             rec.snapshot = build_snapshot(rec.snapshot.cluster, rec, slurm_nodes, now)
@@ -196,7 +190,7 @@ class Controller:
             if themis and not self.dry_run:
                 themis_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
         t3 = time.perf_counter()
-        notes = self._bookkeep(rec, plan, now)
+        notes = self.books.bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
         # Everything the round changed in one transaction; unchanged rows are skipped.
         with self.store.transaction():
@@ -231,109 +225,6 @@ class Controller:
                                         for v in vc_rows(plan)], getattr(plan, "migrate", {}))
         return result
 
-    def _stamp_timeline(self, rec: Reconciled) -> None:
-        """The timeline stages Slurm's own times give (audit.STAGES): submitted, started, finished."""
-        for job_id in rec.created:
-            self.audit.stage(job_id, "submitted", rec.records[job_id].submit_time, 0)
-        for job_id, seg in rec.segments:  # runs that began and ended between two rounds
-            if (job_id, seg.restart_count) not in self._started_stamped:
-                self._started_stamped.add((job_id, seg.restart_count))
-                self.audit.stage(job_id, "started", seg.start, seg.restart_count)
-        for job_id, r in rec.records.items():
-            if r.run_start is not None and r.run_restart is not None and \
-                    (job_id, r.run_restart) not in self._started_stamped:
-                self._started_stamped.add((job_id, r.run_restart))
-                self.audit.stage(job_id, "started", r.run_start, r.run_restart)
-        for job_id in rec.finished:
-            r = rec.records[job_id]
-            sj = rec.slurm.get(job_id)
-            if (job_id, r.restart_count) not in self._started_stamped and sj is not None and sj.start_time:
-                # A run that began and ended between two rounds, never seen running.
-                self.audit.stage(job_id, "started", sj.start_time, r.restart_count)
-            self._started_stamped = {k for k in self._started_stamped if k[0] != job_id}
-            if r.end_time is not None:
-                self.audit.stage(job_id, "finished", r.end_time, r.restart_count, state=r.final_state)
-
-    def _archive_reused_ids(self, rec: Reconciled) -> None:
-        """A job id seen before belongs to another job now (new or reset cluster):
-        the old record is closed and archived whole, the new job gets a fresh one."""
-        for job_id in [*rec.replaced, *(j for j in rec.created if j not in rec.replaced)]:
-            old = rec.replaced.get(job_id)
-            if self.dry_run:
-                continue
-            if old is None:
-                # Not among this cluster's active records: a finished one, or another cluster's.
-                old = self.store.job(job_id)
-                if old is None:
-                    continue
-            else:
-                with self.store.transaction():
-                    self.store.save_job(old, force=True)
-            self.store.archive_job(job_id)
-            sj = rec.slurm[job_id]
-            if (not old.cluster or old.cluster == self.store.cluster) and same_job(old, sj):
-                # Slurm requeued a job whose record was closed (e.g. NODE_FAIL): history kept all the same.
-                why = (f"job {job_id} came back after its record was closed ({old.final_state}): fresh"
-                       " record; the closed one is archived")
-            else:
-                why = (f"job {job_id} is not the job recorded under that id (Slurm submitted it at"
-                       f" {sj.submit_time:.0f}, the record's job at {old.submit_time:.0f}"
-                       f"{', cluster ' + repr(old.cluster) if old.cluster else ''}): fresh record; the old one"
-                       f" ({old.final_state or old.phase.value}) is archived")
-            log.warning("[job %d] %s", job_id, why)
-            self.audit.write(job_id, "replaced", why, old_submit_time=old.submit_time, old_cluster=old.cluster)
-
-    def _bookkeep(self, rec: Reconciled, plan: Plan, now: float) -> list[str]:
-        """Persist what reconcile observed and what the plan decided about queues."""
-        notes: list[str] = []
-        for job_id, note in rec.notes:
-            notes.append(f"job {job_id}: {note}")
-            log.info("[job %d] %s", job_id, note)
-        for job_id in rec.vanished:
-            notes.append(f"job {job_id}: vanished from Slurm between two rounds; record closed")
-            log.warning("[job %d] vanished from Slurm between two rounds; record closed", job_id)
-            self.audit.write(job_id, "vanished", "Slurm no longer knows the job")
-        promoted = set(plan.promote)
-        rank = {j: i for i, j in enumerate(plan.order)}
-        for job_id, r in rec.records.items():
-            if job_id in promoted:
-                # Tiresias §3.2.3: t_J and delta_J restart from 0.
-                r.promo_time = now
-                r.promo_executed = accounting.total_executed(r, now)
-                self.audit.write(job_id, "promote", "waited >= PROMOTEKNOB x executed time; back to Q1")
-            q = plan.queues.get(job_id)  # type: ignore[call-overload]
-            if q is not None and q != r.queue:
-                # attained_gpu_seconds means all GPU-time received, as in every other record;
-                # what the thresholds compared (since the last promotion) is queue_service_gpu_seconds.
-                self.audit.write(job_id, "queue", f"Q{r.queue + 1} -> Q{q + 1}",
-                                 attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
-                                 queue_service_gpu_seconds=round(accounting.attained_service(r, now), 1))
-                r.queue = q
-            r.rank = rank.get(job_id)  # type: ignore[call-overload]
-            if job_id in plan.index:
-                r.gittins = float(plan.index[job_id])  # type: ignore[index]
-            if r.active:
-                r.reason = rec.not_waiting.get(job_id) or (
-                    plan.reasons.get(job_id, "") if r.phase is Phase.PENDING else "")  # type: ignore[call-overload]
-        for job_id in rec.finished:
-            r = rec.records[job_id]
-            gpu_s = accounting.attained_gpu_seconds(r, now)
-            self.history.learn_finished(r, gpu_s)
-            jct = (r.end_time or now) - r.submit_time
-            self.audit.write(job_id, "finished", r.final_state or "", jct=round(jct, 3),
-                             attained_gpu_seconds=round(gpu_s, 1),
-                             queueing_delay=round(max(0.0, jct - accounting.total_executed(r, r.end_time or now)), 3))
-        # Runs that ended since the last round (finished, requeued by themselves or by Slurm).
-        for job_id in dict.fromkeys([*(j for j, _ in rec.segments), *rec.finished]):
-            self.history.record_runs(rec.records[job_id])
-        with self.store.transaction():
-            for job_id, seg in rec.segments:
-                self.store.add_segment(job_id, seg.restart_count, seg.start, seg.end, seg.source)
-            # Finished and vanished jobs now: their end must not wait for the enactment.
-            for job_id in (*rec.finished, *rec.vanished):
-                self.store.save_job(rec.records[job_id])
-        return notes
-
     def _enact(self, enactor: Enactor, rec: Reconciled, plan: Plan, now: float) -> None:
         """The plan's actions in their order; each step's requeues free GPUs for the next."""
         starting = set(plan.start)
@@ -343,7 +234,7 @@ class Controller:
                 enactor.hold(rec.records[job_id], why, now)
                 if job_id in rec.start_failed:
                     self.starter.back_off(rec.records[job_id], why, now)
-        self._split_arrays(rec.to_split, rec.unheld_arrays)
+        self.books.split_arrays(rec.to_split, rec.unheld_arrays)
         # 2. Preemptions the plan asks for. 3. Those in progress: requeue on Ack or grace over.
         free = rec.snapshot.free_gpus()
         moves = plan
@@ -365,41 +256,6 @@ class Controller:
         """A run ended by our requeue: learn from it (its profile, its iteration times)."""
         self.history.learn_skew(r)
         self.history.record_runs(r)
-
-    def _refresh_usage(self, records: dict[int, JobRecord], now: float) -> None:
-        """Measured use of running tsbatch jobs (controller/usage.py), read before
-        reconcile so this round's Snapshot carries it; at most every READ_EVERY_S per job."""
-        for r in records.values():
-            if r.phase in (Phase.RUNNING, Phase.PREEMPTING) and \
-                    now - self._usage_read.get(r.job_id, 0.0) >= usage.READ_EVERY_S:
-                self._usage_read[r.job_id] = now
-                usage.set_usage(r, usage.read_for(r))
-        self._usage_read = {j: t for j, t in self._usage_read.items() if j in records}
-        self.preempter.forget(records)
-
-    def _split_arrays(self, tasks: list[str], unheld: list[int]) -> None:
-        """Split array tasks off their meta record (marking each as held by us), so
-        each task is a job of its own: held, ranked, started and preempted alone.
-        A meta record found without a hold (no job_submit.lua) is held whole first."""
-        if self.dry_run or not tasks:
-            return
-        for array in unheld:
-            try:
-                self.backend.hold(array)  # the plain id: every task not split off yet
-            except SlurmUnreachable:
-                raise
-            except SlurmError as exc:
-                log.warning("[job %d] array pending without a hold, not held: %s", array, exc)
-        for spec in tasks[:SPLIT_PER_ROUND]:
-            try:
-                self.backend.set_hold_mark(spec, True)
-            except SlurmUnreachable:
-                raise
-            except SlurmError as exc:
-                log.warning("[job %s] array task not split off: %s; tried again next round", spec, exc)
-                continue
-            log.info("[job %s] array task split off its array; held for the controller", spec)
-            self.audit.write(None, "array-split", spec)
 
     # ---------------------------------------------------------------- loop
     def run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None = None,
@@ -491,6 +347,7 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
     params = PolicyParams(queues=fitted_queues(config, distribution), promote_knob=config.policy.promote_knob,
                           last_queue=config.policy.last_queue, distribution=distribution, placement=config.placement,
                           lease=config.policy.lease, fairness_knob=config.policy.fairness_knob,
+                          preempt_cost=config.policy.preempt_cost,
                           sharing=load_sharing_model(config.policy.sharing) if config.policy.sharing else None,
                           gandiva=gandiva_params(config),
                           **({"packlimit": config.packlimit} if config.packlimit is not None else {}))

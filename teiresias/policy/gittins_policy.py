@@ -107,7 +107,7 @@ class GittinsPolicy:
               and by_id[k[-1]].state is JobState.RUNNING and by_id[k[-1]].num_gpus > 0]
         if at:
             held = [by_id[keyed[i][0][-1]] for i in at]
-            attained = [j.num_gpus * j.executed_time for j in held]
+            attained = [j.attained_service for j in held]
             for i, j, a, nxt in zip(at, held, attained, dist.residual_changes_at(attained, self.last_queue_points)):
                 keyed[i] = (keyed[i][0], now + (float(nxt) - a) / j.num_gpus)
         return keyed

@@ -113,7 +113,7 @@ def mlfq_keys(
             if q >= last:
                 until = inf
             else:
-                until = now + (thresholds[q] - j.num_gpus * j.executed_time) / j.num_gpus
+                until = now + (thresholds[q] - j.attained_service) / j.num_gpus
         out.append((t[:-1], until))
     return out
 
@@ -146,7 +146,7 @@ def _keyed(
     t0 = thresholds[0] if single else 0.0
     for j in jobs:
         jid = j.job_id
-        attained = j.num_gpus * j.executed_time
+        attained = j.attained_service  # W_J x t_J (teiresias.domain.service)
         # K = 2 (the paper's default) needs no binary search.
         q = (1 if attained >= t0 else 0) if single else bisect_right(thresholds, attained)
         if (
@@ -226,7 +226,7 @@ def mlfq_quiet_until(jobs: Sequence[Job], thresholds: Sequence[float], promote_k
             g = j.num_gpus
             if g <= 0:
                 continue
-            attained = g * j.executed_time
+            attained = j.attained_service
             q = bisect.bisect_right(thresholds, attained)
             if q < last:
                 soonest = min(soonest, now + (thresholds[q] - attained) / g)

@@ -130,7 +130,9 @@ class InMemorySlurm(SlurmBackend):
         sj = self._act("hold", job_id)
         if sj.state != "PENDING":
             raise SlurmError(f"scontrol hold {job_id}: Job is no longer pending execution")
-        self._jobs[sj.job_id] = replace(sj, held=True, priority=0, state_reason="JobHeldUser")
+        # The controller's hold is marked as its own (the CLI backend marks, then holds).
+        self._jobs[sj.job_id] = replace(sj, held=True, priority=0, state_reason="JobHeldUser",
+                                        admin_comment=_marked(sj.admin_comment, True))
         self._done("hold")
 
     def release(self, job_id: int) -> None:
@@ -167,6 +169,7 @@ class InMemorySlurm(SlurmBackend):
         self._jobs[sj.job_id] = replace(
             sj, state="PENDING", state_reason="JobHeldUser" if hold else "BeginTime", held=hold,
             priority=0 if hold else sj.priority, restart_count=sj.restart_count + 1, nodes=(),
+            admin_comment=_marked(sj.admin_comment, True) if hold else sj.admin_comment,
             submit_time=self.clock, eligible_time=self.clock + REQUEUE_BEGIN_DELAY_S, end_time=self.clock)
         self._done("requeue")
 
@@ -182,6 +185,10 @@ class InMemorySlurm(SlurmBackend):
 
     def set_hold_mark(self, job_id: int | str, on: bool) -> None:
         sj = self._act("set_hold_mark", job_id)
-        marks = [m for m in sj.admin_comment.split(";") if m and m != HOLD_MARK]
-        self._jobs[sj.job_id] = replace(sj, admin_comment=";".join([*marks, *([HOLD_MARK] if on else [])]))
+        self._jobs[sj.job_id] = replace(sj, admin_comment=_marked(sj.admin_comment, on))
         self._done("set_hold_mark")
+
+
+def _marked(admin_comment: str, on: bool) -> str:
+    marks = [m for m in admin_comment.split(";") if m and m != HOLD_MARK]
+    return ";".join([*marks, *([HOLD_MARK] if on else [])])
