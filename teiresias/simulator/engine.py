@@ -46,6 +46,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Sequence
 
 from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
@@ -203,6 +204,28 @@ class Simulator:
         self._wake_at = wake_at_of(policy)
         self._wake = math.inf
         self._mech = Mechanisms(self, self._wake_at is not None)
+        self._watch: Callable[[float], float] | None = None
+        self._t_watch = math.inf
+        self._stopped = 0
+
+    def watch(self, watcher: Callable[[float], float]) -> None:
+        """Call ``watcher(now)`` after every event; it returns when to be called next at the
+        latest (inf: at the next event) and may end jobs early with ``stop_job``: a search
+        that early-stops its trials on their progress (benchmarks/bench_gandiva.py)."""
+        self._watch = watcher
+
+    def work_done(self, job_id: JobId) -> float | None:
+        """Consolidated seconds of work an unfinished job has done by now; None once it ended."""
+        j = self._active.get(job_id)
+        return None if j is None else j.total_executed_time
+
+    def stop_job(self, job_id: JobId, now: float) -> None:
+        """End an unfinished job now, as its owner cancelling it (it counts the work it did)."""
+        j = self._active.get(job_id)
+        if j is None:
+            raise SimulationError(f"job {job_id} cannot be stopped: it is not submitted or already ended")
+        self._complete(j, now, stopped=True)
+        self._stopped += 1
 
     def error(self, message: str) -> SimulationError:
         """The error for a plan the engine cannot enact (for teiresias.simulator.gandiva)."""
@@ -327,18 +350,26 @@ class Simulator:
             self._punkeyed.add(j.job_id)
         self._pending_gpus += j.num_gpus
 
-    def _complete(self, j: SimJob, now: float) -> None:
-        if self._mech.active:
-            assert j.placement is not None
-            self._mech.touch(j.placement, now)
-        if not self._leave_pair(j, now) and not self._mech.leave_group(j, now):
-            self._stop(j, now)
+    def _complete(self, j: SimJob, now: float, stopped: bool = False) -> None:
+        """Retire a job: its work is done, or (``stopped``) its owner ends it early (``stop_job``)."""
+        if j.job_id in self._pending:
+            del self._pending[j.job_id]  # stopped before it ever ran again
+            self._drop_pending_key(j.job_id)
+            self._pending_gpus -= j.num_gpus
+            j.settle()
+        else:
+            if self._mech.active:
+                assert j.placement is not None
+                self._mech.touch(j.placement, now)
+            if not self._leave_pair(j, now) and not self._mech.leave_group(j, now):
+                self._stop(j, now)
         self._mech.demand(now, -j.trace.num_gpus)
         if j.feedback_at is None:
             j.feedback_at = now
         self._last_progress = now
+        work = j.trace.duration - j.work_left if stopped else j.trace.duration
         j.work_left = 0.0
-        j.total_executed_time = j.trace.duration  # exact, whatever the float residue
+        j.total_executed_time = work  # exact, whatever the float residue
         del self._active[j.job_id]
         self._queues.pop(j.job_id, None)
         start = j.first_start_time if j.first_start_time is not None else now
@@ -358,7 +389,7 @@ class Simulator:
                 slowed=j.slowed,
                 nodes=j.nodes,
                 app=app_of(j),
-                work=j.trace.duration,
+                work=work,
                 feedback=j.feedback_at - j.submit_time,
                 slices=j.slices,
                 migrations=j.migrations,
@@ -732,7 +763,8 @@ class Simulator:
                             k = math.ceil((quiet - _QUIET_MARGIN - self.t0) / interval - 1e-9)
                             t_tick = max(t_tick, self.t0 + k * interval)
                 t_wake = self._wake if self._wake > now else math.inf
-                t = min(t_arr, t_end, t_tick, t_wake)
+                t_watch = self._t_watch if self._t_watch > now else math.inf
+                t = min(t_arr, t_end, t_tick, t_wake, t_watch)
                 if t == math.inf:
                     raise SimulationError(
                         f"policy {self.policy.name} leaves {len(self._pending)} job(s) pending on an idle "
@@ -777,6 +809,19 @@ class Simulator:
                             break
                         started = self._round(now) or started
                     self._check_progress(now, started, ai >= n)
+                if self._watch is not None:
+                    # After the round, so it sees the jobs' new speeds; what it stops frees GPUs.
+                    self._stopped = 0
+                    self._t_watch = self._watch(now)
+                    if self._stopped:
+                        self._base_at = None
+                        if bar is not None:
+                            bar.update(self._stopped)
+                        self._round(now)
+                        for _ in range(8):
+                            if self._wake > now:
+                                break
+                            self._round(now)
         finally:
             if bar is not None:
                 bar.close()

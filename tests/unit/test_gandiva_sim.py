@@ -132,3 +132,25 @@ def test_simulate_cli_gandiva_knobs_and_new_metrics_for_every_policy(tmp_path) -
     assert bad.exit_code == 2 and "add gandiva to --policy" in bad.output
     bad = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", str(spec), "-p", "gandiva", "--slice", "0"])
     assert bad.exit_code == 2 and "slice 0.0 must be a positive number of seconds" in bad.output
+
+
+def test_a_watcher_stops_jobs_early_and_their_work_is_what_they_did() -> None:
+    """Simulator.watch / stop_job: what the successive-halving search of bench_gandiva.py uses."""
+    from teiresias.domain import JobId
+
+    trace = [TraceJob(i, 1, 0.0, 1000.0, "lstm") for i in range(2)]
+    sim = Simulator(trace, one_gpu(), build_policy("fifo"), SimulationOptions(progress=False))
+    seen: list[float] = []
+
+    def watcher(now: float) -> float:
+        seen.append(now)
+        if now >= 250.0 and sim.work_done(JobId(0)) is not None:
+            sim.stop_job(JobId(0), now)  # job 1 takes the GPU at once
+        return 250.0 if now < 250.0 else float("inf")
+
+    sim.watch(watcher)
+    r = sim.run()
+    assert ends(r) == pytest.approx({0: 250.0, 1: 1250.0})
+    assert {rec.job_id: rec.work for rec in r.records} == pytest.approx({0: 250.0, 1: 1000.0})
+    # Called after every event (the arrivals, a tick while job 1 waits), at 250 s as asked, at the end.
+    assert seen == [0.0, 60.0, 250.0, 1250.0]
