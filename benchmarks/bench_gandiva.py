@@ -88,8 +88,10 @@ def run(trace: list[TraceJob], cluster: Cluster, policy: str, feedback: float,
         gandiva: GandivaParams | None = None, placement: str = "consolidate",
         worst_first: list[int] | None = None) -> SimulationResult:
     params = PolicyParams(placement=placement, gandiva=gandiva)
-    opt = SimulationOptions(slowdown=SLOWDOWN, progress=False, feedback=feedback, migration_cost=10.0,
-                            preempt_overhead=10.0, record_timeline=False)
+    # Costs measured live (docs/benchmarks.md "Gandiva live costs"): a checkpoint/requeue switch
+    # 4.6 s (every preemption), a migration or resize 6.9 s (the engine's default).
+    opt = SimulationOptions(slowdown=SLOWDOWN, progress=False, feedback=feedback, preempt_overhead=4.6,
+                            record_timeline=False)
     sim = Simulator(trace, cluster, build_policy(policy, params), opt)
     if worst_first is not None:
         sim.watch(Halving(sim, worst_first))
@@ -162,7 +164,7 @@ def part_philly(jobs: int, out: Path | None) -> None:
         lines += ["  vgg16: {skew: 0.743, slowdown: 1.64}"]
         (out / "slowdown.yaml").write_text("\n".join(lines) + "\n")
         print(f"\nreproduce a row: teiresias simulate -t {out}/philly-table1.csv -c {out}/cluster.yaml "
-              f"--slowdown {out}/slowdown.yaml -p gandiva -P spread --migration-cost 10 -o 10 --feedback 600")
+              f"--slowdown {out}/slowdown.yaml -p gandiva -P spread -o 4.6 --feedback 600")
 
 
 def main() -> None:

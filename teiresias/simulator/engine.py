@@ -109,8 +109,8 @@ class SimulationOptions:
     # are unchanged; False only to measure what it saves (benchmarks/bench_simulator.py).
     keyed_rounds: bool = True
     # Gandiva (docs/gandiva.md, "Simulator"): seconds a migration or a resize costs the job
-    # (checkpoint and restart; None: preempt_overhead), and how much work (consolidated
-    # seconds) counts as a job's early feedback (Gandiva §4.1; the time-to-feedback metric).
+    # (checkpoint and restart; None: gandiva.MIGRATION_COST, 6.9 s measured live), and how much work
+    # (consolidated seconds) counts as a job's early feedback (Gandiva §4.1).
     migration_cost: float | None = None
     feedback: float = 600.0
 

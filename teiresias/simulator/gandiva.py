@@ -12,7 +12,7 @@ of the Gandiva state fields of Job (docs/policy-contract.md rule 6):
 - packed jobs all progress, each at ``SlowdownTable.pack_rate`` of the
   members' GPU utilisations (etc/slowdown.yaml);
 - a migration or a resize costs ``migration_cost`` seconds of held GPUs
-  before progress resumes (as a preemption's restore); after a resize the
+  before progress resumes (default: 6.9 s, measured live; docs/gandiva.md) (as a preemption's restore); after a resize the
   job progresses at new GPUs / asked GPUs of its speed (linear scaling,
   Gandiva §3.1 "Grow-Shrink").
 
@@ -30,6 +30,11 @@ from teiresias.domain import Colocation, JobId, JobState, JobUsage, Placement, P
 if TYPE_CHECKING:
     from teiresias.simulator.engine import Simulator
     from teiresias.simulator.simjob import SimJob
+
+
+# Seconds from a migration's checkpoint signal to the first step on the new node, measured on
+# the local cluster (benchmarks/bench_gandiva_live.py, docs/benchmarks.md "Gandiva live costs").
+MIGRATION_COST = 6.9
 
 
 class Mechanisms:
@@ -253,7 +258,7 @@ class Mechanisms:
     def _restart(self, j: SimJob, now: float) -> None:
         """Checkpoint and restart: the cost is paid holding the new GPUs, as a preemption's restore."""
         sim = self.sim
-        cost = sim.opt.migration_cost if sim.opt.migration_cost is not None else sim.opt.preempt_overhead
+        cost = sim.opt.migration_cost if sim.opt.migration_cost is not None else MIGRATION_COST
         j.restore_left += cost
         j.overhead += cost
         sim.overhead_total += cost
