@@ -8,12 +8,11 @@ from pathlib import Path
 
 import click
 
-from teiresias.config import ENV_PROFILE_STORE, profile_store_root
-from teiresias.errors import TeiresiasError
-from teiresias.jobfiles import DEFAULT_BASE, ENV_BASE, profile_dir
-
 from profiler.aggregate import Profile, aggregate_dir
 from profiler.store import ProfileStore
+from teiresias.config import profile_store_root
+from teiresias.errors import TeiresiasError
+from teiresias.jobfiles import DEFAULT_BASE, ENV_BASE, ENV_PROFILE_STORE, profile_dir
 
 ENV_STORE = ENV_PROFILE_STORE
 ENV_JOB_BASE = ENV_BASE

@@ -26,14 +26,12 @@ from typing import Any, Mapping
 
 from teiresias import yamlconf
 from teiresias.errors import ConfigError
+from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
 POLLS = ("json", "scontrol")
 DEFAULT_CONFIG = "etc/teiresias.yaml"
-ENV_CONFIG = "TEIRESIAS_CONFIG"
-# Overrides the config's profile store for tsbatch and `teiresias profile`.
-ENV_PROFILE_STORE = "TEIRESIAS_PROFILE_STORE"
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,11 @@ ENV_TRUST = "TEIRESIAS_TRUST_CHECKPOINT"  # "mod.Name,...": globals allowed beyo
 ENV_GRACE = "TEIRESIAS_TIMELIMIT_GRACE"  # seconds before the time limit for TIMELIMIT_SIGNAL
 ENV_TEST_PAUSE = "TEIRESIAS_TEST_PAUSE_IN_WRITE"  # tests only: pause inside the Nth write
 ENV_USAGE_EVERY = "TEIRESIAS_USAGE_EVERY"  # seconds between usage samples (default 5; 0: off)
+# Where tsbatch and `teiresias profile` find the controller's profile store
+# (teiresias/config.py profile_store_root): named here so that reading them
+# does not import the controller's configuration at tsbatch's start.
+ENV_CONFIG = "TEIRESIAS_CONFIG"  # the controller config file
+ENV_PROFILE_STORE = "TEIRESIAS_PROFILE_STORE"  # overrides the config's profile store
 ENV_ELASTIC = "TEIRESIAS_ELASTIC"  # "MIN-MAX" (tsbatch --elastic): GPU counts the job may run at
 
 CHECKPOINT_RECORDS = "checkpoints.jsonl"

@@ -21,15 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from teiresias.config import ENV_CONFIG, ENV_PROFILE_STORE, profile_store_root
+from profiler.env import ENV_ITERS, ENV_MAX_BYTES, ENV_SECONDS, ProfileWindow
 from teiresias.errors import ConfigError, TeiresiasError
+from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE
 
 ENV_STORE = ENV_PROFILE_STORE
 SITE_CONFIG = "/etc/teiresias.yaml"
-# Window settings a user may give at submit time (profiler.env's variables).
-ENV_SECONDS = "TEIRESIAS_PROFILE_SECONDS"
-ENV_ITERS = "TEIRESIAS_PROFILE_ITERS"
-ENV_MAX_BYTES = "TEIRESIAS_PROFILE_MAX_BYTES"
+# Window settings a user may give at submit time are profiler.env's variables
+# (ENV_SECONDS, ENV_ITERS, ENV_MAX_BYTES), imported above.
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,10 @@ def store_root(env: Mapping[str, str]) -> Path | None:
     config = env.get(ENV_CONFIG) or SITE_CONFIG
     if not env.get(ENV_STORE) and not os.access(config, os.R_OK):
         return None
+    # Imported here: the controller's configuration (and the policies it names)
+    # would add tens of milliseconds to every tsbatch start, profiled or not.
+    from teiresias.config import profile_store_root
+
     try:
         return profile_store_root(env, config=config)
     except TeiresiasError as exc:
@@ -79,8 +82,6 @@ def decide(explicit: bool | None, gpus: int, job_name: str, env: Mapping[str, st
 
 def window_from_env(env: Mapping[str, str]):
     """The profiling window, from the submitting environment (profiler.env defaults otherwise)."""
-    from profiler.env import ProfileWindow
-
     default = ProfileWindow()
     try:
         return ProfileWindow(
