@@ -15,7 +15,11 @@ Rows: each policy variant, at each preemption overhead (seconds charged when a
 preempted job resumes: checkpoint restore). ``gittins+lq`` is gittins with
 ``--last-queue gittins``; ``gittins+lq+c`` adds ``--preempt-cost`` equal to
 the overhead; ``+auto`` rows use queue thresholds fitted to the history
-(``--queues auto``) instead of ``--queues``.
+(``--queues auto``) instead of ``--queues``. ``/32`` and ``/64``: the last
+queue's index snapped to 32 or 64 quantiles instead of 16; ``c10``: the
+preemption cost priced at ten times the overhead (hysteresis); ``/q1800``: a
+30 min first queue. ``bound:`` rows are yardsticks, not policies: gittins
+given the trace's own GPU-times as its history, and continuous LAS.
 
     .venv/bin/python benchmarks/bench_quality.py                  # small: 2-core friendly (~4 s CPU)
     .venv/bin/python benchmarks/bench_quality.py --jobs 2000 --loads 1,2,4.5 --overheads 0,30,60
@@ -51,6 +55,18 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "gittins+auto": ("gittins", {"queues": "auto"}),
     "gittins+lq+auto": ("gittins", {"last_queue": "gittins", "queues": "auto"}),
     "gittins+lq+c+auto": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "queues": "auto"}),
+    # Levers tried against the load-4.5 gap, each on its own (docs/benchmarks.md, "Quality"):
+    # finer index resolution in the last queue (32 / 64 quantile points instead of 16) ...
+    "gittins+lq+c/32": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "last_queue_points": 32}),
+    "gittins+lq+c/64": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "last_queue_points": 64}),
+    # ... hysteresis: a preemption priced at ten times what it costs ...
+    "gittins+lq+c10": ("gittins", {"last_queue": "gittins", "preempt_cost": 10.0}),
+    # ... a finer first queue: half an hour instead of an hour.
+    "gittins+lq+c/q1800": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "queues": (1800.0,)}),
+    # Bounds, not policies: the index from the trace's OWN GPU-times (a perfect history),
+    # and continuous LAS (attained service re-ranked every round, no overhead model).
+    "bound:own-dist": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "history": "own"}),
+    "bound:las-cont": ("las", {"continuous": True}),
 }
 
 
@@ -67,7 +83,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=500)
     ap.add_argument("--loads", default="1,4", help="offered loads, comma-separated")
     ap.add_argument("--nodes", type=int, default=24, help="nodes of 8 GPUs [24: 192 GPUs]")
-    ap.add_argument("--policies", default=",".join(VARIANTS))
+    ap.add_argument("--policies", default=",".join(VARIANTS)[: ",".join(VARIANTS).index(",gittins+lq+c/32")],
+                    help="variants, comma-separated [the first ten]; all: " + ",".join(VARIANTS))
     ap.add_argument("--overheads", default="0,60", help="preemption overheads in seconds (non-oracle rows)")
     ap.add_argument("--queues", default="3600", help="MLFQ thresholds in GPU-seconds")
     ap.add_argument("--seed", type=int, default=0)
@@ -92,13 +109,24 @@ def main() -> None:
         base: dict[str, float] = {}
         for name in names:
             reg, over = VARIANTS[name]
-            for ovh in ([0.0] if reg in ("srsf", "fifo") else overheads):
-                knobs = {k: (ovh if k == "preempt_cost" else v) for k, v in over.items()}
-                knobs["queues"] = fitted if knobs.get("queues") == "auto" else queues
-                params = PolicyParams(distribution=ServiceDistribution(history), **knobs)
+            # Continuous LAS re-ranks every round: with an overhead it may never finish a restore.
+            for ovh in ([0.0] if reg in ("srsf", "fifo") or name == "bound:las-cont" else overheads):
+                knobs = dict(over)
+                if "preempt_cost" in knobs:
+                    # None: the replay's overhead; a number: that many times it.
+                    knobs["preempt_cost"] = ovh if knobs["preempt_cost"] is None else knobs["preempt_cost"] * ovh
+                q = knobs.get("queues", queues)
+                knobs["queues"] = fitted if q == "auto" else q
+                points = knobs.pop("last_queue_points", None)
+                own = knobs.pop("history", None) == "own"
+                dist = ServiceDistribution([j.num_gpus * j.duration for j in trace] if own else history)
+                params = PolicyParams(distribution=dist, **knobs)
+                policy = build_policy(reg, params)
+                if points is not None:
+                    policy.last_queue_points = points  # a GittinsPolicy constructor knob, no CLI flag
                 opt = SimulationOptions(interval=60.0, preempt_overhead=ovh, progress=False, record_timeline=False)
                 c = time.process_time()
-                res = Simulator(trace, cluster, build_policy(reg, params), opt).run()
+                res = Simulator(trace, cluster, policy, opt).run()
                 cpu = time.process_time() - c
                 s = res.summary
                 avg, tail = s.avg_jct, s.p95_jct
