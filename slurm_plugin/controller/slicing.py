@@ -193,6 +193,8 @@ class Slicer:
         for kind, moves in (("migrate", plan.migrate), ("resize", plan.resize)):
             for job_id, placement in moves.items():
                 r = rec.records[job_id]
+                if self.m(job_id).target is not None:
+                    continue  # already on its way (the policy still sees it where it was)
                 if kind == "resize":
                     kind_now = "grow" if placement.num_gpus > r.gpus else "shrink"
                 else:
@@ -207,7 +209,7 @@ class Slicer:
     def moving(self, plan: Plan) -> Plan:
         """The plan the Preempter runs for migrations and resizes: checkpoint and requeue them."""
         extra = tuple(j for j in (*plan.migrate, *plan.resize) if j not in plan.preempt)
-        reasons = {**plan.reasons, **{j: f"{self.members[j].target_kind}: {plan.notes.get(j, '')}".rstrip(": ")
+        reasons = {**plan.reasons, **{j: _prefixed(self.members[j].target_kind, plan.notes.get(j, ""))
                                      for j in extra if j in self.members}}
         return replace(plan, preempt=tuple(plan.preempt) + extra, reasons=reasons)
 
@@ -340,3 +342,10 @@ class Slicer:
     def _audit(self, job_id: int, action: str, why: str, **fields: Any) -> None:
         if not self.dry_run:
             self.audit.write(job_id, action, why, **fields)
+
+
+def _prefixed(kind: str, note: str) -> str:
+    """The audit reason of a move: the policy's note, said to be a move (once)."""
+    if not note:
+        return kind
+    return note if note.startswith(kind) else f"{kind}: {note}"

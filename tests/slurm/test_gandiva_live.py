@@ -114,3 +114,69 @@ def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cl
         assert slices and all(s.parked > 0 for s in slices), slices
         steps = [s.step for s in slices]
         assert steps == sorted(steps) and len(set(steps)) == len(steps), f"no progress between slices: {steps}"
+
+
+def spread_config() -> ClusterConfig:
+    base = test_cluster_config()
+    return ClusterConfig(dir=Path(f"{base.dir}-gandiva3"), nodes=3, gpus_per_node=2,
+                         port_base=base.port_base + 5, partitions=("gpu", "other"), job_submit_lua=LUA)
+
+
+@pytest.fixture(scope="module")
+def spread_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
+    cluster = LocalCluster(spread_config())
+    cluster.up()
+    try:
+        yield SlurmTestCluster(cluster)
+    finally:
+        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
+            cluster.down()
+
+
+def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster, tmp_path, reference):
+    """3 nodes x 2 GPUs. Jobs of the unmanaged partition hold node1:1, node2:1 and node3:2, so
+    the 2-GPU job can only run spread (node1 + node2). Gandiva never starts a job spread
+    (Algorithm 1 waits for a node), so it is started the way a job escapes any scheduler:
+    submitted held by its user (``-H``, the user's hold, not the controller's) and released
+    by the user; Slurm runs it spread and the controller manages it from then on. When
+    node3's job ends, the gandiva policy consolidates it (§4.2.2, Figure 8): checkpoint,
+    requeue held, start on node3, resume; it finishes with the uninterrupted run's
+    weights, bit for bit."""
+    c = spread_cluster
+    c.clean()
+    blockers = {n: c.submit("sleep 600", "-p", "other", f"--gres=gpu:{g}", "-w", n, "-c", "1", "-t", "10")
+                for n, g in (("node1", 1), ("node2", 1), ("node3", 2))}
+    for job in blockers.values():
+        c.wait_for(job, "RUNNING", timeout=30)
+    base = tmp_path / "ckpt"
+    batch = tmp_path / "spread.sh"
+    batch.write_text("#!/bin/bash\n#SBATCH -c 1\n#SBATCH -G 2\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+                     f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3\n"
+                     f"{PY} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n")
+    job = _submit(c, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/s.out", str(batch))
+    c.backend.release(job)
+    running = c.wait_for(job, "RUNNING", timeout=60)
+    assert sorted(running.nodes) == ["node1", "node2"]
+    ctl = ControllerProc(tmp_path, c, policy={
+        "name": "gandiva", "gandiva": {"max_height": 1, "packing": False, "migration": True,
+                                       "grow_shrink": False}}).start()
+    try:
+        poll("the spread job training", lambda: len(steps_in(tmp_path / "s.out")) >= 3, timeout=60)
+        c.backend.cancel(blockers["node3"])
+        moved = c.wait_for(job, "RUNNING", timeout=90, where=lambda j: j.restart_count >= 1)
+        assert moved.nodes == ("node3",)
+        c.wait_for(job, "COMPLETED", timeout=120)
+        (mig,) = ctl.audit(job, "migrate")
+        assert mig["to"] == ["node3"] and mig["gpus"] == 2 and "consolidates" in mig["reason"]
+        rows = json.loads(subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), "--json", "--all"],
+                                         capture_output=True, text=True, env=c.env, check=True).stdout)
+        assert next(r for r in rows if r["job_id"] == job)["migrations"] == 1
+    finally:
+        ctl.stop()
+        c.clean()
+    assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
+    got, want = torch.load(tmp_path / f"out.{job}.pt", weights_only=True), torch.load(reference, weights_only=True)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert "resumed from" in (tmp_path / "s.out").read_text()
