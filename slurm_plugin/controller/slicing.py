@@ -248,10 +248,10 @@ class Slicer:
 
     def restart_moved(self, enactor: Any, rec: Reconciled, now: float) -> None:
         """Requeued migrations/resizes: start them on their target (resize: at the new size)."""
-        for job_id, sj in rec.slurm.items():
+        for job_id, seen in rec.slurm.items():
             r = rec.records.get(job_id)
-            if (r is not None and r.phase is Phase.STARTING and sj.restart_count and job_id in self.started_moves
-                    and base_state(sj.state) == "PENDING" and sj.state_reason == "BeginTime" and not self.dry_run):
+            if (r is not None and r.phase is Phase.STARTING and seen.restart_count and job_id in self.started_moves
+                    and base_state(seen.state) == "PENDING" and seen.state_reason == "BeginTime" and not self.dry_run):
                 # Slurm ignores starttime=now while the previous run is COMPLETING (notes §6): again.
                 self.backend.clear_begin_time(job_id)
         self.started_moves &= {j for j, r in rec.records.items() if r.phase is Phase.STARTING}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -244,14 +245,14 @@ def simulate(
         raise ConfigError(f"--migration-cost {migration_cost} must be >= 0 seconds")
     knobs = {"slice": slice_len, "max_height": max_height, "packing": packing, "migration": migration,
              "defrag_threshold": defrag_threshold, "grow_shrink": grow_shrink, "idle_period": idle_period}
-    given = {k: v for k, v in knobs.items() if v is not None}
-    if (given or migration_cost is not None) and "gandiva" not in names:
+    chosen: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}
+    if (chosen or migration_cost is not None) and "gandiva" not in names:
         raise ConfigError("--slice, --max-height, --pack, --migration, --migration-cost, --defrag-threshold, "
                           "--grow-shrink and --idle-period are gandiva's knobs; add gandiva to --policy")
-    if given:
+    if chosen:
         from teiresias.policy.gandiva import GandivaParams
 
-        kw["gandiva"] = GandivaParams(**given)
+        kw["gandiva"] = GandivaParams(**chosen)
     params = PolicyParams(**kw)
     built = [build_policy(n, params) for n in names]
     if cells_path is not None:
