@@ -3,7 +3,7 @@
 The workload is a fixed mix of short and long jobs of 1-8 GPUs arriving over
 the first minute. Each job is a sleep job that *checkpoints its progress*:
 it needs ``work`` seconds of service, counts them in its job directory, and
-on the preemption signal writes its Ack (wrappers/protocol.py) and waits to
+on the preemption signal writes its Ack (teiresias/jobfiles.py) and waits to
 be requeued; the next run resumes from the saved count. So, like a real
 training job, a preempted job loses at most a second of work, and its JCT is
 comparable with the simulator's, which replays the same jobs (same submit
