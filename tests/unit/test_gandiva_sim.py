@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from teiresias.domain import Cluster, Node
 from teiresias.policy.gandiva import GandivaParams
@@ -11,6 +13,7 @@ from teiresias.simulator.engine import SimulationOptions, Simulator
 from teiresias.simulator.metrics import SimulationResult
 from teiresias.simulator.slowdown import ModelProfile, SlowdownTable
 from teiresias.simulator.trace import TraceJob
+from tests.unit.test_policy_contract import check_plan
 
 # Gandiva Table 1: a light model (VAE, 8.7% GPU utilisation) and a heavy one (LSTM, 87.2%).
 TABLE = SlowdownTable(models={"vae": ModelProfile(None, 1.0, 8.7), "lstm": ModelProfile(None, 1.0, 87.2),
@@ -154,3 +157,51 @@ def test_a_watcher_stops_jobs_early_and_their_work_is_what_they_did() -> None:
     assert {rec.job_id: rec.work for rec in r.records} == pytest.approx({0: 250.0, 1: 1000.0})
     # Called after every event (the arrivals, a tick while job 1 waits), at 250 s as asked, at the end.
     assert seen == [0.0, 60.0, 250.0, 1250.0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(st.tuples(st.sampled_from([1, 1, 1, 2, 4, 8]), st.integers(0, 400), st.integers(1, 900),
+                            st.sampled_from(["vae", "lstm", "vgg16", "other"]), st.booleans()),
+                  min_size=1, max_size=14),
+    placement=st.sampled_from(["consolidate", "spread"]),
+    slice_len=st.sampled_from([20.0, 60.0]),
+)
+def test_replays_keep_the_contract_on_every_round_and_finish(rows, placement: str, slice_len: float) -> None:
+    """Every snapshot a gandiva replay hands its policy (suspended, colocated, packed, elastic jobs)
+    passes the policy contract's checks; every job finishes with all its work; GPUs are never
+    held beyond capacity."""
+    from dataclasses import fields
+
+    from teiresias.domain import Job, Snapshot
+
+    trace = [TraceJob(i, g, float(s), float(d), m, elastic=f"1-{2 * g}" if e and g <= 2 else "")
+             for i, (g, s, d, m, e) in enumerate(rows)]
+    cluster = Cluster.from_tiresias_spec(1, 2, 4)
+    params = PolicyParams(placement=placement, gandiva=GandivaParams(slice=slice_len, idle_period=60.0))
+    policy = build_policy("gandiva", params)
+    seen = 0
+
+    class Checked:
+        name = "gandiva"
+
+        def __init__(self) -> None:
+            self.placement = policy.placement
+
+        def decide(self, snap: Snapshot):  # type: ignore[no-untyped-def]
+            nonlocal seen
+            plain = [Job(**{f.name: getattr(j, f.name) for f in fields(Job)}) for j in snap.jobs]
+            check_plan(policy, Snapshot(snap.now, snap.cluster, plain, dict(snap.unavailable), dict(snap.idle_since)),
+                       preemptive=False)
+            seen += 1
+            return policy.decide(snap)
+
+        def wake_at(self, snap: Snapshot) -> float:
+            return policy.wake_at(snap)
+
+    opt = SimulationOptions(slowdown=TABLE, progress=False, interval=30.0, preempt_overhead=5.0)
+    res = Simulator(trace, cluster, Checked(), opt).run()  # type: ignore[arg-type]
+    assert seen > 0
+    assert sorted(r.job_id for r in res.records) == list(range(len(rows)))
+    assert all(r.work == pytest.approx(trace[r.job_id].duration) for r in res.records)
+    assert 0.0 < res.summary.gpu_utilization <= 1.0 + 1e-9

@@ -107,7 +107,10 @@ def check_plan(policy: SchedulingPolicy, snap: Snapshot, preemptive: bool, minim
     # unavailable GPUs are never handed out (kept jobs may sit on a drained node).
     kept = {n.name: 0 for n in snap.cluster.nodes}
     started = {n.name: 0 for n in snap.cluster.nodes}
+    kept_ids = set(plan.keep)
     for jid in plan.keep:
+        if any(p < jid and p in kept_ids for p in by_id[jid].colocated_with):
+            continue  # a colocated group (gandiva) holds its GPUs once
         for a in by_id[jid].placement.allocations:
             kept[a.node] += a.gpus
     partners = [sh.partner for sh in plan.sharing.values()]

@@ -24,8 +24,9 @@ jobs_st = st.lists(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=jobs_st,
-    # Sharing policies slow shared jobs down by design (tests/unit/test_sjf_bsbf_sim.py checks them).
-    policy=st.sampled_from([n for n in POLICY_NAMES if n not in SHARING_NAMES]),
+    # Sharing policies slow shared jobs down by design (tests/unit/test_sjf_bsbf_sim.py checks them;
+    # gandiva's packing and suspended jobs: tests/unit/test_gandiva_sim.py).
+    policy=st.sampled_from([n for n in POLICY_NAMES if n not in SHARING_NAMES and n != "gandiva"]),
     placement=st.sampled_from(["consolidate", "spread", "profile"]),
     overhead=st.sampled_from([0.0, 7.0]),
     # Intervals longer than the overhead: with a 1 s interval and a 7 s restore,
