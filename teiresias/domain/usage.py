@@ -14,8 +14,8 @@ class JobUsage:
     None where NVML could not be read (no driver, no GPU), never a guess.
     ``cpu_percent`` (100 = one core) and ``rss_bytes`` cover the job's processes.
 
-    For packing (Gandiva-style: two jobs that leave a GPU mostly idle may share
-    it). No policy reads it yet; the Gandiva policy that will is not built.
+    For packing (Gandiva §4.2.2: jobs that leave a GPU mostly idle may share
+    it): ``teiresias.policy.gandiva.packing`` reads ``gpu_util`` and the memory.
     """
 
     time: float
