@@ -133,11 +133,12 @@ UNKNOWN_KEY = re.compile(r"^(?P<file>\S+): unknown key '(?P<key>[^']+)'( \(did y
 @pytest.mark.parametrize(
     "text,key,close,valid",
     [
-        ("modles:\n  vgg16: {skew: 0.7, slowdown: 1.5}\n", "modles", "models", "default, models"),
-        ("models:\n  vgg16: {skew: 0.7, slowdwn: 1.5}\n", "models.vgg16.slowdwn", "slowdown", "skew, slowdown"),
-        ("default: {skew: null, slowdown: 1.0, scale: 2}\n", "default.scale", None, "skew, slowdown"),
+        ("modles:\n  vgg16: {skew: 0.7, slowdown: 1.5}\n", "modles", "models", "default, models, pack_overhead"),
+        ("models:\n  vgg16: {skew: 0.7, slowdwn: 1.5}\n", "models.vgg16.slowdwn", "slowdown",
+         "gpu_util, skew, slowdown"),
+        ("default: {skew: null, slowdown: 1.0, scale: 2}\n", "default.scale", None, "gpu_util, skew, slowdown"),
         # another file entirely: the cluster file given as the slowdown table
-        (SPEC_YAML, "gpus_per_node", None, "default, models"),
+        (SPEC_YAML, "gpus_per_node", None, "default, models, pack_overhead"),
     ],
 )
 def test_slowdown_table_unknown_keys_are_named_with_the_valid_ones(d, text, key, close, valid):
@@ -156,7 +157,7 @@ def test_slowdown_table_unknown_keys_are_named_with_the_valid_ones(d, text, key,
         ("models:\n  vgg16: {skew: true, slowdown: 1.2}\n", "models.vgg16.skew: must be a number, got True"),
         ("models:\n  vgg16: {skew: 1.7, slowdown: 1.2}\n", "models.vgg16.skew: must be <= 1.0, got 1.7"),
         ("models: [vgg16]\n", "models: must be a mapping"),
-        ("models:\n  vgg16: 1.5\n", "models.vgg16: must be a mapping with keys skew, slowdown, got 1.5"),
+        ("models:\n  vgg16: 1.5\n", "models.vgg16: must be a mapping with keys gpu_util, skew, slowdown, got 1.5"),
     ],
 )
 def test_slowdown_table_types_are_checked(d, text, problem):
