@@ -14,8 +14,9 @@ class GandivaParams:
     - ``slice``: seconds a time-sliced job runs before its partner's turn
       (§3.1: 1-minute slices keep suspend-resume under 2% overhead).
     - ``max_height``: at most this many jobs share one set of GPUs (§4.1's
-      height); a job that would exceed it waits. 4: the shards per GPU of the
-      local cluster (docs/gandiva.md).
+      height); a job that would exceed it waits. Live, every member holds a
+      shard while suspended, so a GPU needs at least this many shards
+      (``teiresias cluster up --shards K``, docs/gandiva.md "slurm.conf lines").
     - ``packing``: pack light colocated groups (§4.2.2); ``pack_util``: the
       summed GPU utilisation (percent, NVML) up to which a group is packed.
     - ``migration``: move jobs to consolidate them and to lower the height when
