@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from teiresias import yamlconf
+from teiresias.domain.topology import Topology
 from teiresias.errors import ConfigError
 from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
@@ -110,7 +111,7 @@ class ControllerConfig:
     # slurmrestd unix socket for backend restd (else $SLURMRESTD_SOCKET).
     slurmrestd_socket: Path | None = None
     # switch name -> Slurm node names; nodes not listed share the default switch.
-    topology: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    topology: Topology = field(default_factory=Topology)
     # HiveD virtual clusters (teiresias/cells, docs/cells.md); None: no VCs.
     cells: Path | None = None
     # Group that may read the state DB and audit log (files 0640, folders 0750);
@@ -123,10 +124,7 @@ class ControllerConfig:
     events_socket: Path | None = None
 
     def switch_of(self, node: str) -> str:
-        for switch, nodes in self.topology.items():
-            if node in nodes:
-                return switch
-        return "default"
+        return self.topology.switch_of(node)
 
     @property
     def profiles(self) -> Path:
@@ -347,19 +345,10 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     if data.get("slurmrestd_socket") is not None:
         kw["slurmrestd_socket"] = _resolve(base, r.string("slurmrestd_socket", data["slurmrestd_socket"]))
 
-    topo = (data.get("topology") or {}).get("switches") or {}
-    if not isinstance(topo, Mapping):
-        raise r.fail("topology.switches", "must map switch names to lists of Slurm node names")
-    switches: dict[str, tuple[str, ...]] = {}
-    seen: dict[str, str] = {}
-    for sw, nodes in topo.items():
-        names = r.strings(f"topology.switches.{sw}", nodes)
-        for n in names:
-            if n in seen:
-                raise r.fail(f"topology.switches.{sw}", f"node {n} is already under switch {seen[n]}")
-            seen[n] = str(sw)
-        switches[str(sw)] = names
-    kw["topology"] = switches
+    # The one topology description (teiresias/domain/topology.py): {switch: [nodes]}, or
+    # cluster.yaml's list of {name, nodes}.
+    kw["topology"], _ = yamlconf.switches(path, "topology.switches",
+                                          (data.get("topology") or {}).get("switches") or {})
 
     if data.get("cells") is not None:
         cells_path = _resolve(base, r.string("cells", data["cells"]))
