@@ -26,7 +26,7 @@ from teiresias import jobfiles
 from tests.helpers import poll
 from tests.slurm.conftest import SlurmTestCluster, test_cluster_config
 from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
-from tests.torch.jobs import SCRIPTS, steps_in
+from tests.torch.jobs import SCRIPTS, job_env, steps_in
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
@@ -180,3 +180,90 @@ def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster
     got, want = torch.load(tmp_path / f"out.{job}.pt", weights_only=True), torch.load(reference, weights_only=True)
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert "resumed from" in (tmp_path / "s.out").read_text()
+
+
+def elastic_config() -> ClusterConfig:
+    base = test_cluster_config()
+    return ClusterConfig(dir=Path(f"{base.dir}-gandiva-el"), nodes=1, gpus_per_node=2,
+                         port_base=base.port_base + 17, partitions=("gpu",), job_submit_lua=LUA)
+
+
+@pytest.fixture(scope="module")
+def elastic_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
+    cluster = LocalCluster(elastic_config())
+    cluster.up()
+    try:
+        yield SlurmTestCluster(cluster)
+    finally:
+        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
+            cluster.down()
+
+
+def _losses(text: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for line in text.splitlines():
+        if line.startswith("step ") and " loss " in line:
+            _, k, _, loss = line.split()
+            if int(k) > 0:  # at 1 rank the first loader batch of a step prints before any step
+                out[int(k)] = float(loss)
+    return out
+
+
+def test_an_elastic_job_grows_onto_an_idle_gpu_and_shrinks_for_a_waiting_job(elastic_cluster, tmp_path):
+    """1 node x 2 GPUs. ``tsbatch --elastic 1-2 --gres=gpu:1`` (torchrun, one rank per GPU of
+    its allocation) starts on 1 GPU; the other GPU sits idle 8 s, so the job is grown to 2
+    (checkpoint, gres=gpu:2, restart at 2 ranks); a 1-GPU job then waits, so it is shrunk
+    back to 1 at once. Its loss after every optimizer step matches the fixed 2-rank run
+    (the hooks keep the global batch: 2 loader batches per step at 1 rank)."""
+    c = elastic_cluster
+    c.clean()
+    r = subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        str(SCRIPTS / "train_elastic.py"), str(tmp_path / "fixed.pt")],
+                       capture_output=True, text=True, timeout=300,
+                       env=job_env(tmp_path / "fixed-jobs", 1, TEIRESIAS_ELASTIC="1-2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    want = _losses(r.stdout)
+    assert sorted(want) == list(range(1, 25))
+    base = tmp_path / "ckpt"
+    batch = tmp_path / "elastic.sh"
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 2\n#SBATCH --gres=gpu:1\n#SBATCH -p gpu\n#SBATCH -t 10\n#SBATCH --open-mode=append\n"
+        f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3 OMP_NUM_THREADS=1\n"
+        "echo \"run $SLURM_RESTART_COUNT on $SLURM_GPUS_ON_NODE GPU(s)\"\n"
+        f"{PY} -m torch.distributed.run --standalone --nproc-per-node=$SLURM_GPUS_ON_NODE "
+        f"{SCRIPTS / 'train_elastic.py'} out.$SLURM_JOB_ID.pt\n")
+    ctl = ControllerProc(tmp_path, c, policy={
+        "name": "gandiva", "gandiva": {"max_height": 1, "packing": False, "migration": False,
+                                       "grow_shrink": True, "idle_period": 8}}).start()
+    waiter = None
+    try:
+        job = _submit(c, "--elastic=1-2", f"--checkpoint-dir={base}", f"--output={tmp_path}/e.out", str(batch))
+        out = tmp_path / "e.out"
+
+        def grown_and_training() -> bool:
+            text = out.read_text() if out.exists() else ""
+            return "run 1 on 2 GPU(s)" in text and len(_losses(text.split("run 1 on", 1)[1])) >= 2
+
+        poll("the job grown to 2 GPUs and training", grown_and_training, timeout=150, every=0.5)
+        waiter = c.submit("sleep 600", "-p", "gpu", "--gres=gpu:1", "-c", "1", "-t", "10")
+        c.wait_for(waiter, "RUNNING", timeout=90)
+        c.wait_for(job, "COMPLETED", timeout=180)
+        grow, shrink = ctl.audit(job, "grow"), ctl.audit(job, "shrink")
+        assert [(e["from_gpus"], e["gpus"]) for e in grow] == [(1, 2)], grow
+        assert [(e["from_gpus"], e["gpus"]) for e in shrink] == [(2, 1)], shrink
+        assert grow[0]["time"] < shrink[0]["time"]
+    finally:
+        ctl.stop()
+        c.clean()
+    assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
+    text = (tmp_path / "e.out").read_text()
+    assert "run 2 on 1 GPU(s)" in text, text[-2000:]
+    runs = text.split("run ")
+    # Each size really trained: steps at 1 rank, then at 2, then at 1 again.
+    assert all(_losses(part) for part in runs[1:4]), text[-3000:]
+    got = _losses(text)
+    assert sorted(got) == list(range(1, 25))
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-12), f"loss after step {k}"
