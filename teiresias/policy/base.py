@@ -69,7 +69,7 @@ class KeyRanked(Protocol):
     their ``until``.
     """
 
-    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]: ...
+    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple[Any, ...], float]]: ...
 
 
 @runtime_checkable

@@ -12,6 +12,8 @@ The oracles tie-break by job id (Fig. 7: "job index is used to break ties").
 
 from __future__ import annotations
 
+from typing import Any
+
 from teiresias.domain import Job, Plan, Snapshot
 from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan, walk
@@ -28,7 +30,7 @@ class _RankedPolicy:
     def __init__(self, placement: PlacementPolicy) -> None:
         self.placement = placement
 
-    def key(self, job: Job) -> tuple:
+    def key(self, job: Job) -> tuple[Any, ...]:
         raise NotImplementedError
 
     def decide(self, snapshot: Snapshot) -> Plan:
@@ -42,7 +44,7 @@ class SjfPolicy(_RankedPolicy):
 
     name = "sjf"
 
-    def key(self, job: Job) -> tuple:
+    def key(self, job: Job) -> tuple[Any, ...]:
         return (job.num_gpus, job.submit_time, job.job_id)
 
 
@@ -61,7 +63,7 @@ class SrtfPolicy(_RankedPolicy):
 
     name = "srtf"
 
-    def key(self, job: Job) -> tuple:
+    def key(self, job: Job) -> tuple[Any, ...]:
         return (_remaining(job, self.name), job.job_id)
 
 
@@ -70,5 +72,5 @@ class SrsfPolicy(_RankedPolicy):
 
     name = "srsf"
 
-    def key(self, job: Job) -> tuple:
+    def key(self, job: Job) -> tuple[Any, ...]:
         return (_remaining(job, self.name) * job.num_gpus, job.job_id)

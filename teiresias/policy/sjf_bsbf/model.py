@@ -65,7 +65,7 @@ class SharingProfile:
         s = -(-self.batch // b)
         g = self.grad_time(b)
         gamma = self.overlap
-        last = (g ** gamma + self.sync ** gamma) ** (1.0 / gamma)
+        last = float((g ** gamma + self.sync ** gamma) ** (1.0 / gamma))  # float ** float is typed Any
         return (s - 1) * g + last
 
     def iteration_time(self, b: int) -> float:

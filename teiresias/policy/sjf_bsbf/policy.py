@@ -25,7 +25,7 @@ service, divided by the job's GPUs; without either, a ConfigError.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from teiresias.domain import Job, JobId, Placement, Plan, Snapshot
 from teiresias.domain.plan import Sharing
@@ -43,7 +43,7 @@ class SjfBsbfPolicy:
     first_fit = False
 
     def __init__(self, placement: PlacementPolicy, model: SharingModel | None = None,
-                 distribution=None) -> None:
+                 distribution: Any = None) -> None:
         self.placement = placement
         self.model = model if model is not None else SharingModel()
         self.distribution = distribution
@@ -66,7 +66,7 @@ class SjfBsbfPolicy:
             r *= self.model.profile(job.model_name).iteration_time(job.sub_batch)
         return r
 
-    def key(self, job: Job) -> tuple:
+    def key(self, job: Job) -> tuple[Any, ...]:
         return (self.remaining(job), job.submit_time, job.job_id)
 
     # -- the round ----------------------------------------------------------
