@@ -187,8 +187,10 @@ class Slicer:
                 self.m(job_id).slice_since = now
         for action, jobs, packed in (("pack", plan.pack, True), ("unpack", plan.unpack, False)):
             for job_id in jobs:
-                self.m(job_id).packed = packed
-                self.m(job_id).pack_failed |= not packed
+                m = self.m(job_id)
+                m.packed = packed
+                m.pack_failed |= not packed
+                m.slice_since = now  # the group's throughput is judged a slice after the mode changed
                 self._audit(job_id, action, notes.get(job_id, ""), group=sorted(self.m(job_id).group))
         for kind, moves in (("migrate", plan.migrate), ("resize", plan.resize)):
             for job_id, placement in moves.items():

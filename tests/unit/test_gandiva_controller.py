@@ -100,6 +100,7 @@ def test_pack_unpack_and_a_migration_are_recorded_and_the_move_goes_through_pree
     out = reconcile(CFG, records(), [sjob(7, "SUSPENDED"), sjob(8, "RUNNING")], NODES, 100.0)
     s.enact(out, Plan(pack=(JobId(7), JobId(8)), notes={JobId(7): "util 30% + 40% <= 100%"}), 100.0)
     assert s.members[7].packed and s.members[8].packed
+    assert s.members[7].slice_since == 100.0  # a packed group is judged a slice after packing
     s.enact(out, Plan(unpack=(JobId(7), JobId(8))), 100.0)
     assert not s.members[7].packed and s.members[7].pack_failed
     to2 = Placement.of({"node2": 1})
