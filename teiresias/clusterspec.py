@@ -86,9 +86,7 @@ def _load_csv(p: Path) -> Cluster:
         fields = [f.strip() for f in reader.fieldnames]
         missing = [k for k in _REQUIRED if k not in fields]
         if missing:
-            raise ConfigError(
-                f"{p}:1: missing column {', '.join(missing)}; expected header {','.join(SPEC_COLUMNS)}"
-            )
+            raise ConfigError(f"{p}:1: missing column {', '.join(missing)}; expected header {','.join(SPEC_COLUMNS)}")
         rows = [{(k or "").strip(): v for k, v in r.items()} for r in reader]
     if len(rows) != 1:
         raise ConfigError(f"{p}: expected exactly one data row after the header, found {len(rows)}")
@@ -106,8 +104,9 @@ def _load_yaml(p: Path) -> Cluster:
         return _from_counts(p, None, doc)
     mixed = [k for k in SPEC_COLUMNS if k in doc]
     if mixed:
-        raise ConfigError(f"{p}: {', '.join(mixed)} belong to the counts form; with 'switches:' "
-                          f"use {', '.join(_EXPLICIT_KEYS[1:])}")
+        raise ConfigError(
+            f"{p}: {', '.join(mixed)} belong to the counts form; with 'switches:' use {', '.join(_EXPLICIT_KEYS[1:])}"
+        )
     default_gpus = doc.get("gpus_per_node")
     nodes: list[Node] = []
     # The one switches parser (teiresias/domain/topology.py): the controller's

@@ -146,7 +146,7 @@ def parse_comment(comment: str) -> dict[str, str]:
     if not comment or not comment.startswith(COMMENT_PREFIX):
         return {}
     out: dict[str, str] = {}
-    for item in comment[len(COMMENT_PREFIX):].split(";"):
+    for item in comment[len(COMMENT_PREFIX) :].split(";"):
         key, sep, value = item.partition("=")
         if sep:
             out[key.strip()] = value.strip()
@@ -429,7 +429,7 @@ def read_accumulate(jobdir: Path) -> Accumulate | None:
     except (OSError, ValueError) as exc:
         raise AccumulateInvalid(f"{path}: unreadable ({exc})") from None
     if not isinstance(raw, dict) or set(raw) - {"accumulation", "sub_batch"}:
-        raise AccumulateInvalid(f"{path}: expected {{\"accumulation\": N, \"sub_batch\": B}}")
+        raise AccumulateInvalid(f'{path}: expected {{"accumulation": N, "sub_batch": B}}')
     n, b = raw.get("accumulation"), raw.get("sub_batch")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise AccumulateInvalid(f"{path}: accumulation must be a whole number >= 1, got {n!r}")

@@ -26,8 +26,9 @@ from __future__ import annotations
 import codecs
 import difflib
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -52,14 +53,12 @@ def read_text(path: str | Path, what: str, error: type[TeiresiasError] = ConfigE
     except OSError as exc:
         raise error(f"{p}: cannot read {what} ({exc.strerror}){hint}") from None
     if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
+        data = data[len(codecs.BOM_UTF8) :]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise error(
-            f"{p}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the {what} as UTF-8"
-        ) from None
+        raise error(f"{p}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the {what} as UTF-8") from None
 
 
 def load_yaml(path: str | Path, what: str, hint: str = "") -> Any:
@@ -102,8 +101,9 @@ def mapping(source: str | Path, key: str, value: Any, valid: Iterable[str] | Non
     return value
 
 
-def number(source: str | Path, key: str, value: Any, *, minimum: float | None = None,
-           maximum: float | None = None) -> float:
+def number(
+    source: str | Path, key: str, value: Any, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
     """A YAML number (not a bool, not a quoted string), within the bounds given."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise ConfigError(f"{source}: {key}: must be a number, got {_shown(value)}")
@@ -132,8 +132,10 @@ def switches(source: str | Path, key: str, value: Any) -> tuple[Topology, list[l
                 raise ConfigError(f"{source}: {where}: needs 'nodes' (a list of node names)")
             items.append((str(sw.get("name", f"s{i}")), sw["nodes"], f"{where}.nodes"))
     else:
-        raise ConfigError(f"{source}: {key}: must map switch names to lists of node names, or list "
-                          f"{{name, nodes}}; got {_shown(value)}")
+        raise ConfigError(
+            f"{source}: {key}: must map switch names to lists of node names, or list "
+            f"{{name, nodes}}; got {_shown(value)}"
+        )
     groups: dict[str, tuple[str, ...]] = {}
     raw: list[list[Any]] = []
     for name, nodes, where in items:

@@ -6,8 +6,9 @@ the uninterrupted reference weights of the torch tests."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

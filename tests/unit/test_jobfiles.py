@@ -37,6 +37,17 @@ def test_the_record_field_follows_the_comment_and_parses_each_text_once() -> Non
 def test_the_old_module_name_serves_the_job_side_api() -> None:
     from wrappers import protocol
 
-    for name in ("Ack", "read_ack", "write_ack", "job_dir", "parse_comment", "mark_run_started",
-                 "preempt_requested", "CheckpointRecord", "RunRecord", "UsageSample", "ENV_BASE"):
+    for name in (
+        "Ack",
+        "read_ack",
+        "write_ack",
+        "job_dir",
+        "parse_comment",
+        "mark_run_started",
+        "preempt_requested",
+        "CheckpointRecord",
+        "RunRecord",
+        "UsageSample",
+        "ENV_BASE",
+    ):
         assert getattr(protocol, name) is getattr(jobfiles, name), name

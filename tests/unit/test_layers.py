@@ -30,8 +30,9 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
     # PYTHONPATH first: the copy, not the editable install, is what import-linter reads.
     env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_tree_keeps_its_layers(copy: Path) -> None:
@@ -40,16 +41,34 @@ def test_the_tree_keeps_its_layers(copy: Path) -> None:
     assert "1 kept, 0 broken" in r.stdout
 
 
-@pytest.mark.parametrize(("module", "line", "named"), [
-    # The back-up imports the restructuring removed.
-    ("profiler/store.py", "from wrappers.protocol import write_json_atomic", "profiler.store -> wrappers.protocol"),
-    ("wrappers/profiling.py", "from slurm_plugin.config import load_config", "wrappers.profiling -> slurm_plugin.config"),
-    ("teiresias/cli/trace.py", "from slurm_plugin.controller.state import StateStore",
-     "teiresias.cli.trace -> slurm_plugin.controller.state"),
-    ("wrappers/hooks/usage.py", "from profiler.aggregate import Profile", "wrappers.hooks.usage -> profiler.aggregate"),
-    ("teiresias/policy/las.py", "from teiresias.simulator import engine", "teiresias.policy.las -> teiresias.simulator"),
-    ("teiresias/jobfiles.py", "from teiresias.domain import Job", "teiresias.jobfiles -> teiresias.domain"),
-])
+@pytest.mark.parametrize(
+    ("module", "line", "named"),
+    [
+        # The back-up imports the restructuring removed.
+        ("profiler/store.py", "from wrappers.protocol import write_json_atomic", "profiler.store -> wrappers.protocol"),
+        (
+            "wrappers/profiling.py",
+            "from slurm_plugin.config import load_config",
+            "wrappers.profiling -> slurm_plugin.config",
+        ),
+        (
+            "teiresias/cli/trace.py",
+            "from slurm_plugin.controller.state import StateStore",
+            "teiresias.cli.trace -> slurm_plugin.controller.state",
+        ),
+        (
+            "wrappers/hooks/usage.py",
+            "from profiler.aggregate import Profile",
+            "wrappers.hooks.usage -> profiler.aggregate",
+        ),
+        (
+            "teiresias/policy/las.py",
+            "from teiresias.simulator import engine",
+            "teiresias.policy.las -> teiresias.simulator",
+        ),
+        ("teiresias/jobfiles.py", "from teiresias.domain import Job", "teiresias.jobfiles -> teiresias.domain"),
+    ],
+)
 def test_a_back_up_import_breaks_the_contract(copy: Path, module: str, line: str, named: str) -> None:
     path = copy / module
     before = path.read_text()

@@ -22,8 +22,13 @@ def groups(t: Topology) -> tuple[tuple[str, ...], ...]:
 def test_the_three_files_of_the_demo_cluster_give_one_grouping() -> None:
     sim = Topology.of_cluster(load_cluster(REPO / "etc" / "cluster.yaml"))
     cells = cells_config.load(REPO / "etc" / "cells.example.yaml").switches()
-    listed = parse_config({"topology": {"switches": [{"name": "s0", "nodes": ["node1", "node2"]},
-                                                     {"name": "s1", "nodes": ["node3", "node4"]}]}}).topology
+    listed = parse_config(
+        {
+            "topology": {
+                "switches": [{"name": "s0", "nodes": ["node1", "node2"]}, {"name": "s1", "nodes": ["node3", "node4"]}]
+            }
+        }
+    ).topology
     mapped = parse_config({"topology": {"switches": {"s0": ["node1", "node2"], "s1": ["node3", "node4"]}}}).topology
     assert sim == listed == mapped and groups(sim) == DEMO
     assert groups(cells) == DEMO
@@ -36,14 +41,17 @@ def test_the_controller_keeps_its_one_node_shorthand_and_an_empty_map() -> None:
     assert parse_config({}).topology == Topology() and parse_config({}).switch_of("x") == DEFAULT_SWITCH
 
 
-@pytest.mark.parametrize(("switches", "message"), [
-    ({"a": ["n1"], "b": ["n1"]}, "topology.switches: node n1 is already under switch a"),
-    ([{"name": "a", "nodes": ["n1", "n1"]}], "duplicate node names: n1 twice under switch a"),
-    ([{"name": "a", "nodes": "n1"}], "topology.switches[0].nodes: must be a list of node names"),
-    ([{"name": "a", "nodse": ["n1"]}], "unknown key 'topology.switches[0].nodse' (did you mean 'nodes'?)"),
-    ([{"nodes": [{"gpus": 4}]}], "topology.switches[0].nodes[0]: a node needs a name"),
-    ("s0", "topology.switches: must map switch names to lists of node names"),
-])
+@pytest.mark.parametrize(
+    ("switches", "message"),
+    [
+        ({"a": ["n1"], "b": ["n1"]}, "topology.switches: node n1 is already under switch a"),
+        ([{"name": "a", "nodes": ["n1", "n1"]}], "duplicate node names: n1 twice under switch a"),
+        ([{"name": "a", "nodes": "n1"}], "topology.switches[0].nodes: must be a list of node names"),
+        ([{"name": "a", "nodse": ["n1"]}], "unknown key 'topology.switches[0].nodse' (did you mean 'nodes'?)"),
+        ([{"nodes": [{"gpus": 4}]}], "topology.switches[0].nodes[0]: a node needs a name"),
+        ("s0", "topology.switches: must map switch names to lists of node names"),
+    ],
+)
 def test_every_form_fails_in_the_one_format(switches: object, message: str) -> None:
     with pytest.raises(ConfigError, match="^x.yaml: ") as err:
         parse_config({"topology": {"switches": switches}}, path="x.yaml")
