@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob
+from slurm_plugin.controller import sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled, base_state
 from slurm_plugin.controller.state import JobRecord, Phase
@@ -106,6 +107,20 @@ def step_time_of(rec: JobRecord, restart: int) -> float | None:
     return run.median_step_s if run is not None else None
 
 
+def window_step_time(rec: JobRecord, restart: int, since: float | None) -> float | None:
+    """Seconds per mini-batch since ``since`` (the last resume, start, pack or unpack):
+    from the first and last runs.jsonl records of the run written after it, whose step
+    counts are cumulative, so no suspension lies inside the window. None with fewer
+    than two such records (the hooks write one every TEIRESIAS_RUNS_EVERY seconds)."""
+    jd = rec.files.job_dir(rec.job_id)
+    if jd is None:
+        return None
+    lines = [x for x in sharing.run_lines(jd, restart) if since is None or x.time >= since]
+    if len(lines) < 2 or lines[-1].steps <= lines[0].steps or lines[-1].time <= lines[0].time:
+        return None
+    return (lines[-1].time - lines[0].time) / (lines[-1].steps - lines[0].steps)
+
+
 class Slicer:
     """Gandiva's half of a round: annotate the snapshot before the policy, enact after it."""
 
@@ -141,10 +156,17 @@ class Slicer:
                 for a in target.allocations:
                     unavailable[a.node] = unavailable.get(a.node, 0) + a.gpus
             suspended = base_state(sj.state) == "SUSPENDED"
-            step = step_time_of(r, sj.restart_count) if job.is_running else None
             partners = tuple(JobId(p) for p in m.group if p in in_snapshot)
-            if step is not None and not partners:
-                self.solo[job.job_id] = step
+            step = None
+            if job.is_running and not suspended:
+                # §3.2 introspection: the mini-batch time in the current mode (alone, one
+                # slice of a sliced group, or packed); alone, the run's median will do.
+                step = window_step_time(r, sj.restart_count, m.slice_since)
+                if step is None and not partners:
+                    step = step_time_of(r, sj.restart_count)
+                others_run = any(base_state(rec.slurm[p].state) != "SUSPENDED" for p in partners if p in rec.slurm)
+                if step is not None and not others_run and not m.packed:
+                    self.solo[job.job_id] = step
             jobs.append(replace(
                 job, suspended=suspended, slice_since=m.slice_since, slices=m.slices, migrations=m.migrations,
                 colocated_with=partners, packed=m.packed and bool(partners), pack_failed=m.pack_failed,

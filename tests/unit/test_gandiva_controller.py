@@ -150,3 +150,33 @@ def test_queue_rows_show_the_group_slices_and_migrations():
     assert rows[8]["shared_with"] == 7 and rows[8]["slices"] == 3
     plain = build_rows(records().values(), 100.0)[0].to_json()
     assert (plain["shared_with"], plain["slices"], plain["migrations"]) == (None, 0, 0)
+
+
+def test_step_times_come_from_the_hooks_records_of_the_current_mode(tmp_path):
+    """Introspection (§3.2) from runs.jsonl written by the hooks' own helper: the window
+    starts at the last mode change, so time suspended before it is not a slow step."""
+    from teiresias.jobfiles import RunRecord, append_run
+
+    recs = records()
+    for j in (7, 8):
+        recs[j].comment = f"teiresias:dir={tmp_path}"
+        (tmp_path / str(j)).mkdir()
+    # Job 7: 10 steps by t=100, suspended 100..150, then 10 steps in 1 s (0.1 s/step).
+    for steps, t in ((10, 100.0), (11, 150.1), (21, 151.1)):
+        append_run(tmp_path / "7", RunRecord(job_id=7, restart_count=0, steps=steps, median_step_s=0.1, nodes=1,
+                                             time=t))
+    s, _, _ = slicer(tmp_path)
+    s.members = {7: Member(group=[8], slice_since=150.0), 8: Member(group=[7], slice_since=150.0)}
+    out = reconcile(CFG, recs, [sjob(7, "RUNNING"), sjob(8, "SUSPENDED")], NODES, 152.0)
+    s.annotate(out, 152.0)
+    j7 = next(j for j in out.snapshot.jobs if j.job_id == 7)
+    assert j7.step_time == pytest.approx(0.1) and j7.solo_step_time == pytest.approx(0.1)
+    # Packed from t=151: only the records after it count, and they are not solo.
+    s.members[7].packed = s.members[8].packed = True
+    s.members[7].slice_since = 151.0
+    append_run(tmp_path / "7", RunRecord(job_id=7, restart_count=0, steps=26, median_step_s=0.1, nodes=1,
+                                         time=153.1))
+    out = reconcile(CFG, records() | {7: recs[7], 8: recs[8]}, [sjob(7, "RUNNING"), sjob(8, "RUNNING")], NODES, 154.0)
+    s.annotate(out, 154.0)
+    j7 = next(j for j in out.snapshot.jobs if j.job_id == 7)
+    assert j7.step_time == pytest.approx(0.4) and j7.solo_step_time == pytest.approx(0.1) and j7.packed
