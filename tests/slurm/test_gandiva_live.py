@@ -267,3 +267,51 @@ def test_an_elastic_job_grows_onto_an_idle_gpu_and_shrinks_for_a_waiting_job(ela
     assert sorted(got) == list(range(1, 25))
     for k in want:
         assert got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-12), f"loss after step {k}"
+
+
+def test_a_packed_pair_is_unpacked_when_its_measured_throughput_drops(gandiva_cluster, tmp_path, reference):
+    """Two time-sliced jobs on one GPU are packed (no NVML here: Gandiva's trial and error
+    once both solo mini-batch times are known), measured packed, and unpacked because
+    their packed throughput (sum of solo / packed mini-batch time, from the hooks'
+    runs.jsonl) is below time-slicing's 1. The GPU they share is emulated: a job pays a
+    context switch whenever the other used the GPU last (train_shared_device.py, a test
+    double for GPU interference, which needs a GPU to happen for real). Both finish with
+    the uninterrupted run's weights, bit for bit."""
+    c = gandiva_cluster
+    c.clean()
+    base = tmp_path / "ckpt"
+    batch = tmp_path / "pack.sh"
+    # --checkpoint-every=3: the hooks write a step count to runs.jsonl at every checkpoint,
+    # so the controller sees mini-batch times within a 3 s slice.
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+        f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3 TRAIN_DEVICE_DIR={tmp_path} TRAIN_DEVICE_SWITCH=0.5\n"
+        f"{PY} {SCRIPTS / 'train_shared_device.py'} out.$SLURM_JOB_ID.pt\n")
+    ctl = ControllerProc(tmp_path, c, policy={
+        "name": "gandiva", "gandiva": {"slice": SLICE_S, "packing": True, "migration": False,
+                                       "grow_shrink": False}}).start()
+    try:
+        args = ("--checkpoint-every=3", f"--checkpoint-dir={base}")
+        first = _submit(c, *args, f"--output={tmp_path}/a.out", str(batch))
+        c.wait_for(first, "RUNNING", timeout=60)
+        poll("the first job training", lambda: len(steps_in(tmp_path / "a.out")) >= 2, timeout=60)
+        second = _submit(c, *args, f"--output={tmp_path}/b.out", str(batch))
+        poll("the pair unpacked", lambda: ctl.audit(action="unpack"), timeout=120, every=1)
+        for job in (first, second):
+            c.wait_for(job, "COMPLETED", timeout=150)
+    finally:
+        ctl.stop()
+        c.clean()
+    assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
+    packs, unpacks = ctl.audit(action="pack"), ctl.audit(action="unpack")
+    assert sorted(e["job"] for e in packs) == [first, second], packs
+    assert sorted(e["job"] for e in unpacks) == [first, second], unpacks
+    assert max(e["time"] for e in packs) < min(e["time"] for e in unpacks)
+    tput = float(re.search(r"packed throughput ([\d.]+) < 1\.00", unpacks[0]["reason"]).group(1))  # type: ignore[union-attr]
+    assert tput < 1.0
+    # Back to time-slicing after the unpack, and never packed again (pack_failed).
+    last_unpack = max(e["time"] for e in unpacks)
+    assert any(e["time"] > last_unpack for e in ctl.audit(action="suspend")), "no slicing after the unpack"
+    for job in (first, second):
+        got, want = torch.load(tmp_path / f"out.{job}.pt", weights_only=True), torch.load(reference, weights_only=True)
+        assert all(torch.equal(got[k], want[k]) for k in want)
