@@ -96,11 +96,11 @@ def test_after_audits_expiries_and_the_auction_and_stores_state(tmp_path):
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert [x["action"] for x in lines] == ["lease-expired", "auction"]
     assert set(lines[1]["rho"]) == {"a", "b"} and lines[1]["started"] == [2]
-    assert stored["leases"] == {"2": 60.0} and stored["apps"] == {"1": "a", "2": "b"}  # the 20-s lease grid, >= 10 s away
+    assert stored["leases"] == {"2": 50.0} and stored["apps"] == {"1": "a", "2": "b"}
     state = leases.load(json.dumps(stored))
     rows = build_rows([_rec(2, "bob", "x", phase=Phase.RUNNING), _rec(1, "al", "s-1")], 31.0, None, state)
     by_id = {r.job_id: r.to_json() for r in rows}
-    assert by_id[2]["app"] == "b" and by_id[2]["lease_ends"] == 60.0 and by_id[2]["rho"] > 0
+    assert by_id[2]["app"] == "b" and by_id[2]["lease_ends"] == 50.0 and by_id[2]["rho"] > 0
     assert by_id[1]["lease_ends"] is None
     # Without themis state the app is still shown, by the default rule.
     assert build_rows([_rec(7, "al", "s-1")], 1.0)[0].app == "al/s"

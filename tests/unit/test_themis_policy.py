@@ -8,7 +8,7 @@ from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
 from teiresias.errors import ConfigError
 from teiresias.policy.placement import ConsolidatePlacement
 from teiresias.policy.registry import POLICY_NAMES, PolicyParams, build_policy
-from teiresias.policy.themis.policy import ThemisPolicy, lease_end
+from teiresias.policy.themis.policy import ThemisPolicy
 from teiresias.simulator import SimulationOptions, Simulator
 from teiresias.simulator.trace import TraceJob
 
@@ -51,7 +51,7 @@ def test_at_lease_end_the_gpus_go_to_the_app_farthest_from_fair():
     # b has waited with no GPUs: its rho is the highest, it is the one app (1 - f of 2) that bids.
     assert plan.rho[JobId(2)] > plan.rho[JobId(1)]
     assert plan.preempt == (JobId(1),) and set(plan.start) == {JobId(2)}
-    assert plan.leases == {JobId(2): 600.0}  # the lease grid's next point at least 300 s away
+    assert plan.leases == {JobId(2): 700.0}
     assert "preempted" in plan.reasons[JobId(1)]
 
 
@@ -60,7 +60,7 @@ def test_with_nothing_pending_every_ended_lease_is_renewed():
     jobs = [_running(1, "a", 2, lease_end=50.0), _running(2, "b", 2, lease_end=None)]
     plan = pol.decide(Snapshot(100.0, C, jobs))
     assert set(plan.keep) == {JobId(1), JobId(2)} and not plan.preempt
-    assert plan.leases == {JobId(1): 600.0, JobId(2): 600.0}
+    assert plan.leases == {JobId(1): 700.0, JobId(2): 700.0}
 
 
 def test_idle_gpus_never_stay_idle_while_a_job_fits():
@@ -89,17 +89,24 @@ def test_within_an_app_its_jobs_go_in_2d_las_order():
     assert set(plan.start) == {JobId(2)}
 
 
-def test_leases_end_on_a_common_grid_at_least_half_a_lease_away():
-    assert [lease_end(t, 600.0) for t in (0.0, 100.0, 299.0, 300.0, 590.0, 600.0)] == [
-        600.0, 600.0, 600.0, 1200.0, 1200.0, 1200.0]
+def test_while_a_filtered_app_cannot_bid_new_leases_end_with_the_next_lease():
+    # 4 GPUs. a's job 1 (1 GPU) lease ended; a's job 2 (1 GPU) leased until 400; 2 GPUs idle. b waits
+    # with one 4-GPU job: it is the app that bids, but only 3 GPUs are on auction. a's job 1 and a's
+    # waiting job 3 run on as leftovers, their leases ending with job 2's so that all 4 GPUs are on
+    # auction at 400.
+    jobs = [_running(1, "a", 1, lease_end=100.0), _running(2, "a", 1, lease_end=400.0), _pending(3, "a", 1),
+            _pending(4, "b", 4)]
+    plan = build_policy("themis", PolicyParams(lease=600.0)).decide(Snapshot(100.0, C, jobs))
+    assert set(plan.start) == {JobId(3)} and JobId(1) in plan.keep
+    assert plan.leases == {JobId(1): 400.0, JobId(2): 400.0, JobId(3): 400.0}
 
 
-def test_an_app_needing_more_gpus_than_one_lease_frees_gets_them_when_the_leases_end_together():
+def test_an_app_needing_more_gpus_than_one_lease_frees_gets_them():
     """8 GPUs, one node. App s starts eight 1-GPU jobs a minute apart; at 500 s app b submits one
     8-GPU job. b is the one app that bids (1 - f of 2), but its only level is 8 GPUs: with leases
     of now + 600 s they end one job at a time, b never has 8 GPUs on auction, and each freed GPU
-    went back to s under a fresh lease until s's jobs ended (~20,000 s). On the grid they end
-    together at 1,200 s and b wins them."""
+    went back to s under a fresh lease until s's jobs ended (~20,000 s). With the new leases ending
+    with the next one while b cannot bid, the GPUs gather and b wins all 8 by 1,020 s."""
     trace = [TraceJob(k, 1, 60.0 * k, 20_000.0, model_name="m", app="s") for k in range(8)]
     trace.append(TraceJob(8, 8, 500.0, 600.0, model_name="m", app="b"))
     cluster = Cluster.from_tiresias_spec(1, 1, 8)

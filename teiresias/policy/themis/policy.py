@@ -25,15 +25,17 @@ A round:
    GPUs first and preempts only jobs ranked below (ended leases), lowest
    first; a preempted job goes through the owner's checkpoint/requeue path.
 5. Every job started, or whose lease ended and that still runs, gets a new
-   lease, ending on the common grid of multiples of ``lease`` (``lease_end``),
-   so that the GPUs of one round's leases come back to auction together.
+   lease of ``lease`` seconds; but while a filtered app cannot bid because
+   its smallest level needs more GPUs than are on auction, the new leases
+   end with the next lease to end, so that GPUs come back to auction
+   together until its level fits (``_plan``).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from teiresias.domain import Job, JobId, Plan, Snapshot
 from teiresias.policy.allocate import Walk, to_plan, walk
@@ -44,24 +46,6 @@ from teiresias.policy.themis.auction import Bid, auction, bid_levels
 from teiresias.policy.themis.rho import SLOWDOWNS, AppRho, Topology, app_rho, current_rho
 
 _EPS = 1e-6
-
-
-def lease_end(now: float, lease: float) -> float:
-    """When a lease granted at ``now`` ends: the first multiple of ``lease`` at least half a lease away.
-
-    Why on a common grid and not ``now + lease`` (Themis §3.3.2: "at the end of
-    this lease, the freed GPUs are re-auctioned"): leases granted at different
-    times end one job at a time, so a round rarely has more GPUs on auction than
-    one job held, and an app whose next job needs more than that could never
-    bid (its levels must fit the GPUs on auction) while the freed GPUs went to
-    leftovers under fresh leases; its rho grew without bound (docs/themis.md).
-    On the grid the leases of a round end together. The half-lease minimum
-    keeps a job that started just before a grid point from being re-auctioned
-    a few seconds after its start.
-    """
-    if lease <= 0:
-        return now
-    return (math.floor((now + 0.5 * lease) / lease + 1e-9) + 1) * lease
 
 
 class ThemisPolicy:
@@ -140,6 +124,7 @@ class ThemisPolicy:
         offer = {a: [j for j in js if j.job_id not in leased_ids] for a, js in apps.items()}
         bids: list[Bid] = []
         bid_jobs: dict[str, list[list[Job]]] = {}
+        blocked = False  # a filtered app's smallest level needs more GPUs than are on auction
         topo = Topology.of(snapshot.cluster, self.slowdowns)
         for a in filtered:
             js = offer[a]
@@ -154,6 +139,7 @@ class ThemisPolicy:
                 levels.append((g, weighted / g if g else 1.0))
             chosen = bid_levels(levels, on_auction)
             if not chosen:
+                blocked = True
                 continue
             factor = self.misreport.get(a, 1.0)
             # GPUs the app already keeps on lease count in every level's allocation.
@@ -185,12 +171,29 @@ class ThemisPolicy:
                     ranked.append(j)
                     placed.add(j.job_id)
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
-        return self._plan(snapshot, ranked, w, leased_ids, rho_by_job)
+        return self._plan(snapshot, ranked, w, leased_ids, rho_by_job, leased if blocked else ())
 
     def _plan(self, snapshot: Snapshot, ranked: list[Job], w: Walk, leased_ids: set[JobId],
-              rho_by_job: dict[JobId, float]) -> Plan:
+              rho_by_job: dict[JobId, float], sync_with: Sequence[Job] = ()) -> Plan:
+        """The plan of ``w``, with a lease for every job that runs after this round.
+
+        A new lease lasts ``lease`` seconds, or, when ``sync_with`` (the jobs
+        still on lease in a round where a filtered app could not bid) is given,
+        ends with the first of theirs to end. Why (Themis §3.3.2 re-auctions
+        "the freed GPUs" at the end of a lease): leases granted at different
+        times end one job at a time, so a round rarely has more GPUs on
+        auction than one job held; an app whose next job needs more could
+        never bid, and each freed GPU went back out under a fresh lease (an
+        8-GPU job waited 20,420 s instead of ~500 s in
+        ``test_an_app_needing_more_gpus_than_one_lease_frees_gets_them``).
+        Ending the new leases with the next one gathers the GPUs round by
+        round until its level fits; otherwise leases stay staggered, so a
+        round re-auctions only what it freed.
+        """
         now = snapshot.now
-        end = lease_end(now, self.lease)
+        end = now + self.lease
+        if sync_with:
+            end = min(end, min(j.lease_end for j in sync_with if j.lease_end is not None))
         leases: dict[JobId, float] = {jid: end for jid in w.start}
         by_id = {j.job_id: j for j in snapshot.jobs}
         for jid in w.keep:
