@@ -73,24 +73,6 @@ class KeyRanked(Protocol):
 
 
 @runtime_checkable
-class KeepsRanking(Protocol):
-    """An optional ability: the policy keeps its rank keys from one round to the next.
-
-    The one state such a policy holds between calls of ``decide`` is a memo of
-    the key it gave each job (``teiresias.policy.mlfq.RankMemo``), reused for
-    the same Job object while the key provably holds (``KeyRanked``'s
-    ``until``, the job in the same state with the counter of that state
-    standing still), so a round keys only the jobs that changed. It is a
-    cache, never an input: ``decide`` returns the Plan a policy with an empty
-    memo returns for the same snapshot, whatever snapshots came before
-    (tests/unit/test_policy_rank_memo.py), so an owner needs to do nothing.
-    ``forget_ranking()`` empties it (to measure its effect, or to free it).
-    """
-
-    def forget_ranking(self) -> None: ...
-
-
-@runtime_checkable
 class PlacementPolicy(Protocol):
     name: str
 

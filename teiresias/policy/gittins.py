@@ -29,8 +29,8 @@ import bisect
 import csv
 import io
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -65,11 +65,11 @@ class ServiceDistribution:
 
     # -- construction -------------------------------------------------------
     @classmethod
-    def from_values(cls, values: Iterable[float]) -> "ServiceDistribution":
+    def from_values(cls, values: Iterable[float]) -> ServiceDistribution:
         return cls(values)
 
     @classmethod
-    def from_samples_file(cls, path: str | Path) -> "ServiceDistribution":
+    def from_samples_file(cls, path: str | Path) -> ServiceDistribution:
         """Read a one-column CSV with header ``duration`` (GPU-seconds per job).
 
         Raises TraceError naming the file and line of the first bad value.
@@ -102,7 +102,7 @@ class ServiceDistribution:
             raise TraceError(f"{p}: no GPU-time samples after the header")
         return cls(values)
 
-    def extended(self, values: Iterable[float]) -> "ServiceDistribution":
+    def extended(self, values: Iterable[float]) -> ServiceDistribution:
         """A new distribution with more samples (e.g. GPU-times of jobs that just completed)."""
         return ServiceDistribution([*self._s, *values])
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from teiresias.errors import ConfigError
 from teiresias.policy.gittins import ServiceDistribution
