@@ -29,7 +29,7 @@ def bench_step(n: int = 200_000) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as base:
         rt = Runtime({"SLURM_JOB_ID": "1", "TEIRESIAS_JOB_BASE": base})
-        step = min(timeit.repeat(rt._time_step, number=n, repeat=5)) / n
+        step = min(timeit.repeat(rt.timer.tick, number=n, repeat=5)) / n
     empty = min(timeit.repeat(lambda: None, number=n, repeat=5)) / n
     return {"time_step_us": step * 1e6, "empty_call_us": empty * 1e6,
             "pct_of_10ms_step": step / 0.010 * 100}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.torch.jobs import job_env, run
-from wrappers.hooks.runtime import WARMUP_STEPS
+from wrappers.hooks.steptime import WARMUP_STEPS
 from wrappers.protocol import read_runs
 
 pytestmark = pytest.mark.torch
