@@ -46,6 +46,8 @@ from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 log = logging.getLogger("teiresias.controller")
 
 META_KEY = "gandiva"
+# Ended jobs whose slices and migrations are kept (for `teiresias queue --all`).
+KEEP_ENDED = 500
 # A requeued job is started again no sooner than this after its requeue (slurmd
 # refuses a start in the second its previous run's credential was revoked;
 # controller/starts.py RESTART_GAP_S).
@@ -140,7 +142,13 @@ class Slicer:
     def annotate(self, rec: Reconciled, now: float) -> None:
         """Put Gandiva's state on the snapshot's jobs (rec.snapshot is replaced)."""
         active = {j for j, r in rec.records.items() if r.active}
-        self.members = {j: m for j, m in self.members.items() if j in active}
+        # Ended jobs keep their counts for `teiresias queue --all` (the most recent ones only).
+        ended = sorted(j for j in self.members if j not in active)
+        for j in ended[:-KEEP_ENDED] if len(ended) > KEEP_ENDED else ():
+            del self.members[j]
+        for j in ended[-KEEP_ENDED:]:
+            m = self.members[j]
+            m.group, m.packed, m.target, m.target_kind, m.target_since = [], False, None, "", None
         in_snapshot = {j.job_id for j in rec.snapshot.jobs}
         unavailable = dict(rec.snapshot.unavailable)
         jobs: list[Job] = []

@@ -180,3 +180,14 @@ def test_step_times_come_from_the_hooks_records_of_the_current_mode(tmp_path):
     s.annotate(out, 154.0)
     j7 = next(j for j in out.snapshot.jobs if j.job_id == 7)
     assert j7.step_time == pytest.approx(0.4) and j7.solo_step_time == pytest.approx(0.1) and j7.packed
+
+
+def test_an_ended_job_keeps_its_counts_but_leaves_its_group(tmp_path):
+    s, _, _ = slicer(tmp_path)
+    s.members = {7: Member(group=[8], slices=2, migrations=1), 8: Member(group=[7], slices=1)}
+    ended = sjob(8, "COMPLETED")
+    out = reconcile(CFG, records(), [sjob(7, "RUNNING"), ended], NODES, 100.0)
+    s.annotate(out, 100.0)
+    assert (s.members[8].slices, s.members[8].group) == (1, [])
+    assert next(j for j in out.snapshot.jobs if j.job_id == 7).colocated_with == ()
+    assert s.members[7].migrations == 1
