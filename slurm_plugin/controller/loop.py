@@ -222,7 +222,7 @@ class Controller:
         if self.metrics is not None:
             self.metrics.observe_round(result, rec.records, [rec.records[j] for j in rec.finished], now,
                                        [(v["name"], v["quota_gpus"], v["guaranteed_gpus"], v["opportunistic_gpus"])
-                                        for v in vc_rows(plan)], getattr(plan, "migrate", {}))
+                                        for v in vc_rows(plan)], getattr(plan, "rebound", {}))
         return result
 
     def _enact(self, enactor: Enactor, rec: Reconciled, plan: Plan, now: float) -> None:

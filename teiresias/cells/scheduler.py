@@ -51,8 +51,10 @@ class CellPlan(Plan):
     cells: CellsState = field(default_factory=CellsState)
     guaranteed: frozenset[JobId] = frozenset()
     # Running guaranteed jobs preempted to move with their rebound cells (rebind.py), and the
-    # node counts they are to run on; they are started there once requeued.
-    migrate: Mapping[JobId, Placement] = field(default_factory=dict)
+    # node counts they are to run on; they are started there once requeued. Not Plan.migrate:
+    # a job in Plan.migrate is kept (Gandiva's move, policy-contract rule 6), these are in
+    # ``preempt``, and the owners must not run Gandiva's migration on them as well.
+    rebound: Mapping[JobId, Placement] = field(default_factory=dict)
     report: CellsReport | None = None
 
 
@@ -186,7 +188,7 @@ class CellsPolicy:
             cells=(binding := w.to_state()),
             carry=binding,
             guaranteed=frozenset(w.guaranteed & (set(keep) | set(start))),
-            migrate={k: v for k, v in migrate.items() if k in preempted},
+            rebound={k: v for k, v in migrate.items() if k in preempted},
             report=build_report(w) if self.with_report else None,
         )
 

@@ -104,13 +104,13 @@ def test_item_19_after_node1_recovers_vc_a_gets_its_second_node() -> None:
     a2 = o.submit(11, 4, "team-a")
     first = o.round()
     assert a2 in first.start, first.reasons.get(a2)
-    (moved,) = first.migrate  # exactly one of b's jobs (on node1 or on the spread node) moves
+    (moved,) = first.rebound  # exactly one of b's jobs (on node1 or on the spread node) moves
     assert moved in (b_on_1[1], b5) and moved in first.preempt
     assert "migrated to" in first.reasons[moved]
     assert first.start[a2].nodes in (("node1",), spread)
     o.settle()
     assert o.jobs[a2].is_running and o.jobs[moved].is_running
-    assert o.nodes_of(moved) == first.migrate[moved].nodes, "the moved job runs where the new binding says"
+    assert o.nodes_of(moved) == first.rebound[moved].nodes, "the moved job runs where the new binding says"
     a_nodes = {o.nodes_of(a1)[0], o.nodes_of(a2)[0]}
     b_nodes = {n for j in o.jobs if o.jobs[j].account == "team-b" for n in o.nodes_of(j)}
     assert len(a_nodes) == 2 and not a_nodes & b_nodes
@@ -124,7 +124,7 @@ def waits_for_others(o: Owner, plan: CellPlan, job: Job) -> bool:
     vc = o.cfg.vc_of_account(job.account)
     if vc is None or job.num_gpus <= 0:
         return False
-    if any(o.jobs[j].account == job.account for j in plan.migrate):
+    if any(o.jobs[j].account == job.account for j in plan.rebound):
         return False  # its own VC's jobs are on their way to new cells: its private view is in flux
     rank = {j: k for k, j in enumerate(plan.order)}
     mine = [jc for jc in plan.cells.jobs if jc.vc == vc and jc.guaranteed
@@ -196,7 +196,7 @@ def test_no_guaranteed_request_within_quota_waits_for_another_vcs_jobs(scenario)
             for a in (j.placement.allocations if j.is_running and j.placement else ()):
                 used[a.node] = used.get(a.node, 0) + a.gpus
         assert all(g <= 4 for g in used.values()), used
-        assert set(plan.migrate) <= set(plan.preempt)
+        assert set(plan.rebound) <= set(plan.preempt) and not plan.migrate
         if not o.unavailable:
             for j in o.jobs.values():
                 if not j.is_running and j.job_id not in plan.start and j.job_id not in plan.preempt:
