@@ -12,7 +12,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from teiresias.errors import SlurmError
+from teiresias.errors import JobVanished, SlurmError
 
 
 # How far past the requeue second a requeued job may be made eligible again
@@ -133,6 +133,15 @@ class SlurmBackend(ABC):
 
     @abstractmethod
     def nodes(self) -> list[SlurmNode]: ...
+
+    def job(self, job_id: int | str) -> SlurmJob:
+        """One job as Slurm shows it now (``job_id`` may be an array task's ``A_T``);
+        the Enactor reads a requeued job again before restarting it. Backends with
+        a cheaper one-job query (the CLI's ``scontrol show job``) override this."""
+        for sj in self.jobs():
+            if sj.target == str(job_id):
+                return sj
+        raise JobVanished(f"Slurm no longer knows job {job_id}")
 
     @abstractmethod
     def hold(self, job_id: int) -> None: ...

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_plugin.backends.base import SlurmBackend
 from slurm_plugin.config import parse_config
 from slurm_plugin.controller.audit import AuditLog, read_audit
 from slurm_plugin.controller.enact import PRIORITY_BASE, Action
@@ -200,3 +201,23 @@ def test_a_requeue_slurm_did_before_the_crash_is_recorded_not_repeated(tmp_path)
     assert rec.closed_run_seconds == pytest.approx(row.time - 200.5)  # ended when the row was written
     assert pending_rows(tmp_path) == []
     assert [e["action"] for e in read_audit(tmp_path / "a.jsonl") if e["job"] == 1].count("recover-requeue") == 1
+
+
+# ------------------------------------------------------------- the interface
+class WithoutOneJobQuery(InMemorySlurm):
+    """A backend with only the abstract methods' reads (as the restd and pyslurm
+    backends): one job is found through ``jobs()`` (SlurmBackend.job)."""
+
+    job = SlurmBackend.job
+
+
+def test_a_requeued_job_restarts_on_a_backend_without_its_own_one_job_query(tmp_path):
+    slurm = WithoutOneJobQuery({"node1": 4})
+    preempting(tmp_path, slurm)
+    ctl = controller(tmp_path, slurm)
+    assert [a.action for a in round_at(ctl, slurm, 212.0).actions] == ["requeue", "start"]  # grace over
+    assert slurm.schedule(212.5) == [2]
+    slurm.finish(2, 220.0)
+    acts = round_at(ctl, slurm, 221.0).actions
+    assert [(a.job, a.action, a.ok) for a in acts] == [(1, "start", True)]  # read again before the restart
+    assert slurm.schedule(221.5) == [1] and slurm.job_now(1).restart_count == 1
