@@ -27,8 +27,8 @@ never by ``getattr`` of its own, so both read a policy the same way:
   (declared False by non-preemptive policies; preemptive when undeclared);
 - ``QuietAware`` / ``quiet_until_of``: until when the ranking cannot move;
 - ``WakeAware`` / ``wake_at_of``: when a round is due with no event (Gandiva);
-- ``monotone_placement``: the placement's feasibility is monotone in the
-  free GPUs;
+- ``MonotonePlacement`` / ``monotone_placement``: the placement's feasibility
+  is monotone in the free GPUs;
 - ``KeyRanked``: the ranking is a sort by a key of each job alone;
 - ``CarriesState``: the policy carries state from one round to the next in
   its Plan (``plan.carry``), such as HiveD's cell binding; the owner stores
@@ -107,6 +107,15 @@ class QuietAware(Protocol):
 
 
 @runtime_checkable
+class MonotonePlacement(Protocol):
+    """A placement policy's ``monotone = True``: a job placeable on some free GPUs
+    stays placeable when more GPUs are free (consolidate, spread, profile), so an
+    owner may extend a round that planned nothing to newcomers on idle GPUs."""
+
+    monotone: bool
+
+
+@runtime_checkable
 class WakeAware(Protocol):
     """``wake_at(snapshot)``: when a round could change something with no arrival
     or completion (Gandiva §3.1: a time slice ends, an idle period passes); inf:
@@ -166,8 +175,8 @@ def wake_at_of(policy: object) -> Callable[[Snapshot], float] | None:
 def monotone_placement(policy: object) -> bool:
     """Whether the policy's placement declares ``monotone = True``: a job placeable
     on some free GPUs stays placeable when more GPUs are free."""
-    placement = getattr(policy, "placement", None)
-    return getattr(placement, "monotone", False) is True
+    placement = getattr(policy, "placement", None)  # a scheduling policy's own placement, if it has one
+    return isinstance(placement, MonotonePlacement) and placement.monotone is True
 
 
 def decide_round(policy: SchedulingPolicy, snapshot: Snapshot, carried: object | None) -> Plan:
