@@ -261,8 +261,9 @@ def test_an_elastic_job_grows_onto_an_idle_gpu_and_shrinks_for_a_waiting_job(ela
     text = (tmp_path / "e.out").read_text()
     assert "run 2 on 1 GPU(s)" in text, text[-2000:]
     runs = text.split("run ")
-    # Each size really trained: steps at 1 rank, then at 2, then at 1 again.
-    assert all(_losses(part) for part in runs[1:4]), text[-3000:]
+    # The 2-rank run and the 1-rank run after it really trained (the first run may have
+    # been grown before its first step when torch took more than the idle period to load).
+    assert all(_losses(part) for part in runs[2:4]), text[-3000:]
     got = _losses(text)
     assert sorted(got) == list(range(1, 25))
     for k in want:
@@ -281,8 +282,8 @@ def test_a_packed_pair_is_unpacked_when_its_measured_throughput_drops(gandiva_cl
     c.clean()
     base = tmp_path / "ckpt"
     batch = tmp_path / "pack.sh"
-    # --checkpoint-every=3: the hooks write a step count to runs.jsonl at every checkpoint,
-    # so the controller sees mini-batch times within a 3 s slice.
+    # --checkpoint-every=1: the hooks write a step count to runs.jsonl at every checkpoint,
+    # so the controller sees mini-batch times within a 3 s slice even on a busy machine.
     batch.write_text(
         "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
         f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3 TRAIN_DEVICE_DIR={tmp_path} TRAIN_DEVICE_SWITCH=0.5\n"
@@ -291,7 +292,7 @@ def test_a_packed_pair_is_unpacked_when_its_measured_throughput_drops(gandiva_cl
         "name": "gandiva", "gandiva": {"slice": SLICE_S, "packing": True, "migration": False,
                                        "grow_shrink": False}}).start()
     try:
-        args = ("--checkpoint-every=3", f"--checkpoint-dir={base}")
+        args = ("--checkpoint-every=1", f"--checkpoint-dir={base}")
         first = _submit(c, *args, f"--output={tmp_path}/a.out", str(batch))
         c.wait_for(first, "RUNNING", timeout=60)
         poll("the first job training", lambda: len(steps_in(tmp_path / "a.out")) >= 2, timeout=60)
