@@ -40,13 +40,32 @@ def solve_times(n_apps: int, rounds: int, seed: int) -> dict[str, float]:
     jobs: list[Job] = []
     nodes = [n.name for n in cluster.nodes]
     for i, name in enumerate(nodes[:32]):  # half the cluster runs expired-lease jobs
-        jobs.append(Job(JobId(len(jobs)), 8, 0.0, app=f"app{i % n_apps}", state=JobState.RUNNING,
-                        placement=Placement.of({name: 8}), first_start_time=0.0, executed_time=900.0,
-                        total_executed_time=900.0, duration=900.0 + rng.uniform(600, 36000), lease_end=600.0))
+        jobs.append(
+            Job(
+                JobId(len(jobs)),
+                8,
+                0.0,
+                app=f"app{i % n_apps}",
+                state=JobState.RUNNING,
+                placement=Placement.of({name: 8}),
+                first_start_time=0.0,
+                executed_time=900.0,
+                total_executed_time=900.0,
+                duration=900.0 + rng.uniform(600, 36000),
+                lease_end=600.0,
+            )
+        )
     for a in range(n_apps):
         for _ in range(rng.randint(1, 8)):
-            jobs.append(Job(JobId(len(jobs)), rng.choice([1, 1, 2, 4, 8]), rng.uniform(0, 600), app=f"app{a}",
-                            duration=rng.uniform(60, 36000)))
+            jobs.append(
+                Job(
+                    JobId(len(jobs)),
+                    rng.choice([1, 1, 2, 4, 8]),
+                    rng.uniform(0, 600),
+                    app=f"app{a}",
+                    duration=rng.uniform(60, 36000),
+                )
+            )
     snap = Snapshot(1000.0, cluster, jobs)
     out: dict[str, float] = {"jobs": float(len(jobs))}
     for label, f in (("decide_f0.8", 0.8), ("decide_f0.01", 0.01)):
@@ -88,9 +107,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="/tmp/bench-themis")
-    ap.add_argument("--contended-only", action="store_true",
-                    help="only the contended trace (200 jobs, 12 apps, 16 GPUs, load 2): side by side, f sweep, "
-                         "misreporting")
+    ap.add_argument(
+        "--contended-only",
+        action="store_true",
+        help="only the contended trace (200 jobs, 12 apps, 16 GPUs, load 2): side by side, f sweep, misreporting",
+    )
     a = ap.parse_args()
 
     out = Path(a.out)
@@ -113,12 +134,16 @@ def main() -> None:
     print("| trace | max rho | Jain rho | apps rho <= 1 | avg JCT (s) | GPU util | max rho las/themis, fifo/themis |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for (jobs, napps, gpus, load), (_, _, res) in results.items():
+
         def col(f: Callable[[Summary], str], res: dict[str, Summary] = res) -> str:
             return " / ".join(f(res[p]) for p in POLICIES)
-        print(f"| {jobs} jobs, {napps} apps, {gpus} GPUs, load {load} | {col(lambda s: f'{s.max_rho:.2f}')} | "
-              f"{col(lambda s: f'{s.jain_rho:.3f}')} | {col(lambda s: f'{100 * s.share_rho_le_1:.0f}%')} | "
-              f"{col(lambda s: f'{s.avg_jct:,.0f}')} | {col(lambda s: f'{100 * s.gpu_utilization:.1f}%')} | "
-              f"{res['las'].max_rho / res['themis'].max_rho:.2f}x, {res['fifo'].max_rho / res['themis'].max_rho:.2f}x |")
+
+        print(
+            f"| {jobs} jobs, {napps} apps, {gpus} GPUs, load {load} | {col(lambda s: f'{s.max_rho:.2f}')} | "
+            f"{col(lambda s: f'{s.jain_rho:.3f}')} | {col(lambda s: f'{100 * s.share_rho_le_1:.0f}%')} | "
+            f"{col(lambda s: f'{s.avg_jct:,.0f}')} | {col(lambda s: f'{100 * s.gpu_utilization:.1f}%')} | "
+            f"{res['las'].max_rho / res['themis'].max_rho:.2f}x, {res['fifo'].max_rho / res['themis'].max_rho:.2f}x |"
+        )
 
     trace, cluster, res = results[TRACES[-1]]
     print(f"\n## on the contended trace ({TRACES[-1][0]} jobs, {TRACES[-1][1]} apps, {TRACES[-1][2]} GPUs)\n")
@@ -126,8 +151,10 @@ def main() -> None:
     print("| f | max rho | Jain rho | avg JCT (s) | GPU util |\n| --- | --- | --- | --- | --- |")
     for f in (0.2, 0.5, 0.8, 0.95):
         s = res["themis"] if f == 0.8 else run(trace, cluster, build_policy("themis", PolicyParams(fairness_knob=f)))
-        print(f"| {f}{' (default)' if f == 0.8 else ''} | {s.max_rho:.2f} | {s.jain_rho:.3f} | {s.avg_jct:,.0f} | "
-              f"{100 * s.gpu_utilization:.1f}% |")
+        print(
+            f"| {f}{' (default)' if f == 0.8 else ''} | {s.max_rho:.2f} | {s.jain_rho:.3f} | {s.avg_jct:,.0f} | "
+            f"{100 * s.gpu_utilization:.1f}% |"
+        )
     print("\n### strategy-proofness: one app reports rho x 0.5 (Themis §3.3, Fig. 18-like)\n")
     print("| app | its rho, truthful | its rho, misreporting |\n| --- | --- | --- |")
     truthful = res["themis"].app_rho
@@ -141,8 +168,9 @@ def run(trace: list[TraceJob], cluster: Cluster, pol: SchedulingPolicy) -> Summa
     return Simulator(trace, cluster, pol, SimulationOptions(record_timeline=False, progress=False)).run().summary
 
 
-def scenario(out: Path, jobs: int, napps: int, gpus: int, load: float,
-             seed: int) -> tuple[list[TraceJob], Cluster, str]:
+def scenario(
+    out: Path, jobs: int, napps: int, gpus: int, load: float, seed: int
+) -> tuple[list[TraceJob], Cluster, str]:
     """The trace and cluster of one row, written to ``out``, and how to reproduce it with the CLI."""
     from teiresias.policy.gittins import ServiceDistribution
 
@@ -153,14 +181,22 @@ def scenario(out: Path, jobs: int, napps: int, gpus: int, load: float,
     (out / cluster_name).write_text(cluster_yaml)
     max_gpus = min(16, gpus // 2)
     dist = ServiceDistribution.from_samples_file(str(SAMPLES))
-    params = PhillyParams(num_jobs=jobs, cluster_gpus=gpus, load=load, min_duration=60.0,
-                          max_duration=PhillyParams.max_duration, max_gpus=max_gpus)
+    params = PhillyParams(
+        num_jobs=jobs,
+        cluster_gpus=gpus,
+        load=load,
+        min_duration=60.0,
+        max_duration=PhillyParams.max_duration,
+        max_gpus=max_gpus,
+    )
     trace = with_apps(philly_like(dist.samples, params, seed=seed), napps, seed)
     name = f"themis-trace-{jobs}jobs-{napps}apps-{gpus}gpus.csv"
     write_trace(out / name, trace)
-    how = (f"reproduce ({out}): teiresias trace synth -k philly -n {jobs} -S teiresias/data/yarn-gput10000.csv "
-           f"-G {gpus} -l {load} --max-gpus {max_gpus} -A {napps} -s {seed} -o {name} && "
-           f"teiresias simulate -t {name} -c {cluster_name} -p {','.join(POLICIES)}")
+    how = (
+        f"reproduce ({out}): teiresias trace synth -k philly -n {jobs} -S teiresias/data/yarn-gput10000.csv "
+        f"-G {gpus} -l {load} --max-gpus {max_gpus} -A {napps} -s {seed} -o {name} && "
+        f"teiresias simulate -t {name} -c {cluster_name} -p {','.join(POLICIES)}"
+    )
     return trace, Cluster.from_tiresias_spec(switches, per_switch, 8), how
 
 

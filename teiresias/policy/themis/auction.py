@@ -155,8 +155,7 @@ def bid_levels(levels: Sequence[tuple[int, float]], limit: int) -> list[int]:
     usable = [i for i, (g, _) in enumerate(levels) if g <= limit]
     if len(usable) > MAX_LEVELS - 1:
         step = len(usable) / (MAX_LEVELS - 1)
-        usable = sorted({usable[min(int(round((k + 1) * step)) - 1, len(usable) - 1)]
-                         for k in range(MAX_LEVELS - 1)})
+        usable = sorted({usable[min(int(round((k + 1) * step)) - 1, len(usable) - 1)] for k in range(MAX_LEVELS - 1)})
     out: list[int] = []
     seen: set[int] = set()
     for i in usable:

@@ -90,8 +90,9 @@ class ThemisPolicy:
         usable = sum(max(n.gpus - snapshot.unavailable.get(n.name, 0), 0) for n in cluster.nodes)
         share = usable / len(apps) if apps else float(usable)
         topo = Topology.of(cluster, self.slowdowns)
-        inputs = {a: app_rho(a, js, snapshot.now, share, self.lease, topo, self.min_remaining)
-                  for a, js in apps.items()}
+        inputs = {
+            a: app_rho(a, js, snapshot.now, share, self.lease, topo, self.min_remaining) for a, js in apps.items()
+        }
         now_rho = {a: current_rho(inputs[a], apps[a], topo, cluster) for a in apps}
         return apps, inputs, now_rho
 
@@ -100,8 +101,12 @@ class ThemisPolicy:
         now = snapshot.now
         apps, inputs, now_rho = self.app_rhos(snapshot)
         rho_by_job = {j.job_id: now_rho[a] for a, js in apps.items() for j in js}
-        leased = [j for js in apps.values() for j in js
-                  if j.is_running and j.lease_end is not None and j.lease_end > now + _EPS]
+        leased = [
+            j
+            for js in apps.values()
+            for j in js
+            if j.is_running and j.lease_end is not None and j.lease_end > now + _EPS
+        ]
         leased_ids = {j.job_id for j in leased}
         if not any(not j.is_running for j in snapshot.jobs):
             everyone = [j for js in apps.values() for j in js]
@@ -146,7 +151,8 @@ class ThemisPolicy:
             held = sum(j.num_gpus for j in apps[a] if j.job_id in leased_ids)
             gpus = [0] + [levels[i][0] for i in chosen]
             rho = [inputs[a].rho(held, 1.0) * factor] + [
-                inputs[a].rho(held + levels[i][0], levels[i][1]) * factor for i in chosen]
+                inputs[a].rho(held + levels[i][0], levels[i][1]) * factor for i in chosen
+            ]
             bids.append(Bid(a, tuple(gpus), tuple(max(r, 1e-12) for r in rho)))
             bid_jobs[a] = [js[: i + 1] for i in chosen]
         outcome = auction(bids, capacity, seed=f"{self.seed}:{now!r}:pay")
@@ -173,8 +179,15 @@ class ThemisPolicy:
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return self._plan(snapshot, ranked, w, leased_ids, rho_by_job, leased if blocked else ())
 
-    def _plan(self, snapshot: Snapshot, ranked: list[Job], w: Walk, leased_ids: set[JobId],
-              rho_by_job: dict[JobId, float], sync_with: Sequence[Job] = ()) -> Plan:
+    def _plan(
+        self,
+        snapshot: Snapshot,
+        ranked: list[Job],
+        w: Walk,
+        leased_ids: set[JobId],
+        rho_by_job: dict[JobId, float],
+        sync_with: Sequence[Job] = (),
+    ) -> Plan:
         """The plan of ``w``, with a lease for every job that runs after this round.
 
         A new lease lasts ``lease`` seconds, or, when ``sync_with`` (the jobs
@@ -200,5 +213,15 @@ class ThemisPolicy:
             j = by_id[jid]
             leases[jid] = j.lease_end if jid in leased_ids and j.lease_end is not None else end
         plan = to_plan(ranked, w)
-        return Plan(start=plan.start, preempt=plan.preempt, keep=plan.keep, promote=(), queues=plan.queues,
-                    order=plan.order, reasons=plan.reasons, index={}, leases=leases, rho=rho_by_job)
+        return Plan(
+            start=plan.start,
+            preempt=plan.preempt,
+            keep=plan.keep,
+            promote=(),
+            queues=plan.queues,
+            order=plan.order,
+            reasons=plan.reasons,
+            index={},
+            leases=leases,
+            rho=rho_by_job,
+        )
