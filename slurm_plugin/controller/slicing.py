@@ -229,6 +229,12 @@ class Slicer:
                     continue  # already on its way (the policy still sees it where it was)
                 if kind == "resize":
                     kind_now = "grow" if placement.num_gpus > r.gpus else "shrink"
+                    sj = rec.slurm[job_id]
+                    if not sj.gpus_per_node or sj.shards:
+                        # Only a per-node GPU count can be changed on a pending job (notes §6).
+                        self._audit(job_id, f"{kind_now}-refused", "a resize needs the job to ask"
+                                    " --gres=gpu:N (GPUs per node); it keeps its size")
+                        continue
                 else:
                     kind_now = "migrate"
                 m = self.m(job_id)
@@ -240,7 +246,8 @@ class Slicer:
 
     def moving(self, plan: Plan) -> Plan:
         """The plan the Preempter runs for migrations and resizes: checkpoint and requeue them."""
-        extra = tuple(j for j in (*plan.migrate, *plan.resize) if j not in plan.preempt)
+        extra = tuple(j for j in (*plan.migrate, *plan.resize)
+                      if j not in plan.preempt and j in self.members and self.members[j].target is not None)
         reasons = {**plan.reasons, **{j: _prefixed(self.members[j].target_kind, plan.notes.get(j, ""))
                                      for j in extra if j in self.members}}
         return replace(plan, preempt=tuple(plan.preempt) + extra, reasons=reasons)

@@ -9,6 +9,7 @@ the real local Slurm with real tsbatch PyTorch jobs.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,13 @@ def test_an_ended_job_keeps_its_counts_but_leaves_its_group(tmp_path):
     assert (s.members[8].slices, s.members[8].group) == (1, [])
     assert next(j for j in out.snapshot.jobs if j.job_id == 7).colocated_with == ()
     assert s.members[7].migrations == 1
+
+
+def test_a_resize_of_a_job_without_a_per_node_gpu_count_is_refused_before_any_checkpoint(tmp_path):
+    s, _, log = slicer(tmp_path)
+    per_job = replace(sjob(7, "RUNNING"), gpus_per_node=0)  # -G 1: Slurm cannot change it while pending
+    out = reconcile(CFG, records(), [per_job, sjob(8, "RUNNING")], NODES, 100.0)
+    plan = Plan(resize={JobId(7): Placement.of({"node1": 2})}, keep=(JobId(7), JobId(8)))
+    s.enact(out, plan, 100.0)
+    assert s.moving(plan).preempt == ()  # not checkpointed for a restart that cannot happen
+    assert [e["action"] for e in read_audit(log)] == ["grow-refused"]
