@@ -158,7 +158,7 @@ class Slicer:
             target = m.target_placement()
             if target is not None and job.state is JobState.PENDING:
                 # Requeued for its migration/resize: its GPUs are the target's, promised to it.
-                job = replace(job, state=JobState.RUNNING, placement=target)
+                job = replace(job, state=JobState.RUNNING, placement=target, num_gpus=target.num_gpus)
             elif target is not None:
                 # Still checkpointing: the target stays reserved (the policy chose idle GPUs).
                 for a in target.allocations:

@@ -122,7 +122,7 @@ def test_pack_unpack_and_a_migration_are_recorded_and_the_move_goes_through_pree
     pending = reconcile(CFG, recs, [sjob(7, "PENDING", ()), sjob(8, "RUNNING")], NODES, 102.0)
     s.annotate(pending, 102.0)
     j7 = next(j for j in pending.snapshot.jobs if j.job_id == 7)
-    assert j7.state is JobState.RUNNING and j7.placement == to2
+    assert j7.state is JobState.RUNNING and j7.placement == to2 and j7.num_gpus == 1
 
 
 def test_state_round_trips_through_the_store_text():
