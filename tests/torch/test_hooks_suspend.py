@@ -93,3 +93,39 @@ def test_process_without_optimizer_stops_at_once(tmp_path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_torchrun_ranks_all_park_and_resume_to_the_same_weights(tmp_path) -> None:
+    """SIGTSTP to the whole job (what Slurm sends): torchrun's agent stops at once, both
+    ranks park after the same optimizer step (agreed in the stop all-reduce), and after
+    SIGCONT the job ends with the weights of an uninterrupted run."""
+    import psutil
+    import torch
+
+    from tests.torch.jobs import PYTHON, SCRIPTS
+
+    def torchrun(job: int, out: Path, log: Path) -> subprocess.Popen:
+        env = job_env(tmp_path / "jobs", job, TRAIN_STEP_SLEEP="0.05")
+        with open(log, "w") as f:
+            return subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                                     str(SCRIPTS / "train_elastic.py"), str(out)], env=env, stdout=f,
+                                    stderr=subprocess.STDOUT)
+
+    plain = torchrun(84, tmp_path / "plain.pt", tmp_path / "plain.log")
+    assert plain.wait(timeout=300) == 0, (tmp_path / "plain.log").read_text()[-3000:]
+    log = tmp_path / "sliced.log"
+    proc = torchrun(85, tmp_path / "sliced.pt", log)
+    try:
+        poll("step 4", lambda: last_step(log) >= 4, timeout=120)
+        tree = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
+        signal_tree(proc.pid, signal.SIGTSTP)
+        poll("every process of the job stopped", lambda: all(_state(p) == "T" for p in tree), timeout=30)
+        signal_tree(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    [rec] = read_slices(job_dir(tmp_path / "jobs", 85))
+    assert rec.parked > 0  # rank 0 stopped itself at a step boundary
+    a, b = torch.load(tmp_path / "plain.pt", weights_only=True), torch.load(tmp_path / "sliced.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
