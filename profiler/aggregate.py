@@ -523,6 +523,7 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int, model: ModelFile 
             too_few_iterations(coll, min_iterations, f"no pattern of collectives repeats {min_iterations} times"),
             ranks=n, layer=coll.layer,
         )
+    ref: float | None
     if model is not None:
         ref, ref_from = float(model.gradient_bytes), "the model hook's parameter sizes"
     else:

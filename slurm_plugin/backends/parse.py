@@ -53,7 +53,9 @@ def expand_hostlist(spec: str) -> tuple[str, ...]:
 def _split_top_level(spec: str) -> list[str]:
     """Split on commas outside brackets and parentheses: ``node[1,3]`` and
     ``gpu:2(IDX:0,2)`` are one item each."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in spec:
         if ch in "[(":
             depth += 1

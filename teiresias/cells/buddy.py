@@ -131,6 +131,7 @@ class BuddySpace:
         pool = self.free.get((chain, level))
         if not pool:
             return None
+        c: Cell | None
         if cost is None and not self.bad_nodes:
             c = next(iter(pool.values()))  # fast path: any free cell will do
         else:

@@ -5,7 +5,6 @@ a broken optional part cannot break the others."""
 from __future__ import annotations
 
 import importlib
-import sys
 
 import click
 
@@ -83,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()
