@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, overload
 
 from teiresias import yamlconf
 from teiresias.domain.topology import Topology
@@ -188,6 +188,12 @@ class _Reader:
                 # topology too: 'topology: {switchs: ...}' would otherwise leave every node on one switch.
                 self.check_keys(value, sub, dotted + ".")
 
+    @overload
+    def number(self, key: str, value: Any, *, positive: bool = ..., allow_none: Literal[False] = ...) -> float: ...
+
+    @overload
+    def number(self, key: str, value: Any, *, positive: bool = ..., allow_none: bool) -> float | None: ...
+
     def number(self, key: str, value: Any, *, positive: bool = True, allow_none: bool = False) -> float | None:
         if value is None and allow_none:
             return None
@@ -255,7 +261,7 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     if not isinstance(queues, list) or not queues:
         raise r.fail("policy.queues", f"must be a non-empty list of GPU-second thresholds or auto, got {queues!r}")
     qs = tuple(r.number(f"policy.queues[{i}]", q) for i, q in enumerate(queues))
-    if any(b <= a for a, b in zip(qs, qs[1:])):  # type: ignore[operator]
+    if any(b <= a for a, b in zip(qs, qs[1:])):
         raise r.fail("policy.queues", f"thresholds must be strictly increasing, got {list(queues)}")
     knob = r.number("policy.promote_knob", pol.get("promote_knob"), allow_none=True)
     samples = pol.get("gittins_samples")
@@ -269,7 +275,7 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         raise r.fail("policy.last_queue", f"{last_queue} orders gittins' last queue; set policy.name: gittins")
     lease = r.number("policy.lease", pol.get("lease", pd.lease))
     fknob = r.number("policy.fairness_knob", pol.get("fairness_knob", pd.fairness_knob))
-    if not 0.0 < fknob < 1.0:  # type: ignore[operator]
+    if not 0.0 < fknob < 1.0:
         raise r.fail("policy.fairness_knob", f"must be in (0, 1), e.g. 0.8; got {fknob}")
     apps_raw = pol.get("apps") or {}
     if not isinstance(apps_raw, Mapping):
@@ -298,7 +304,7 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     for key, value in (pol.get("gandiva") or {}).items():
         where = f"policy.gandiva.{key}"
         got = r.boolean(where, value) if GANDIVA_KEYS[key] else r.number(where, value, positive=False)
-        gandiva.append((key, got))  # type: ignore[arg-type]  # a number is never None here
+        gandiva.append((key, got))
     cost_raw = pol.get("preempt_cost", 0)
     cost_measured = cost_raw == "measured"
     if isinstance(cost_raw, str) and not cost_measured:
@@ -307,9 +313,9 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     if (cost_measured or cost) and name != "gittins":
         raise r.fail("policy.preempt_cost", f"weighs preemptions in gittins' index; policy {name} has none:"
                      " set policy.name: gittins or drop the key")
-    kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,  # type: ignore[arg-type]
+    kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,
                                 tuple(apps), queues_auto=queues_auto, sharing=sharing_path,
-                                gandiva=tuple(gandiva), preempt_cost=cost,  # type: ignore[arg-type]
+                                gandiva=tuple(gandiva), preempt_cost=cost,
                                 preempt_cost_measured=cost_measured)
 
     if "placement" in data:
@@ -325,8 +331,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     pre = data.get("preemption") or {}
     pdd = PreemptionConfig()
     kw["preemption"] = PreemptionConfig(
-        grace_seconds=r.number("preemption.grace_seconds", pre.get("grace_seconds", pdd.grace_seconds), positive=False),  # type: ignore[arg-type]
-        start_timeout_seconds=r.number("preemption.start_timeout_seconds",  # type: ignore[arg-type]
+        grace_seconds=r.number("preemption.grace_seconds", pre.get("grace_seconds", pdd.grace_seconds), positive=False),
+        start_timeout_seconds=r.number("preemption.start_timeout_seconds",
                                        pre.get("start_timeout_seconds", pdd.start_timeout_seconds)),
     )
     for key in ("state_db", "audit_log", "profile_store"):

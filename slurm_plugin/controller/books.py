@@ -22,7 +22,7 @@ from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.history import History
 from slurm_plugin.controller.reconcile import Reconciled, same_job
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
-from teiresias.domain import Plan
+from teiresias.domain import JobId, Plan
 from teiresias.errors import SlurmError, SlurmUnreachable
 
 log = logging.getLogger("teiresias.controller")
@@ -115,7 +115,8 @@ class Books:
                 r.promo_time = now
                 r.promo_executed = accounting.total_executed(r, now)
                 self.audit.write(job_id, "promote", "waited >= PROMOTEKNOB x executed time; back to Q1")
-            q = plan.queues.get(job_id)  # type: ignore[call-overload]
+            jid = JobId(job_id)  # the plan's keys (the same int)
+            q = plan.queues.get(jid)
             if q is not None and q != r.queue:
                 # attained_gpu_seconds means all GPU-time received, as in every other record;
                 # what the thresholds compared (since the last promotion) is queue_service_gpu_seconds.
@@ -123,12 +124,12 @@ class Books:
                                  attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
                                  queue_service_gpu_seconds=round(accounting.attained_service(r, now), 1))
                 r.queue = q
-            r.rank = rank.get(job_id)  # type: ignore[call-overload]
-            if job_id in plan.index:
-                r.gittins = float(plan.index[job_id])  # type: ignore[index]
+            r.rank = rank.get(jid)
+            if jid in plan.index:
+                r.gittins = float(plan.index[jid])
             if r.active:
                 r.reason = rec.not_waiting.get(job_id) or (
-                    plan.reasons.get(job_id, "") if r.phase is Phase.PENDING else "")  # type: ignore[call-overload]
+                    plan.reasons.get(jid, "") if r.phase is Phase.PENDING else "")
         for job_id in rec.finished:
             r = rec.records[job_id]
             gpu_s = accounting.attained_gpu_seconds(r, now)

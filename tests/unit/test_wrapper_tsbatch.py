@@ -142,7 +142,7 @@ def test_batch_shell_survives_and_forwards_each_signal_once(tmp_path):
         for sig, word in ((signal.SIGUSR2, "usr2"), (signal.SIGUSR1, "usr1")):
             proc.send_signal(sig)
             poll(f"{word} at the child",
-                 lambda: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text(), 20, 0.02)  # noqa: B023
+                 lambda word=word: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text(), 20, 0.02)
         (tmp_path / "stop").write_text("")
         assert proc.wait(timeout=20) == 7
         assert proc.stdout.read() == "child done\n"
