@@ -18,8 +18,14 @@ setup(
             sources=["profiler/src/tprof.c"],
             depends=["profiler/src/tprof.h"],
             include_dirs=["profiler/src"],
-            extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra",
-                                "-Wno-unused-parameter"],
+            extra_compile_args=[
+                "-O2",
+                "-std=gnu11",
+                "-fvisibility=hidden",
+                "-Wall",
+                "-Wextra",
+                "-Wno-unused-parameter",
+            ],
             libraries=["dl"],
             py_limited_api=False,
         )

@@ -45,8 +45,7 @@ def big_config() -> config.CellsConfig:
         "physical_cells": [{"type": "rack", "nodes": f"r{r:03d}n[0-{NODES_PER_RACK - 1}]"} for r in range(RACKS)],
         # 32 racks' worth per VC, at several levels (feasible: 4 x 32 = 128 racks).
         "virtual_clusters": {
-            f"vc{k}": {"accounts": [f"acct{k}"], "quota": {"rack": 24, "node": 56, "socket": 16}}
-            for k in range(4)
+            f"vc{k}": {"accounts": [f"acct{k}"], "quota": {"rack": 24, "node": 56, "socket": 16}} for k in range(4)
         },
     }
     return config.parse(raw, "bench")
@@ -59,8 +58,10 @@ def pct(xs: list[float], q: float) -> float:
 
 def show(name: str, xs: list[float]) -> None:
     us = [x * 1e6 for x in xs]
-    print(f"  {name:<34} n={len(us):>6}  mean {statistics.fmean(us):7.1f} us  "
-          f"p50 {pct(us, 0.5):7.1f} us  p99 {pct(us, 0.99):7.1f} us  max {max(us):8.1f} us")
+    print(
+        f"  {name:<34} n={len(us):>6}  mean {statistics.fmean(us):7.1f} us  "
+        f"p50 {pct(us, 0.5):7.1f} us  p99 {pct(us, 0.99):7.1f} us  max {max(us):8.1f} us"
+    )
 
 
 def bench_physical(cfg: config.CellsConfig, ops: int, rng: random.Random) -> None:
@@ -133,8 +134,10 @@ def bench_round(cfg: config.CellsConfig, rng: random.Random, jobs: int) -> None:
     names = [n for t in cfg.tops for n in t.nodes]
     cluster = Cluster.from_tiresias_spec(RACKS, NODES_PER_RACK, 8, node_names=names)
     policy = CellsPolicy(cfg, build_policy("las", PolicyParams(queues=(3600.0,))))
-    pending = [Job(JobId(i), rng.choice([1, 1, 2, 4, 8, 8, 16, 32]), float(i), account=f"acct{rng.randrange(5)}")
-               for i in range(jobs)]
+    pending = [
+        Job(JobId(i), rng.choice([1, 1, 2, 4, 8, 8, 16, 32]), float(i), account=f"acct{rng.randrange(5)}")
+        for i in range(jobs)
+    ]
     t0 = time.perf_counter()
     plan = policy.decide(Snapshot(0.0, cluster, pending))
     dt1 = time.perf_counter() - t0
@@ -143,17 +146,29 @@ def bench_round(cfg: config.CellsConfig, rng: random.Random, jobs: int) -> None:
     state = []
     for j in pending:
         if j.job_id in plan.start:
-            state.append(Job(j.job_id, j.num_gpus, j.submit_time, account=j.account, state=JobState.RUNNING,
-                             placement=plan.start[j.job_id], first_start_time=1.0, executed_time=50.0,
-                             total_executed_time=50.0))
+            state.append(
+                Job(
+                    j.job_id,
+                    j.num_gpus,
+                    j.submit_time,
+                    account=j.account,
+                    state=JobState.RUNNING,
+                    placement=plan.start[j.job_id],
+                    first_start_time=1.0,
+                    executed_time=50.0,
+                    total_executed_time=50.0,
+                )
+            )
         else:
             state.append(j)
     snap = Snapshot(60.0, cluster, state)
     t0 = time.perf_counter()
     plan2 = policy.decide_cells(snap, plan.cells)
     dt = time.perf_counter() - t0
-    print(f"  policy round 2: {jobs} jobs ({len(plan.start)} running), 8192 GPUs: {dt * 1e3:.0f} ms "
-          f"(started {len(plan2.start)}, kept {len(plan2.keep)})")
+    print(
+        f"  policy round 2: {jobs} jobs ({len(plan.start)} running), 8192 GPUs: {dt * 1e3:.0f} ms "
+        f"(started {len(plan2.start)}, kept {len(plan2.keep)})"
+    )
 
 
 def main() -> None:
@@ -166,8 +181,10 @@ def main() -> None:
     t0 = time.perf_counter()
     cfg = big_config()
     topo = cfg.topology()
-    print(f"hierarchy: {len(topo.node_cells)} nodes, {topo.total_gpus} GPUs, {len(topo.cells)} cells "
-          f"(config + tree built in {(time.perf_counter() - t0) * 1e3:.0f} ms)")
+    print(
+        f"hierarchy: {len(topo.node_cells)} nodes, {topo.total_gpus} GPUs, {len(topo.cells)} cells "
+        f"(config + tree built in {(time.perf_counter() - t0) * 1e3:.0f} ms)"
+    )
     bench_physical(cfg, args.ops, rng)
     bench_vc(cfg, args.ops, rng)
     bench_round(cfg, rng, args.jobs)

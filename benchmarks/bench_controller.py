@@ -58,21 +58,39 @@ def documents(n_jobs: int, seed: int = 1) -> tuple[str, str]:
         if node < NODES:
             j = copy.deepcopy(run_t)
             used[node] += g
-            j.update(job_state="RUNNING", nodes=f"node{node + 1}", node_count=1, required_nodes=f"node{node + 1}",
-                     gres_detail=[f"gpu:{g}(IDX:0-{g - 1})"], tres_per_node="", tres_per_job=f"gres:gpu:{g}",
-                     start_time=now - rng.randint(10, 20000))
+            j.update(
+                job_state="RUNNING",
+                nodes=f"node{node + 1}",
+                node_count=1,
+                required_nodes=f"node{node + 1}",
+                gres_detail=[f"gpu:{g}(IDX:0-{g - 1})"],
+                tres_per_node="",
+                tres_per_job=f"gres:gpu:{g}",
+                start_time=now - rng.randint(10, 20000),
+            )
         else:
             j = copy.deepcopy(pend_t)
             j.update(tres_per_job=f"gres:gpu:{g}", tres_per_node="", gres_detail=[], nodes="")
-        j.update(job_id=i, name=f"job{i}", partition="gpu", submit_time=now - rng.randint(30000, 40000),
-                 restart_cnt=0, comment="")
+        j.update(
+            job_id=i,
+            name=f"job{i}",
+            partition="gpu",
+            submit_time=now - rng.randint(30000, 40000),
+            restart_cnt=0,
+            comment="",
+        )
         jobs.append(j)
     sq["jobs"] = jobs
     nodes = []
     for k in range(NODES):
         n = copy.deepcopy(node_t)
-        n.update(name=f"node{k + 1}", gres=f"gpu:{GPUS}", gres_used=f"gpu:{used[k]}", partitions=["gpu"],
-                 state="mixed" if used[k] else "idle")
+        n.update(
+            name=f"node{k + 1}",
+            gres=f"gpu:{GPUS}",
+            gres_used=f"gpu:{used[k]}",
+            partitions=["gpu"],
+            state="mixed" if used[k] else "idle",
+        )
         nodes.append(n)
     si["nodes"] = nodes
     return json.dumps(sq), json.dumps(si)
@@ -119,8 +137,9 @@ def bench(n_jobs: int, rounds: int, policy: str, poll: str = "json") -> dict[str
     else:
         parse_jobs = lambda: parse_squeue_json(sq)  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = parse_config({"state_db": f"{tmp}/state.db", "policy": {"name": policy, "queues": [3600]},
-                            "partitions": ["gpu"]})
+        cfg = parse_config(
+            {"state_db": f"{tmp}/state.db", "policy": {"name": policy, "queues": [3600]}, "partitions": ["gpu"]}
+        )
         store = StateStore(cfg.state_db)
         ctl = Controller(cfg, None, store, AuditLog(None), dry_run=True)  # type: ignore[arg-type]
         times: list[dict[str, float]] = []
@@ -130,9 +149,15 @@ def bench(n_jobs: int, rounds: int, policy: str, poll: str = "json") -> dict[str
             t1 = time.perf_counter()
             res = ctl.round(slurm_jobs=jobs, slurm_nodes=nodes)
             t2 = time.perf_counter()
-            times.append({"parse": t1 - t0, "reconcile": res.timings["reconcile_s"],
-                          "policy": res.timings["policy_s"], "plan": res.timings["enact_s"],
-                          "total": t2 - t0})
+            times.append(
+                {
+                    "parse": t1 - t0,
+                    "reconcile": res.timings["reconcile_s"],
+                    "policy": res.timings["policy_s"],
+                    "plan": res.timings["enact_s"],
+                    "total": t2 - t0,
+                }
+            )
         store.close()
     steady = times[1:]
     out = {k: statistics.median(t[k] for t in steady) for k in steady[0]}
@@ -145,19 +170,26 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--policy", default="las")
-    ap.add_argument("--poll", choices=["json", "scontrol"], default="json",
-                    help="which Slurm output the round parses (config slurm_poll)")
+    ap.add_argument(
+        "--poll",
+        choices=["json", "scontrol"],
+        default="json",
+        help="which Slurm output the round parses (config slurm_poll)",
+    )
     a = ap.parse_args()
-    print(f"controller round, {NODES} nodes x {GPUS} GPUs, policy {a.policy}, poll {a.poll}, "
-          f"median of {a.rounds} steady rounds (ms)")
-    print(f"{'jobs':>7} {'parse':>8} {'reconcile':>10} {'policy':>8} {'plan+db':>8} {'total':>8} {'cold':>8}"
-          f"  goal")
+    print(
+        f"controller round, {NODES} nodes x {GPUS} GPUs, policy {a.policy}, poll {a.poll}, "
+        f"median of {a.rounds} steady rounds (ms)"
+    )
+    print(f"{'jobs':>7} {'parse':>8} {'reconcile':>10} {'policy':>8} {'plan+db':>8} {'total':>8} {'cold':>8}  goal")
     for n in a.jobs:
         r = bench(n, a.rounds, a.policy, a.poll)
         goal = 100 if n <= 1000 else 1000
-        print(f"{n:>7} {r['parse'] * 1e3:8.1f} {r['reconcile'] * 1e3:10.1f} {r['policy'] * 1e3:8.1f} "
-              f"{r['plan'] * 1e3:8.1f} {r['total'] * 1e3:8.1f} {r['cold_total'] * 1e3:8.1f}  <= {goal} ms",
-              flush=True)
+        print(
+            f"{n:>7} {r['parse'] * 1e3:8.1f} {r['reconcile'] * 1e3:10.1f} {r['policy'] * 1e3:8.1f} "
+            f"{r['plan'] * 1e3:8.1f} {r['total'] * 1e3:8.1f} {r['cold_total'] * 1e3:8.1f}  <= {goal} ms",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

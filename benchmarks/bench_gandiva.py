@@ -44,10 +44,19 @@ SAMPLES = Path(__file__).resolve().parents[1] / "teiresias" / "data" / "yarn-gpu
 RUNG = 600.0  # seconds of the first rung
 # Gandiva Table 1 (GPU utilisation alone, %); the models of the Philly-like trace, plus vgg16
 # (placement-sensitive, Tiresias Fig. 12: 1.64x slower spread) for migration to matter.
-TABLE1 = {"vae": 8.7, "superresolution": 14.1, "rhn": 61.6, "scrnn": 66.8, "mi-lstm": 76.2,
-          "lstm": 87.2, "resnet50": 94.0, "resnext50": 98.9}
-SLOWDOWN = SlowdownTable(models={**{m: ModelProfile(None, 1.0, u) for m, u in TABLE1.items()},
-                                 "vgg16": ModelProfile(0.743, 1.64, None)})
+TABLE1 = {
+    "vae": 8.7,
+    "superresolution": 14.1,
+    "rhn": 61.6,
+    "scrnn": 66.8,
+    "mi-lstm": 76.2,
+    "lstm": 87.2,
+    "resnet50": 94.0,
+    "resnext50": 98.9,
+}
+SLOWDOWN = SlowdownTable(
+    models={**{m: ModelProfile(None, 1.0, u) for m, u in TABLE1.items()}, "vgg16": ModelProfile(0.743, 1.64, None)}
+)
 
 
 class Halving:
@@ -84,14 +93,21 @@ def search_trace(configs: int, seed: int) -> tuple[list[TraceJob], list[int]]:
     return [TraceJob(i, 1, 0.0, configs * RUNG, "resnet50") for i in range(configs)], order
 
 
-def run(trace: list[TraceJob], cluster: Cluster, policy: str, feedback: float,
-        gandiva: GandivaParams | None = None, placement: str = "consolidate",
-        worst_first: list[int] | None = None) -> SimulationResult:
+def run(
+    trace: list[TraceJob],
+    cluster: Cluster,
+    policy: str,
+    feedback: float,
+    gandiva: GandivaParams | None = None,
+    placement: str = "consolidate",
+    worst_first: list[int] | None = None,
+) -> SimulationResult:
     params = PolicyParams(placement=placement, gandiva=gandiva)
     # Costs measured live (docs/benchmarks.md "Gandiva live costs"): a checkpoint/requeue switch
     # 4.6 s (every preemption), a migration or resize 6.9 s (the engine's default).
-    opt = SimulationOptions(slowdown=SLOWDOWN, progress=False, feedback=feedback, preempt_overhead=4.6,
-                            record_timeline=False)
+    opt = SimulationOptions(
+        slowdown=SLOWDOWN, progress=False, feedback=feedback, preempt_overhead=4.6, record_timeline=False
+    )
     sim = Simulator(trace, cluster, build_policy(policy, params), opt)
     if worst_first is not None:
         sim.watch(Halving(sim, worst_first))
@@ -110,16 +126,20 @@ def part_search(configs: int, seeds: int) -> None:
             r = run(trace, cluster, name, RUNG, height if name == "gandiva" else None, worst_first=worst_first)
             end = {rec.job_id: rec.end for rec in r.records}
             rows.setdefault(name, []).append((end[best], r.summary.makespan, r.summary.avg_feedback))
-    print(f"### 1-2. Hyper-parameter search: {configs} configurations, synchronous successive halving (first"
-          f" rung {RUNG:.0f} s, doubling; the best trains {configs * RUNG:.0f} s), 4 GPUs, gandiva --max-height"
-          f" {height.max_height}, {seeds} seeds (medians)\n")
+    print(
+        f"### 1-2. Hyper-parameter search: {configs} configurations, synchronous successive halving (first"
+        f" rung {RUNG:.0f} s, doubling; the best trains {configs * RUNG:.0f} s), 4 GPUs, gandiva --max-height"
+        f" {height.max_height}, {seeds} seeds (medians)\n"
+    )
     print("| policy | best config done (s) | vs fifo | avg time to first rung (s) | vs fifo |")
     print("|---|---|---|---|---|")
     base = [statistics.median(x[i] for x in rows["fifo"]) for i in range(3)]
     for name, xs in rows.items():
         med = [statistics.median(x[i] for x in xs) for i in range(3)]
-        print(f"| {name} | {med[0]:.0f} | {base[0] / med[0]:.2f}x sooner | {med[2]:.0f} |"
-              f" {100 * (med[2] / base[2] - 1):+.0f}% |")
+        print(
+            f"| {name} | {med[0]:.0f} | {base[0] / med[0]:.2f}x sooner | {med[2]:.0f} |"
+            f" {100 * (med[2] / base[2] - 1):+.0f}% |"
+        )
     per_seed = [f / g for (f, _, _), (g, _, _) in zip(rows["fifo"], rows["gandiva"], strict=True)]
     print(f"\nbest configuration done, gandiva vs fifo per seed: {', '.join(f'{x:.2f}x' for x in per_seed)}\n")
 
@@ -130,8 +150,10 @@ def philly(jobs: int, seed: int) -> tuple[list[TraceJob], Cluster]:
     p = PhillyParams(num_jobs=jobs, cluster_gpus=16, load=1.5, max_gpus=8, max_duration=6 * 3600.0)
     models = sorted(TABLE1) + ["vgg16"]
     rng = random.Random(seed)
-    trace = [TraceJob(j.job_id, j.num_gpus, j.submit_time, j.duration, rng.choice(models))
-             for j in philly_like(samples, p, seed)]
+    trace = [
+        TraceJob(j.job_id, j.num_gpus, j.submit_time, j.duration, rng.choice(models))
+        for j in philly_like(samples, p, seed)
+    ]
     return trace, cluster
 
 
@@ -145,16 +167,22 @@ def part_philly(jobs: int, out: Path | None) -> None:
         ("gandiva --no-migration", "gandiva", GandivaParams(migration=False), "spread"),
         ("gandiva --no-pack --no-migration", "gandiva", GandivaParams(packing=False, migration=False), "spread"),
     ]
-    print(f"### 2-3. Philly-like trace: {len(trace)} jobs (GPU-time from the Philly samples, 1-8 GPUs, at most 6 h,"
-          " load 1.5), models drawn from Gandiva Table 1 and vgg16, 16 GPUs (4 x 4)\n")
-    print("| policy | avg JCT (s) | GPUs held | useful util | avg feedback (s) | med feedback (s) | max height |"
-          " suspend | migrate | pack | unpack |")
+    print(
+        f"### 2-3. Philly-like trace: {len(trace)} jobs (GPU-time from the Philly samples, 1-8 GPUs, at most 6 h,"
+        " load 1.5), models drawn from Gandiva Table 1 and vgg16, 16 GPUs (4 x 4)\n"
+    )
+    print(
+        "| policy | avg JCT (s) | GPUs held | useful util | avg feedback (s) | med feedback (s) | max height |"
+        " suspend | migrate | pack | unpack |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, name, gp, placement in variants:
         s = run(trace, cluster, name, 600.0, gp, placement).summary
-        print(f"| {label} | {s.avg_jct:.0f} | {100 * s.gpu_utilization:.1f}% | {100 * s.useful_utilization:.1f}% |"
-              f" {s.avg_feedback:.0f} | {s.median_feedback:.0f} | {s.max_height} | {s.suspensions} | {s.migrations} |"
-              f" {s.packs} | {s.unpacks} |")
+        print(
+            f"| {label} | {s.avg_jct:.0f} | {100 * s.gpu_utilization:.1f}% | {100 * s.useful_utilization:.1f}% |"
+            f" {s.avg_feedback:.0f} | {s.median_feedback:.0f} | {s.max_height} | {s.suspensions} | {s.migrations} |"
+            f" {s.packs} | {s.unpacks} |"
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_trace(out / "philly-table1.csv", trace)
@@ -163,15 +191,21 @@ def part_philly(jobs: int, out: Path | None) -> None:
         lines += [f"  {m}: {{skew: null, slowdown: 1.0, gpu_util: {u}}}" for m, u in TABLE1.items()]
         lines += ["  vgg16: {skew: 0.743, slowdown: 1.64}"]
         (out / "slowdown.yaml").write_text("\n".join(lines) + "\n")
-        print(f"\nreproduce a row: teiresias simulate -t {out}/philly-table1.csv -c {out}/cluster.yaml "
-              f"--slowdown {out}/slowdown.yaml -p gandiva -P spread -o 4.6 --feedback 600")
+        print(
+            f"\nreproduce a row: teiresias simulate -t {out}/philly-table1.csv -c {out}/cluster.yaml "
+            f"--slowdown {out}/slowdown.yaml -p gandiva -P spread -o 4.6 --feedback 600"
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--configs", type=lambda x: [int(c) for c in x.split(",")], default=[16, 64],
-                    help="search sizes (powers of 2), comma-separated")
+    ap.add_argument(
+        "--configs",
+        type=lambda x: [int(c) for c in x.split(",")],
+        default=[16, 64],
+        help="search sizes (powers of 2), comma-separated",
+    )
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()

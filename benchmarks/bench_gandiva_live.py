@@ -92,10 +92,26 @@ class Bench:
     def submit(self, name: str, *args: str) -> int:
         script = self.work / "train.py"
         script.write_text(TRAIN)
-        r = subprocess.run([TSBATCH, f"--checkpoint-dir={self.work / 'ckpt'}", "-J", name, "-c", "1", "-t", "30",
-                            f"--output={self.work}/%j.out", *args, "--wrap",
-                            f"{sys.executable} {script}"], env={**self.env, "OMP_NUM_THREADS": "1"},
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                TSBATCH,
+                f"--checkpoint-dir={self.work / 'ckpt'}",
+                "-J",
+                name,
+                "-c",
+                "1",
+                "-t",
+                "30",
+                f"--output={self.work}/%j.out",
+                *args,
+                "--wrap",
+                f"{sys.executable} {script}",
+            ],
+            env={**self.env, "OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if r.returncode != 0:
             raise SystemExit(f"bench_gandiva_live: tsbatch failed: {r.stderr.strip()}")
         return int(r.stdout.split()[-1])
@@ -108,8 +124,11 @@ class Bench:
         return [(int(m.group(1)), float(m.group(2))) for m in re.finditer(r"^step (\d+) ([\d.]+)$", text, re.M)]
 
     def first_step_after(self, job: int, t: float, timeout: float = 120) -> float:
-        got = poll(f"job {job}'s first step after {t:.1f}",
-                   lambda: next((s for _, s in self.steps(job) if s > t), None), timeout)
+        got = poll(
+            f"job {job}'s first step after {t:.1f}",
+            lambda: next((s for _, s in self.steps(job) if s > t), None),
+            timeout,
+        )
         return float(got)  # type: ignore[arg-type]
 
     def median_step(self, job: int) -> float:
@@ -129,8 +148,10 @@ class Bench:
         restart = self.backend.job(job).restart_count
         t0 = time.time()
         self.backend.signal(job, protocol.PREEMPT_SIGNAL)
-        poll(f"job {job}'s Ack", lambda: (a := protocol.read_ack(self.jobdir(job))) is not None
-             and a.restart_count == restart)
+        poll(
+            f"job {job}'s Ack",
+            lambda: (a := protocol.read_ack(self.jobdir(job))) is not None and a.restart_count == restart,
+        )
         t_ack = time.time()
         self.backend.requeue(job, hold=True)
         return t0, t_ack
@@ -153,6 +174,7 @@ class Bench:
                 if now.state == "PENDING" and now.state_reason == "BeginTime":
                     self.backend.clear_begin_time(job)
                 return now.state == "RUNNING"
+
             poll(f"job {job} running again", running, timeout=60, every=0.2)
 
 
@@ -188,13 +210,17 @@ def bench_suspend(b: Bench, slice_s: float, slices: int) -> dict[str, object]:
             b.backend.resume(j)
         b.backend.cancel(j)
     return {
-        "slice_s": slice_s, "slices": len(marks), "median_step_s": round(median, 4),
-        "switch_s_median": round(statistics.median(switch), 3), "switch_s_max": round(max(switch), 3),
+        "slice_s": slice_s,
+        "slices": len(marks),
+        "median_step_s": round(median, 4),
+        "switch_s_median": round(statistics.median(switch), 3),
+        "switch_s_max": round(max(switch), 3),
         "overhead_per_slice_s": round(statistics.median(switch) - median, 3),
         "overhead_fraction": round((statistics.median(switch) - median) / slice_s, 4),
         "park_s_median": round(statistics.median(parked), 4) if parked else None,
         "scontrol_suspend_s": round(statistics.median(suspend_cmd), 3),
-        "lost_slices": lost, "lost_fraction": round(lost / len(marks), 3),
+        "lost_slices": lost,
+        "lost_fraction": round(lost / len(marks), 3),
     }
 
 
@@ -223,12 +249,16 @@ def bench_requeue(b: Bench, slice_s: float, slices: int) -> dict[str, object]:
     for j in jobs:
         b.backend.cancel(j)
     return {
-        "slice_s": slice_s, "slices": len(marks), "median_step_s": round(median, 4),
+        "slice_s": slice_s,
+        "slices": len(marks),
+        "median_step_s": round(median, 4),
         "checkpoint_ack_s_median": round(statistics.median(ckpt), 3),
-        "switch_s_median": round(statistics.median(switch), 3), "switch_s_max": round(max(switch), 3),
+        "switch_s_median": round(statistics.median(switch), 3),
+        "switch_s_max": round(max(switch), 3),
         "overhead_per_slice_s": round(statistics.median(switch) - median, 3),
         "overhead_fraction": round((statistics.median(switch) - median) / slice_s, 4),
-        "lost_slices": lost, "lost_fraction": round(lost / len(marks), 3),
+        "lost_slices": lost,
+        "lost_fraction": round(lost / len(marks), 3),
     }
 
 
@@ -242,8 +272,11 @@ def bench_migrate(b: Bench, migrations: int) -> dict[str, object]:
         node = "node2" if node == "node1" else "node1"
         t0, t_ack = b.preempt(job)
         b.start(job, (node,))
-        poll(f"running on {node}", lambda node=node: (sj := b.backend.job(job)).state == "RUNNING" and node in sj.nodes,
-             timeout=60)
+        poll(
+            f"running on {node}",
+            lambda node=node: (sj := b.backend.job(job)).state == "RUNNING" and node in sj.nodes,
+            timeout=60,
+        )
         t_run = time.time()
         first = b.first_step_after(job, t_ack)
         rows.append((t_ack - t0, t_run - t_ack, first - t0))
@@ -268,10 +301,14 @@ def main() -> None:
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_gandiva_live: the local Slurm cluster needs root")
-    cfg = ClusterConfig(dir=Path(os.environ.get("TEIRESIAS_BENCH_CLUSTER_DIR", "/var/tmp/teiresias-bench-gandiva")),
-                        nodes=2, gpus_per_node=1, shards_per_gpu=2,
-                        port_base=int(os.environ.get("TEIRESIAS_BENCH_CLUSTER_PORT_BASE", "17260")),
-                        partitions=("gpu",))
+    cfg = ClusterConfig(
+        dir=Path(os.environ.get("TEIRESIAS_BENCH_CLUSTER_DIR", "/var/tmp/teiresias-bench-gandiva")),
+        nodes=2,
+        gpus_per_node=1,
+        shards_per_gpu=2,
+        port_base=int(os.environ.get("TEIRESIAS_BENCH_CLUSTER_PORT_BASE", "17260")),
+        partitions=("gpu",),
+    )
     cluster = LocalCluster(cfg)
     cluster.up()
     try:
@@ -281,9 +318,11 @@ def main() -> None:
             os.chmod(work, 0o755)
             b = Bench(CliBackend(env=env), env, work)
             out: dict[str, object] = {}
-            parts = (("suspend_resume", "suspend", lambda: bench_suspend(b, a.slice, a.slices)),
-                     ("checkpoint_requeue", "requeue", lambda: bench_requeue(b, a.slice, a.slices)),
-                     ("migration", "migration", lambda: bench_migrate(b, a.migrations)))
+            parts = (
+                ("suspend_resume", "suspend", lambda: bench_suspend(b, a.slice, a.slices)),
+                ("checkpoint_requeue", "requeue", lambda: bench_requeue(b, a.slice, a.slices)),
+                ("migration", "migration", lambda: bench_migrate(b, a.migrations)),
+            )
             for name, key, run in parts:
                 if a.only and a.only != key:
                     continue

@@ -55,8 +55,9 @@ def child_steps(width: int, steps: int) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     x = torch.randn(64 * 32, max(width, 1))
-    loader = DataLoader(TensorDataset(x, x[:, :1]), batch_size=64, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        TensorDataset(x, x[:, :1]), batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1)) if width else nn.Linear(1, 1)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
@@ -74,7 +75,7 @@ def child_steps(width: int, steps: int) -> None:
             t = now
             if len(times) >= steps:
                 break
-    print(json.dumps({"median": statistics.median(times[steps // 10:])}))
+    print(json.dumps({"median": statistics.median(times[steps // 10 :])}))
 
 
 def child_micro(n: int) -> None:
@@ -153,16 +154,26 @@ def child_ckpt(size_mb: int, rounds: int) -> None:
         load_s.append(time.perf_counter() - t)
         del data
     del opt
-    print(json.dumps({"save": statistics.median(save_s), "write_fsync": statistics.median(write_s),
-                      "restore": statistics.median(load_s), "verify_crc": statistics.median(crc_s),
-                      "verify_crc_cold": statistics.median(cold_s),
-                      "sha256": statistics.median(sha_s), "bytes": sizes[-1]}))
+    print(
+        json.dumps(
+            {
+                "save": statistics.median(save_s),
+                "write_fsync": statistics.median(write_s),
+                "restore": statistics.median(load_s),
+                "verify_crc": statistics.median(crc_s),
+                "verify_crc_cold": statistics.median(cold_s),
+                "sha256": statistics.median(sha_s),
+                "bytes": sizes[-1],
+            }
+        )
+    )
 
 
 # ---------------------------------------------------------------------- parent
 def _child(args: list[str], hooks: bool, base: str, timeout: float = 900) -> dict:
-    r = subprocess.run([sys.executable, __file__, *args], env=_env(hooks, base), capture_output=True, text=True,
-                       timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, __file__, *args], env=_env(hooks, base), capture_output=True, text=True, timeout=timeout
+    )
     if r.returncode != 0:
         raise SystemExit(f"bench child failed: {r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -203,9 +214,13 @@ def main() -> None:
             plain = _child(["--child-micro", "20000"], False, base)
             hooked = _child(["--child-micro", "20000"], True, base)
             cost = (hooked["step_us"] - plain["step_us"]) + (hooked["next_us"] - plain["next_us"])
-            out["per_step_micro"] = {"plain": plain, "hooked": hooked, "hook_cost_us": cost,
-                                     "pct_of_10ms_step": cost / 10_000 * 100,
-                                     "hook_fn_pct_of_10ms_step": hooked["hook_fn_us"] / 10_000 * 100}
+            out["per_step_micro"] = {
+                "plain": plain,
+                "hooked": hooked,
+                "hook_cost_us": cost,
+                "pct_of_10ms_step": cost / 10_000 * 100,
+                "hook_fn_pct_of_10ms_step": hooked["hook_fn_us"] / 10_000 * 100,
+            }
         out["checkpoint"] = []
         for mb in (int(s) for s in a.sizes_mb.split(",") if s):
             r = _child(["--child-ckpt", str(mb), str(a.rounds)], True, base)
@@ -217,24 +232,32 @@ def main() -> None:
     print(f"machine: {out['machine']}")
     if not a.checkpoint_only:
         _print_overhead(out)
-    print(f"{'model':>8} {'file':>10} {'save s':>8} {'of which write+fsync':>21} {'restore s':>10} "
-          f"{'of which CRC check':>19} {'(SHA-256 would be)':>19} {'CRC from disk':>14} {'save GB/s':>10}")
+    print(
+        f"{'model':>8} {'file':>10} {'save s':>8} {'of which write+fsync':>21} {'restore s':>10} "
+        f"{'of which CRC check':>19} {'(SHA-256 would be)':>19} {'CRC from disk':>14} {'save GB/s':>10}"
+    )
     for c in out["checkpoint"]:
-        print(f"{c['size_mb']:>6}MB {c['bytes'] / 2**20:>8.1f}MB {c['save']:>8.3f} {c['write_fsync']:>21.3f} "
-              f"{c['restore']:>10.3f} {c['verify_crc']:>19.3f} {c['sha256']:>19.3f} {c['verify_crc_cold']:>14.3f} "
-              f"{c['bytes'] / c['save'] / 1e9:>10.2f}")
+        print(
+            f"{c['size_mb']:>6}MB {c['bytes'] / 2**20:>8.1f}MB {c['save']:>8.3f} {c['write_fsync']:>21.3f} "
+            f"{c['restore']:>10.3f} {c['verify_crc']:>19.3f} {c['sha256']:>19.3f} {c['verify_crc_cold']:>14.3f} "
+            f"{c['bytes'] / c['save'] / 1e9:>10.2f}"
+        )
 
 
 def _print_overhead(out: dict) -> None:
     s = out["step_10ms"]
-    print(f"step of ~10 ms (width {s['width']}): plain {s['plain_ms']:.2f} ms, hooked {s['hooked_ms']:.2f} ms, "
-          f"overhead {s['overhead_pct']:+.2f}%")
+    print(
+        f"step of ~10 ms (width {s['width']}): plain {s['plain_ms']:.2f} ms, hooked {s['hooked_ms']:.2f} ms, "
+        f"overhead {s['overhead_pct']:+.2f}%"
+    )
     t = out["per_step_micro"]
-    print(f"per step, near-empty model: optimizer.step {t['plain']['step_us']:.1f} -> {t['hooked']['step_us']:.1f} us, "
-          f"DataLoader next {t['plain']['next_us']:.1f} -> {t['hooked']['next_us']:.1f} us; hooks cost "
-          f"{t['hook_cost_us']:.2f} us/step = {t['pct_of_10ms_step']:.3f}% of a 10 ms step "
-          f"(A/B of noisy calls); the hook functions alone: {t['hooked']['hook_fn_us']:.2f} us/step = "
-          f"{t['hook_fn_pct_of_10ms_step']:.3f}%")
+    print(
+        f"per step, near-empty model: optimizer.step {t['plain']['step_us']:.1f} -> {t['hooked']['step_us']:.1f} us, "
+        f"DataLoader next {t['plain']['next_us']:.1f} -> {t['hooked']['next_us']:.1f} us; hooks cost "
+        f"{t['hook_cost_us']:.2f} us/step = {t['pct_of_10ms_step']:.3f}% of a 10 ms step "
+        f"(A/B of noisy calls); the hook functions alone: {t['hooked']['hook_fn_us']:.2f} us/step = "
+        f"{t['hook_fn_pct_of_10ms_step']:.3f}%"
+    )
 
 
 if __name__ == "__main__":

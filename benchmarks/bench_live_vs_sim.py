@@ -64,8 +64,14 @@ def workload(n: int, seed: int = 1) -> list[DemoJob]:
 def breakdown(tl: list[tuple[str, float, int]]) -> dict[str, float]:
     """Seconds of one job's life by stage pair (audit.STAGES), summed over its runs.
     Slurm's stamps are whole seconds, so each pair is clamped at 0."""
-    out = {"wait_for_decision": 0.0, "enact": 0.0, "slurm_start": 0.0, "running": 0.0, "checkpoint": 0.0,
-           "requeue": 0.0}
+    out = {
+        "wait_for_decision": 0.0,
+        "enact": 0.0,
+        "slurm_start": 0.0,
+        "running": 0.0,
+        "checkpoint": 0.0,
+        "requeue": 0.0,
+    }
     runs: dict[int, dict[str, float]] = {}
     for stage, at, run in tl:
         runs.setdefault(run, {})[stage] = at
@@ -103,16 +109,23 @@ def main() -> int:
     a = ap.parse_args()
 
     d = Path(a.dir)
-    cluster = LocalCluster(ClusterConfig(dir=d, port_base=a.port_base, job_submit_lua=LUA, events=not a.no_events), log=lambda m: None)
+    cluster = LocalCluster(
+        ClusterConfig(dir=d, port_base=a.port_base, job_submit_lua=LUA, events=not a.no_events), log=lambda m: None
+    )
     cluster.up()
     cluster.cancel_all_jobs()
     work = Path("/tmp") / f"bench-live-{int(time.time())}"
     (work / "jobs").mkdir(parents=True)
     (work / "jobs").chmod(0o777)
     cfg_data: dict[str, Any] = {
-        "partitions": ["gpu"], "policy": {"name": a.policy, "queues": a.queues}, "placement": "consolidate",
-        "poll_interval": a.poll, "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20},
-        "state_db": str(work / "state.db"), "audit_log": str(work / "audit.jsonl"), "backend": "cli",
+        "partitions": ["gpu"],
+        "policy": {"name": a.policy, "queues": a.queues},
+        "placement": "consolidate",
+        "poll_interval": a.poll,
+        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20},
+        "state_db": str(work / "state.db"),
+        "audit_log": str(work / "audit.jsonl"),
+        "backend": "cli",
         "slurm_conf": str(cluster.cfg.conf),
     }
     if not a.no_events:
@@ -136,10 +149,18 @@ def main() -> int:
             for j in jobs:
                 if j.index not in ids and el >= j.offset:
                     ids[j.index] = backend.submit(
-                        DEMO_JOB, "-p", "gpu", f"--gpus={j.gpus}", "-t", "30", f"--job-name=b{j.index:02d}",
-                        f"--chdir={base}", f"--output={base}/b-%j.out",
+                        DEMO_JOB,
+                        "-p",
+                        "gpu",
+                        f"--gpus={j.gpus}",
+                        "-t",
+                        "30",
+                        f"--job-name=b{j.index:02d}",
+                        f"--chdir={base}",
+                        f"--output={base}/b-%j.out",
                         f"--comment={format_comment({'dir': str(base)})}",
-                        f"--export=ALL,JOBBASE={base},WORK={int(j.work)}")
+                        f"--export=ALL,JOBBASE={base},WORK={int(j.work)}",
+                    )
             if len(ids) == len(jobs):
                 store = StateStore(cfg.state_db, readonly_copy=True)
                 recs = store.jobs(active_only=False)
@@ -158,17 +179,29 @@ def main() -> int:
         cluster.cancel_all_jobs()
 
     now = time.time()
-    overhead = run_overhead([(total_executed(recs[ids[j.index]], now), j.work, 1 + recs[ids[j.index]].preemptions)
-                             for j in jobs])
-    sim = simulate(jobs, demo_cluster(cluster.cfg.node_names, cluster.cfg.gpus_per_node), a.policy,
-                   tuple(a.queues), a.poll, overhead)
+    overhead = run_overhead(
+        [(total_executed(recs[ids[j.index]], now), j.work, 1 + recs[ids[j.index]].preemptions) for j in jobs]
+    )
+    sim = simulate(
+        jobs,
+        demo_cluster(cluster.cfg.node_names, cluster.cfg.gpus_per_node),
+        a.policy,
+        tuple(a.queues),
+        a.poll,
+        overhead,
+    )
     live = {j.index: (recs[ids[j.index]].end_time or 0.0) - recs[ids[j.index]].submit_time for j in jobs}
     tls = timelines(read_audit(work / "audit.jsonl"))
     parts = [breakdown(tls.get(ids[j.index], [])) for j in jobs]
     avg_live = statistics.fmean(live.values())
     report = {
-        "jobs": len(jobs), "policy": a.policy, "queues": a.queues, "poll_s": a.poll, "events": not a.no_events,
-        "avg_jct_live_s": round(avg_live, 1), "avg_jct_sim_s": round(sim.avg, 1),
+        "jobs": len(jobs),
+        "policy": a.policy,
+        "queues": a.queues,
+        "poll_s": a.poll,
+        "events": not a.no_events,
+        "avg_jct_live_s": round(avg_live, 1),
+        "avg_jct_sim_s": round(sim.avg, 1),
         "gap_pct": round(100 * (avg_live - sim.avg) / sim.avg, 1),
         "run_overhead_s": round(overhead, 2),
         "preemptions_live": sum(recs[i].preemptions for i in ids.values()),
@@ -179,10 +212,12 @@ def main() -> int:
     if a.json:
         print(json.dumps(report, indent=1))
     else:
-        print(f"{report['jobs']} jobs, {a.policy} queues {a.queues} GPU-s, poll {a.poll:g}s, "
-              f"events {'on' if report['events'] else 'off'}: avg JCT live {report['avg_jct_live_s']} s, "
-              f"simulated {report['avg_jct_sim_s']} s ({report['gap_pct']:+.1f}%), "
-              f"{report['preemptions_live']} preemptions, per-run cost {report['run_overhead_s']} s")
+        print(
+            f"{report['jobs']} jobs, {a.policy} queues {a.queues} GPU-s, poll {a.poll:g}s, "
+            f"events {'on' if report['events'] else 'off'}: avg JCT live {report['avg_jct_live_s']} s, "
+            f"simulated {report['avg_jct_sim_s']} s ({report['gap_pct']:+.1f}%), "
+            f"{report['preemptions_live']} preemptions, per-run cost {report['run_overhead_s']} s"
+        )
         print("per job, average seconds: " + ", ".join(f"{k} {v}" for k, v in report["per_job_avg_s"].items()))
     return 0
 

@@ -31,8 +31,7 @@ def bench_step(n: int = 200_000) -> dict[str, float]:
         rt = Runtime({"SLURM_JOB_ID": "1", "TEIRESIAS_JOB_BASE": base})
         step = min(timeit.repeat(rt.timer.tick, number=n, repeat=5)) / n
     empty = min(timeit.repeat(lambda: None, number=n, repeat=5)) / n
-    return {"time_step_us": step * 1e6, "empty_call_us": empty * 1e6,
-            "pct_of_10ms_step": step / 0.010 * 100}
+    return {"time_step_us": step * 1e6, "empty_call_us": empty * 1e6, "pct_of_10ms_step": step / 0.010 * 100}
 
 
 def bench_refit(count: int) -> dict[str, float]:
@@ -49,8 +48,7 @@ def bench_refit(count: int) -> dict[str, float]:
                 skew = (i % 50) / 50
                 nodes = 1 if i % 3 == 0 else 2
                 slow = 1.0 + (0.6 * skew if nodes > 1 else 0.0)
-                store.add_run(RunOutcome(i, 0, model, 4, nodes, 1, skew, slow * rng.uniform(0.95, 1.05),
-                                         100, float(i)))
+                store.add_run(RunOutcome(i, 0, model, 4, nodes, 1, skew, slow * rng.uniform(0.95, 1.05), 100, float(i)))
         cfg = parse_config({"state_db": str(Path(d) / "s.db")})
         out: dict[str, float] = {"runs": count}
         for label, latest in (("all", None), ("window", HISTORY_WINDOW)):
@@ -76,11 +74,15 @@ def main() -> None:
         print(json.dumps(out))
         return
     s = out["step"]
-    print(f"iteration timing per optimizer step: {s['time_step_us']:.3f} us "
-          f"(empty call {s['empty_call_us']:.3f} us; {s['pct_of_10ms_step']:.4f}% of a 10 ms step)")
+    print(
+        f"iteration timing per optimizer step: {s['time_step_us']:.3f} us "
+        f"(empty call {s['empty_call_us']:.3f} us; {s['pct_of_10ms_step']:.4f}% of a 10 ms step)"
+    )
     for r in out["refit"]:
-        print(f"refit, {r['runs']:>7} stored runs: all {r['all_ms']:8.1f} ms (PACKLIMIT {r['all_packlimit']}), "
-              f"latest {HISTORY_WINDOW} {r['window_ms']:6.1f} ms (PACKLIMIT {r['window_packlimit']})")
+        print(
+            f"refit, {r['runs']:>7} stored runs: all {r['all_ms']:8.1f} ms (PACKLIMIT {r['all_packlimit']}), "
+            f"latest {HISTORY_WINDOW} {r['window_ms']:6.1f} ms (PACKLIMIT {r['window_packlimit']})"
+        )
 
 
 if __name__ == "__main__":

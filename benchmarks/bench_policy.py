@@ -42,20 +42,37 @@ def make_snapshot(n_pending: int, seed: int, quiet: bool = False) -> Snapshot:
             g = min(rng.choice([1, 1, 2, 4, 8]), free[name])
             free[name] -= g
             executed = rng.choice([30.0, 600.0, 3000.0, 20000.0])
-            jobs.append(Job(JobId(jid), g, submit_time=rng.uniform(0, 5000), state=JobState.RUNNING,
-                            first_start_time=rng.uniform(5000, 9000), executed_time=executed,
-                            total_executed_time=executed, duration=executed + rng.uniform(10, 50000),
-                            placement=Placement.of({name: g})))
+            jobs.append(
+                Job(
+                    JobId(jid),
+                    g,
+                    submit_time=rng.uniform(0, 5000),
+                    state=JobState.RUNNING,
+                    first_start_time=rng.uniform(5000, 9000),
+                    executed_time=executed,
+                    total_executed_time=executed,
+                    duration=executed + rng.uniform(10, 50000),
+                    placement=Placement.of({name: g}),
+                )
+            )
             jid += 1
     n_running = len(jobs)
     for _ in range(n_pending):
         g = rng.choice(SIZES)
         started = rng.random() < 0.4
         executed = rng.choice([0.0, 100.0, 2000.0, 40000.0]) if started else 0.0
-        jobs.append(Job(JobId(jid), g, submit_time=rng.uniform(0, 10000),
-                        first_start_time=rng.uniform(0, 9000) if started else None,
-                        executed_time=executed, total_executed_time=executed,
-                        waiting_time=rng.uniform(0, 5000), duration=executed + rng.uniform(10, 50000)))
+        jobs.append(
+            Job(
+                JobId(jid),
+                g,
+                submit_time=rng.uniform(0, 10000),
+                first_start_time=rng.uniform(0, 9000) if started else None,
+                executed_time=executed,
+                total_executed_time=executed,
+                waiting_time=rng.uniform(0, 5000),
+                duration=executed + rng.uniform(10, 50000),
+            )
+        )
         jid += 1
     rng.shuffle(jobs)
     if not quiet:
@@ -88,8 +105,11 @@ def main() -> int:
     args = ap.parse_args()
 
     snap = make_snapshot(args.pending, args.seed)
-    dist = ServiceDistribution.from_samples_file(SAMPLES) if SAMPLES.exists() else \
-        ServiceDistribution.from_values(random.Random(0).lognormvariate(7.7, 2.5) for _ in range(10000))
+    dist = (
+        ServiceDistribution.from_samples_file(SAMPLES)
+        if SAMPLES.exists()
+        else ServiceDistribution.from_values(random.Random(0).lognormvariate(7.7, 2.5) for _ in range(10000))
+    )
     cases = [
         ("fifo", PolicyParams()),
         ("best-effort", PolicyParams()),
@@ -104,8 +124,10 @@ def main() -> int:
     steady = make_snapshot(50, args.seed, quiet=True)
     print(f"steady snapshot: same running jobs, {sum(not j.is_running for j in steady.jobs)} waiting jobs")
     print("median of the rounds; CPU = this process's CPU time (compare these on a shared machine)")
-    print(f"{'policy':<10} {'variant':<22} {'backlog wall ms':>15} {'CPU ms':>8} {'started':>8} "
-          f"{'preempted':>9} {'steady wall ms':>15} {'CPU ms':>8}")
+    print(
+        f"{'policy':<10} {'variant':<22} {'backlog wall ms':>15} {'CPU ms':>8} {'started':>8} "
+        f"{'preempted':>9} {'steady wall ms':>15} {'CPU ms':>8}"
+    )
     for name, params in cases:
         variant = []
         if params.placement != "consolidate":
@@ -116,8 +138,10 @@ def main() -> int:
             variant.append("continuous")
         wall, cpu, started, preempted = time_rounds(name, params, snap, args.rounds)
         s_wall, s_cpu, _, _ = time_rounds(name, params, steady, args.rounds * 10)
-        print(f"{name:<10} {','.join(variant) or 'default':<22} {wall * 1e3:>15.1f} {cpu * 1e3:>8.1f} "
-              f"{started:>8} {preempted:>9} {s_wall * 1e3:>15.2f} {s_cpu * 1e3:>8.2f}")
+        print(
+            f"{name:<10} {','.join(variant) or 'default':<22} {wall * 1e3:>15.1f} {cpu * 1e3:>8.1f} "
+            f"{started:>8} {preempted:>9} {s_wall * 1e3:>15.2f} {s_cpu * 1e3:>8.2f}"
+        )
     return 0
 
 

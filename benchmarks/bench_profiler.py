@@ -141,8 +141,9 @@ def bench_calls(n: int, repeats: int) -> dict[str, dict[str, float]]:
                 for d in ("rec", "done"):
                     for f in record_files(tmp / d / "profile"):
                         f.unlink()
-                r = json.loads(subprocess.run([str(exe), str(n)], env=env, check=True,
-                                              capture_output=True, text=True).stdout)
+                r = json.loads(
+                    subprocess.run([str(exe), str(n)], env=env, check=True, capture_output=True, text=True).stdout
+                )
                 for k, v in r.items():
                     out.setdefault(mode, {}).setdefault(k, []).append(v)
     # Best process: on a shared machine interference only ever adds time.
@@ -156,8 +157,22 @@ def run_job(tmp: Path, mode: str, iters: int, model: str) -> tuple[float, int]:
     elif mode == "after window":
         env.update(profiling_env(tmp, ProfileWindow(seconds=1e-6), base_env=env))
     out = tmp / "truth.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(TRAIN),
-           "--model", model, "--bucket", "tiny", "--iters", str(iters), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(TRAIN),
+        "--model",
+        model,
+        "--bucket",
+        "tiny",
+        "--iters",
+        str(iters),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     # torch 2.13 sometimes aborts in C++ teardown after both ranks finished
     # (with or without the profiler); such a run still measured its steps.
@@ -193,19 +208,25 @@ def main() -> None:
     args = ap.parse_args()
 
     calls = bench_calls(args.messages, args.repeats)
-    print(f"1. per call: {args.messages} gloo-shaped messages over loopback TCP (writev + 2 x recv = 3 "
-          f"intercepted calls) and {args.messages} 64-byte read()s of /dev/zero, in batches of 500 alternating "
-          f"with libc's own functions; median paired difference, best of {args.repeats} processes:")
+    print(
+        f"1. per call: {args.messages} gloo-shaped messages over loopback TCP (writev + 2 x recv = 3 "
+        f"intercepted calls) and {args.messages} 64-byte read()s of /dev/zero, in batches of 500 alternating "
+        f"with libc's own functions; median paired difference, best of {args.repeats} processes:"
+    )
     print(f"   {'mode':<18} {'message':>10} {'+ per call':>11} {'read()':>9} {'+ per call':>11}")
     per_call_rec = 0.0
     for mode, r in calls.items():
         extra = r["msg_extra_ns"] / 3
         if mode == "recording":
             per_call_rec = extra
-        print(f"   {mode:<18} {r['msg_ns']:>7.0f} ns {extra:>8.0f} ns {r['read_ns']:>6.0f} ns {r['read_extra_ns']:>8.0f} ns")
+        print(
+            f"   {mode:<18} {r['msg_ns']:>7.0f} ns {extra:>8.0f} ns {r['read_ns']:>6.0f} ns {r['read_extra_ns']:>8.0f} ns"
+        )
 
-    print(f"2. per iteration: 2-rank gloo DDP (torchrun, CPU, one collective per tensor), "
-          f"{args.iters} iterations, best mean step of {args.repeats} runs:")
+    print(
+        f"2. per iteration: 2-rank gloo DDP (torchrun, CPU, one collective per tensor), "
+        f"{args.iters} iterations, best mean step of {args.repeats} runs:"
+    )
     for model in args.models.split(","):
         res = bench_iterations(args.iters, args.repeats, model)
         b, n = res["no preload"]

@@ -83,8 +83,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=500)
     ap.add_argument("--loads", default="1,4", help="offered loads, comma-separated")
     ap.add_argument("--nodes", type=int, default=24, help="nodes of 8 GPUs [24: 192 GPUs]")
-    ap.add_argument("--policies", default=",".join(VARIANTS)[: ",".join(VARIANTS).index(",gittins+lq+c/32")],
-                    help="variants, comma-separated [the first ten]; all: " + ",".join(VARIANTS))
+    ap.add_argument(
+        "--policies",
+        default=",".join(VARIANTS)[: ",".join(VARIANTS).index(",gittins+lq+c/32")],
+        help="variants, comma-separated [the first ten]; all: " + ",".join(VARIANTS),
+    )
     ap.add_argument("--overheads", default="0,60", help="preemption overheads in seconds (non-oracle rows)")
     ap.add_argument("--queues", default="3600", help="MLFQ thresholds in GPU-seconds")
     ap.add_argument("--seed", type=int, default=0)
@@ -97,20 +100,27 @@ def main() -> None:
     queues = tuple(float(x) for x in a.queues.split(","))
     names = a.policies.split(",")
     overheads = [float(x) for x in a.overheads.split(",")]
-    print(f"{a.jobs} Philly-like jobs per trace on {cluster.total_gpus} GPUs, interval 60 s, queues {queues}, "
-          f"gittins history: {len(history)} held-out samples of {Path(a.samples).name}; "
-          f"auto queues fitted to it: {', '.join(f'{q:.0f}' for q in fitted)}")
-    print(f"{'trace':<12} {'policy':<11} {'ovh s':>5} {'avg JCT':>9} {'median':>8} {'p95':>9} "
-          f"{'avg/srsf':>8} {'p95/las':>7} {'preempt/job':>11} {'CPU s':>6}")
+    print(
+        f"{a.jobs} Philly-like jobs per trace on {cluster.total_gpus} GPUs, interval 60 s, queues {queues}, "
+        f"gittins history: {len(history)} held-out samples of {Path(a.samples).name}; "
+        f"auto queues fitted to it: {', '.join(f'{q:.0f}' for q in fitted)}"
+    )
+    print(
+        f"{'trace':<12} {'policy':<11} {'ovh s':>5} {'avg JCT':>9} {'median':>8} {'p95':>9} "
+        f"{'avg/srsf':>8} {'p95/las':>7} {'preempt/job':>11} {'CPU s':>6}"
+    )
     for load in (float(x) for x in a.loads.split(",")):
-        trace = philly_like(draws, PhillyParams(num_jobs=a.jobs, cluster_gpus=cluster.total_gpus, load=load,
-                                                max_duration=86400.0), seed=a.seed)
+        trace = philly_like(
+            draws,
+            PhillyParams(num_jobs=a.jobs, cluster_gpus=cluster.total_gpus, load=load, max_duration=86400.0),
+            seed=a.seed,
+        )
         label = f"load {load:g}"
         base: dict[str, float] = {}
         for name in names:
             reg, over = VARIANTS[name]
             # Continuous LAS re-ranks every round: with an overhead it may never finish a restore.
-            for ovh in ([0.0] if reg in ("srsf", "fifo") or name == "bound:las-cont" else overheads):
+            for ovh in [0.0] if reg in ("srsf", "fifo") or name == "bound:las-cont" else overheads:
                 knobs = dict(over)
                 if "preempt_cost" in knobs:
                     # None: the replay's overhead; a number: that many times it.
@@ -136,9 +146,12 @@ def main() -> None:
                     base["las_p95"] = tail
                 ratio = f"{avg / base['srsf']:.2f}x" if "srsf" in base else "-"
                 vs_las = f"{tail / base['las_p95']:.2f}x" if "las_p95" in base else "-"
-                print(f"{label:<12} {name:<11} {ovh:>5.0f} {avg:>9.0f} {s.median_jct:>8.0f} "
-                      f"{tail:>9.0f} {ratio:>8} {vs_las:>7} {s.preemptions / max(s.jobs, 1):>11.2f} "
-                      f"{cpu:>6.1f}", flush=True)
+                print(
+                    f"{label:<12} {name:<11} {ovh:>5.0f} {avg:>9.0f} {s.median_jct:>8.0f} "
+                    f"{tail:>9.0f} {ratio:>8} {vs_las:>7} {s.preemptions / max(s.jobs, 1):>11.2f} "
+                    f"{cpu:>6.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

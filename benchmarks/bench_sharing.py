@@ -40,8 +40,9 @@ SAMPLES = ROOT / "teiresias" / "data" / "yarn-gput10000.csv"
 def with_xi(model, xi: float):
     """The model with every job's and every pair's interference set to ``xi``."""
     profiles = {k: dataclasses.replace(p, interference=xi) for k, p in model.profiles.items()}
-    return dataclasses.replace(model, profiles=profiles, default=dataclasses.replace(model.default, interference=xi),
-                               pairs={})
+    return dataclasses.replace(
+        model, profiles=profiles, default=dataclasses.replace(model.default, interference=xi), pairs={}
+    )
 
 
 def main() -> None:
@@ -56,20 +57,26 @@ def main() -> None:
 
     s = list(ServiceDistribution.from_samples_file(SAMPLES).samples)
     random.Random(a.seed).shuffle(s)
-    draws, history = s[: len(s) // 2], s[len(s) // 2:]
+    draws, history = s[: len(s) // 2], s[len(s) // 2 :]
     cluster = Cluster.from_tiresias_spec(1, a.nodes, 4)
-    trace = philly_like(draws, PhillyParams(num_jobs=a.jobs, cluster_gpus=cluster.total_gpus, load=a.load,
-                                            max_duration=86400.0, max_gpus=16), seed=a.seed)
+    trace = philly_like(
+        draws,
+        PhillyParams(num_jobs=a.jobs, cluster_gpus=cluster.total_gpus, load=a.load, max_duration=86400.0, max_gpus=16),
+        seed=a.seed,
+    )
     base_model = load_sharing_model(ROOT / "etc" / "sharing.yaml")
     print(f"{a.jobs} Philly-like jobs, load {a.load:g}, on {cluster.total_gpus} GPUs, interval 60 s")
-    print(f"{'policy':<9} {'xi':>4} {'avg JCT':>9} {'median':>8} {'p95':>9} {'avg queue':>9} {'vs las':>7} "
-          f"{'slowed':>6} {'CPU s':>6}")
+    print(
+        f"{'policy':<9} {'xi':>4} {'avg JCT':>9} {'median':>8} {'p95':>9} {'avg queue':>9} {'vs las':>7} "
+        f"{'slowed':>6} {'CPU s':>6}"
+    )
     rows: list[tuple[str, float | None]] = [(n, None) for n in a.baselines.split(",") if n]
     rows += [(n, float(x)) for x in a.xi.split(",") for n in ("sjf-ffs", "sjf-bsbf")]
     las = None
     for name, xi in rows:
-        params = PolicyParams(distribution=ServiceDistribution(history),
-                              sharing=with_xi(base_model, xi) if xi is not None else None)
+        params = PolicyParams(
+            distribution=ServiceDistribution(history), sharing=with_xi(base_model, xi) if xi is not None else None
+        )
         opt = SimulationOptions(interval=60.0, progress=False, record_timeline=False)
         c = time.process_time()
         sim = Simulator(trace, cluster, build_policy(name, params), opt)
@@ -80,9 +87,12 @@ def main() -> None:
             las = m.avg_jct
         # Jobs that ran longer than alone: both sides of every pair (a guest, or a host that had one).
         shared = sum(1 for r in res.records if r.end - r.start > r.work + 1e-6) if xi is not None else 0
-        print(f"{name:<9} {'-' if xi is None else f'{xi:g}':>4} {m.avg_jct:>9.0f} {m.median_jct:>8.0f} "
-              f"{m.p95_jct:>9.0f} {m.avg_queue_delay:>9.0f} {(f'{m.avg_jct / las:.2f}x' if las else '-'):>7} "
-              f"{shared:>6} {cpu:>6.1f}", flush=True)
+        print(
+            f"{name:<9} {'-' if xi is None else f'{xi:g}':>4} {m.avg_jct:>9.0f} {m.median_jct:>8.0f} "
+            f"{m.p95_jct:>9.0f} {m.avg_queue_delay:>9.0f} {(f'{m.avg_jct / las:.2f}x' if las else '-'):>7} "
+            f"{shared:>6} {cpu:>6.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

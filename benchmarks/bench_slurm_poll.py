@@ -39,8 +39,11 @@ def timed(fn, repeat: int) -> list[float]:
 
 def summary(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
-    return {"median_ms": round(statistics.median(xs) * 1000, 1), "min_ms": round(xs[0] * 1000, 1),
-            "max_ms": round(xs[-1] * 1000, 1)}
+    return {
+        "median_ms": round(statistics.median(xs) * 1000, 1),
+        "min_ms": round(xs[0] * 1000, 1),
+        "max_ms": round(xs[-1] * 1000, 1),
+    }
 
 
 def synthetic_parse(n: int, repeat: int) -> dict:
@@ -52,8 +55,12 @@ def synthetic_parse(n: int, repeat: int) -> dict:
     base = doc["jobs"]
     doc["jobs"] = [dict(base[i % len(base)], job_id=i + 1) for i in range(n)]
     text = json.dumps(doc)
-    return {"jobs": n, "bytes": len(text), "parse": summary(timed(lambda: parse_squeue_json(text), repeat)),
-            "json_loads": summary(timed(lambda: json.loads(text), repeat))}
+    return {
+        "jobs": n,
+        "bytes": len(text),
+        "parse": summary(timed(lambda: parse_squeue_json(text), repeat)),
+        "json_loads": summary(timed(lambda: json.loads(text), repeat)),
+    }
 
 
 def main() -> int:
@@ -64,17 +71,23 @@ def main() -> int:
     ap.add_argument("--port-base", type=int, default=17300)
     ap.add_argument("--keep", action="store_true", help="leave the cluster running")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--parse-only", type=int, metavar="N",
-                    help="only time parsing N synthetic jobs (from the captured fixture), no cluster")
+    ap.add_argument(
+        "--parse-only",
+        type=int,
+        metavar="N",
+        help="only time parsing N synthetic jobs (from the captured fixture), no cluster",
+    )
     args = ap.parse_args()
     if args.parse_only:
         fig = synthetic_parse(args.parse_only, args.repeat)
         if args.json:
             print(json.dumps(fig))
         else:
-            print(f"parse of squeue --json with {fig['jobs']} jobs ({fig['bytes'] / 1e6:.1f} MB): "
-                  f"{fig['parse']['median_ms']} ms median [{fig['parse']['min_ms']}-{fig['parse']['max_ms']}], "
-                  f"of which json.loads {fig['json_loads']['median_ms']} ms")
+            print(
+                f"parse of squeue --json with {fig['jobs']} jobs ({fig['bytes'] / 1e6:.1f} MB): "
+                f"{fig['parse']['median_ms']} ms median [{fig['parse']['min_ms']}-{fig['parse']['max_ms']}], "
+                f"of which json.loads {fig['json_loads']['median_ms']} ms"
+            )
         return 0
 
     cluster = LocalCluster(ClusterConfig(dir=Path(args.dir), port_base=args.port_base))
@@ -91,8 +104,16 @@ def main() -> int:
         jobs_dir = cluster.cfg.dir / "jobs"
 
         def submit(i: int) -> int:
-            return backend.submit("#!/bin/sh\nsleep 600\n", "-H", "-J", f"bench{i}", f"--chdir={jobs_dir}",
-                                  "--output=/dev/null", "-G", str(1 + i % 4))
+            return backend.submit(
+                "#!/bin/sh\nsleep 600\n",
+                "-H",
+                "-J",
+                f"bench{i}",
+                f"--chdir={jobs_dir}",
+                "--output=/dev/null",
+                "-G",
+                str(1 + i % 4),
+            )
 
         with ThreadPoolExecutor(max_workers=4) as pool:
             ids = list(pool.map(submit, range(args.jobs)))
@@ -117,15 +138,21 @@ def main() -> int:
         sinfo_parse = timed(lambda: parse_sinfo_json(raw["sinfo"]), args.repeat)
         in_output = len(parse_squeue_json(raw["squeue"]))
         fig = {
-            "jobs_submitted": len(ids), "jobs_in_squeue_json": in_output,
-            "squeue_json_bytes": len(raw["squeue"]), "repeat": args.repeat,
-            "squeue_json_cmd": summary(squeue_cmd), "squeue_parse": summary(squeue_parse),
+            "jobs_submitted": len(ids),
+            "jobs_in_squeue_json": in_output,
+            "squeue_json_bytes": len(raw["squeue"]),
+            "repeat": args.repeat,
+            "squeue_json_cmd": summary(squeue_cmd),
+            "squeue_parse": summary(squeue_parse),
             "squeue_json_loads": summary(json_loads),
             "jobs_poll_total": summary(poll_total),
-            "scontrol_poll_total": summary(scontrol_total), "scontrol_poll_same_jobs": same,
+            "scontrol_poll_total": summary(scontrol_total),
+            "scontrol_poll_same_jobs": same,
             "json_vs_scontrol_ratio": round(statistics.median(poll_total) / statistics.median(scontrol_total), 1),
-            "sinfo_json_cmd": summary(sinfo_cmd), "sinfo_parse": summary(sinfo_parse),
-            "cluster_up_s": round(t_up, 2), "submit_s": round(t_submit, 1),
+            "sinfo_json_cmd": summary(sinfo_cmd),
+            "sinfo_parse": summary(sinfo_parse),
+            "cluster_up_s": round(t_up, 2),
+            "submit_s": round(t_submit, 1),
             "parse_share_of_poll": round(statistics.median(squeue_parse) / statistics.median(poll_total), 3),
         }
     finally:
@@ -138,19 +165,29 @@ def main() -> int:
     if args.json:
         print(json.dumps(fig))
         return 0
-    print(f"Slurm poll on the local cluster (4 nodes x 4 GPUs), {fig['jobs_in_squeue_json']} jobs in "
-          f"squeue --json ({fig['squeue_json_bytes'] / 1e6:.1f} MB), {args.repeat} polls each; median [min-max]")
-    for key, label in (("squeue_json_cmd", "squeue --json (command)"), ("squeue_parse", "parse (pure Python)"),
-                       ("squeue_json_loads", "  of which json.loads"),
-                       ("jobs_poll_total", "CliBackend.jobs() total"),
-                       ("scontrol_poll_total", "jobs() with poll=scontrol"), ("sinfo_json_cmd", "sinfo --json (command)"),
-                       ("sinfo_parse", "sinfo parse")):
+    print(
+        f"Slurm poll on the local cluster (4 nodes x 4 GPUs), {fig['jobs_in_squeue_json']} jobs in "
+        f"squeue --json ({fig['squeue_json_bytes'] / 1e6:.1f} MB), {args.repeat} polls each; median [min-max]"
+    )
+    for key, label in (
+        ("squeue_json_cmd", "squeue --json (command)"),
+        ("squeue_parse", "parse (pure Python)"),
+        ("squeue_json_loads", "  of which json.loads"),
+        ("jobs_poll_total", "CliBackend.jobs() total"),
+        ("scontrol_poll_total", "jobs() with poll=scontrol"),
+        ("sinfo_json_cmd", "sinfo --json (command)"),
+        ("sinfo_parse", "sinfo parse"),
+    ):
         s = fig[key]
         print(f"  {label:<26} {s['median_ms']:8.1f} ms  [{s['min_ms']:.1f}-{s['max_ms']:.1f}]")
-    print(f"  poll=scontrol is {fig['json_vs_scontrol_ratio']}x faster than squeue --json "
-          f"(same jobs read: {fig['scontrol_poll_same_jobs']})")
-    print(f"  parse is {fig['parse_share_of_poll'] * 100:.0f}% of a poll; setup: up {fig['cluster_up_s']} s, "
-          f"{fig['jobs_submitted']} sbatch -H in {fig['submit_s']} s, cancel {fig['cancel_s']} s")
+    print(
+        f"  poll=scontrol is {fig['json_vs_scontrol_ratio']}x faster than squeue --json "
+        f"(same jobs read: {fig['scontrol_poll_same_jobs']})"
+    )
+    print(
+        f"  parse is {fig['parse_share_of_poll'] * 100:.0f}% of a poll; setup: up {fig['cluster_up_s']} s, "
+        f"{fig['jobs_submitted']} sbatch -H in {fig['submit_s']} s, cancel {fig['cancel_s']} s"
+    )
     return 0
 
 

@@ -80,8 +80,7 @@ def make_trace(n: int, seed: int, load: float) -> list[TraceJob]:
         acct = rng.choices(tenants, rates)[0]
         _, sizes, mean = MIX[acct]
         dur = max(300.0, rng.expovariate(1.0 / mean))
-        jobs.append(TraceJob(i + 1, rng.choice(sizes), round(t, 1), round(dur, 1), model_name="resnet50",
-                             account=acct))
+        jobs.append(TraceJob(i + 1, rng.choice(sizes), round(t, 1), round(dur, 1), model_name="resnet50", account=acct))
     return jobs
 
 
@@ -142,8 +141,10 @@ def main() -> None:
     opts = SimulationOptions(interval=60.0, progress=False, record_timeline=False)
 
     results = {}
-    for label, pol in [("quota", QuotaPolicy(cfg, build_policy(args.policy, params))),
-                       ("cells", CellsPolicy(cfg, build_policy(args.policy, params), with_report=False))]:
+    for label, pol in [
+        ("quota", QuotaPolicy(cfg, build_policy(args.policy, params))),
+        ("cells", CellsPolicy(cfg, build_policy(args.policy, params), with_report=False)),
+    ]:
         obs = Observed(pol, cluster)
         t0 = time.perf_counter()
         res = run(trace, cluster, obs, opts)  # type: ignore[arg-type]
@@ -151,8 +152,10 @@ def main() -> None:
         end = max(r.end for r in res.records)
         results[label] = (res, obs, end, wall)
 
-    print(f"trace: {len(trace)} jobs, seed {args.seed}, load {args.load}, {len(NODES)} nodes x {GPN} GPUs, "
-          f"ranking {args.policy}")
+    print(
+        f"trace: {len(trace)} jobs, seed {args.seed}, load {args.load}, {len(NODES)} nodes x {GPN} GPUs, "
+        f"ranking {args.policy}"
+    )
     print(f"{'':8} {'VC':8} {'jobs':>5} {'avg queue (h)':>14} {'median (h)':>11} {'p95 (h)':>9} {'avg JCT (h)':>12}")
     for label, (res, _, _, _) in results.items():
         for vc in MIX:
@@ -160,16 +163,22 @@ def main() -> None:
             qd = [r.queue_delay / 3600 for r in recs]
             jct = [r.jct / 3600 for r in recs]
             q = sorted(qd)
-            print(f"{label:8} {vc:8} {len(recs):>5} {statistics.fmean(qd):>14.2f} {statistics.median(qd):>11.2f} "
-                  f"{q[int(0.95 * (len(q) - 1))]:>9.2f} {statistics.fmean(jct):>12.2f}")
+            print(
+                f"{label:8} {vc:8} {len(recs):>5} {statistics.fmean(qd):>14.2f} {statistics.median(qd):>11.2f} "
+                f"{q[int(0.95 * (len(q) - 1))]:>9.2f} {statistics.fmean(jct):>12.2f}"
+            )
     print()
-    print(f"{'':8} {'fragmentation (time-weighted)':>30} {'p50':>6} {'p90':>6} {'preemptions':>12} "
-          f"{'GPU util':>9} {'avg JCT (h)':>12} {'wall (s)':>9}")
+    print(
+        f"{'':8} {'fragmentation (time-weighted)':>30} {'p50':>6} {'p90':>6} {'preemptions':>12} "
+        f"{'GPU util':>9} {'avg JCT (h)':>12} {'wall (s)':>9}"
+    )
     for label, (res, obs, end, wall) in results.items():
         fr = sorted(f for _, f in obs.samples)
-        print(f"{label:8} {obs.time_weighted(end):>30.3f} {fr[len(fr) // 2]:>6.3f} {fr[int(0.9 * (len(fr) - 1))]:>6.3f} "
-              f"{res.summary.preemptions:>12} {res.summary.gpu_utilization:>9.3f} {res.summary.avg_jct / 3600:>12.2f} "
-              f"{wall:>9.1f}")
+        print(
+            f"{label:8} {obs.time_weighted(end):>30.3f} {fr[len(fr) // 2]:>6.3f} {fr[int(0.9 * (len(fr) - 1))]:>6.3f} "
+            f"{res.summary.preemptions:>12} {res.summary.gpu_utilization:>9.3f} {res.summary.avg_jct / 3600:>12.2f} "
+            f"{wall:>9.1f}"
+        )
     # Fragmentation over time: ten equal slices of the replay.
     print()
     print("fragmentation over time (mean per tenth of the replay):")

@@ -102,14 +102,14 @@ class Profile:
         return d
 
     @classmethod
-    def from_json(cls, data: dict) -> "Profile":
+    def from_json(cls, data: dict) -> Profile:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
         kw["notes"] = tuple(kw.get("notes", ()))
         return cls(**kw)
 
     @classmethod
-    def none(cls, reason: str, **kw: object) -> "Profile":
+    def none(cls, reason: str, **kw: object) -> Profile:
         """The "no profile" result: placement must treat the skew as unknown."""
         return cls(valid=False, reason=reason, **kw)  # type: ignore[arg-type]
 
@@ -141,6 +141,7 @@ class Iterations:
 
 
 # ---- collectives from records --------------------------------------------------
+
 
 def gloo_collectives(files: list[RecordFile]) -> Collectives | None:
     """Group gloo sends by slot over all ranks; order by tag (issue order)."""
@@ -174,9 +175,13 @@ def gloo_collectives(files: list[RecordFile]) -> Collectives | None:
         layer="gloo",
         gradient_factor=2.0 * (n - 1) if n > 1 else 1.0,
         # A broadcast delivers one copy to each of the n-1 other ranks.
-        startup_broadcast=_startup_broadcast(sizes[order], prefix == GLOO_BROADCAST,
-                                             prefix == GLOO_ALLREDUCE, max(n - 1, 1),
-                                             2.0 * (n - 1) if n > 1 else 1.0),
+        startup_broadcast=_startup_broadcast(
+            sizes[order],
+            prefix == GLOO_BROADCAST,
+            prefix == GLOO_ALLREDUCE,
+            max(n - 1, 1),
+            2.0 * (n - 1) if n > 1 else 1.0,
+        ),
         marks=_marks(ref),
     )
 
@@ -186,8 +191,9 @@ GLOO_ALLREDUCE = 0x04
 GLOO_BROADCAST = 0x06
 
 
-def _startup_broadcast(sizes: np.ndarray, is_bcast: np.ndarray, is_allreduce: np.ndarray,
-                       copies: int, gradient_factor: float) -> float | None:
+def _startup_broadcast(
+    sizes: np.ndarray, is_bcast: np.ndarray, is_allreduce: np.ndarray, copies: int, gradient_factor: float
+) -> float | None:
     """The model's size from DDP's start-up traffic, or None.
 
     DDP copies the whole model (parameters and buffers) from rank 0 at
@@ -233,14 +239,18 @@ def nccl_collectives(files: list[RecordFile]) -> Collectives | None:
         f = _NCCL_SEND_FACTOR.get(Kind(int(rec["kind"])), lambda n: 1.0)
         sent += float(rec["bytes"]) * (f(n) if n > 1 else 0.0)
     kinds = r["kind"]
-    return Collectives(sizes=sizes, times=r["t_ns"].astype(np.float64) / 1e9,
-                       per_rank_sent=sent, layer="nccl",
-                       startup_broadcast=_startup_broadcast(sizes, kinds == Kind.NCCL_BROADCAST,
-                                                            kinds == Kind.NCCL_ALLREDUCE, 1, 1.0),
-                       marks=_marks(ref))
+    return Collectives(
+        sizes=sizes,
+        times=r["t_ns"].astype(np.float64) / 1e9,
+        per_rank_sent=sent,
+        layer="nccl",
+        startup_broadcast=_startup_broadcast(sizes, kinds == Kind.NCCL_BROADCAST, kinds == Kind.NCCL_ALLREDUCE, 1, 1.0),
+        marks=_marks(ref),
+    )
 
 
 # ---- iterations -------------------------------------------------------------------
+
 
 def _longest_run(match: np.ndarray) -> tuple[int, int]:
     """(start, length) of the longest run of True in ``match``."""
@@ -325,7 +335,7 @@ def windows_skew(sizes: np.ndarray, it: Iterations) -> tuple[float, float, float
     """Median over steady iterations of (largest / total, total, largest)."""
     skews, totals, larg = [], [], []
     for j in range(it.count):
-        w = sizes[it.start + j * it.lag: it.start + (j + 1) * it.lag]
+        w = sizes[it.start + j * it.lag : it.start + (j + 1) * it.lag]
         if len(w) < it.lag:
             break
         skews.append(float(w.max() / w.sum()))
@@ -335,6 +345,7 @@ def windows_skew(sizes: np.ndarray, it: Iterations) -> tuple[float, float, float
 
 
 # ---- model hook ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ModelFile:
@@ -392,6 +403,7 @@ def ddp_buckets(sizes: tuple[int, ...] | list[int], bucket_cap_mb: float | None)
 
 # ---- the whole job -------------------------------------------------------------------
 
+
 def aggregate_dir(
     profile_dir: str | os.PathLike[str],
     *,
@@ -420,7 +432,11 @@ def too_few_iterations(coll: Collectives, min_iterations: int, what: str) -> str
 
 
 def settle_iterations(
-    coll: Collectives, it: Iterations, ref: float | None, ref_from: str, min_iterations: int,
+    coll: Collectives,
+    it: Iterations,
+    ref: float | None,
+    ref_from: str,
+    min_iterations: int,
 ) -> tuple[Iterations | None, str, list[str]]:
     """Check the repeating pattern against what one iteration must move.
 
@@ -456,14 +472,20 @@ def settle_iterations(
     if ref:
         g = grad(it)
         if abs(g / ref - 1) > ITER_BYTES_TOL:
-            return None, (
-                f"no consistent iteration: the repeating pattern ({it.lag} collectives) reduces "
-                f"{_mib(g)} of gradients but {ref_from} says {_mib(ref)} (an iteration reduces every "
-                "gradient byte once)"
-            ), notes
+            return (
+                None,
+                (
+                    f"no consistent iteration: the repeating pattern ({it.lag} collectives) reduces "
+                    f"{_mib(g)} of gradients but {ref_from} says {_mib(ref)} (an iteration reduces every "
+                    "gradient byte once)"
+                ),
+                notes,
+            )
     else:
-        notes.append("iteration not checked against the model's size (no model hook; no DDP start-up "
-                     "broadcast confirmed by a first all-reduce of the whole model)")
+        notes.append(
+            "iteration not checked against the model's size (no model hook; no DDP start-up "
+            "broadcast confirmed by a first all-reduce of the whole model)"
+        )
     return it, "", notes
 
 
@@ -521,7 +543,8 @@ def _aggregate_traffic(d: Path, cap: int, min_iterations: int, model: ModelFile 
     if found is None:
         return Profile.none(
             too_few_iterations(coll, min_iterations, f"no pattern of collectives repeats {min_iterations} times"),
-            ranks=n, layer=coll.layer,
+            ranks=n,
+            layer=coll.layer,
         )
     ref: float | None
     if model is not None:
@@ -580,14 +603,20 @@ def _combine(traffic: Profile, model: ModelFile | None) -> Profile:
     buckets = ddp_buckets(model.sizes, model.bucket_cap_mb)
     bucket_skew = max(buckets) / sum(buckets)
     data = traffic.to_json()
-    data.update(model_skew=max(model.sizes) / model.gradient_bytes, model_tensors=len(model.sizes),
-                model_bucket_skew=bucket_skew, model_buckets=len(buckets))
+    data.update(
+        model_skew=max(model.sizes) / model.gradient_bytes,
+        model_tensors=len(model.sizes),
+        model_bucket_skew=bucket_skew,
+        model_buckets=len(buckets),
+    )
     notes = list(traffic.notes)
     if traffic.traffic_skew_valid and traffic.skew is not None:
         data["agrees"] = abs(traffic.skew - bucket_skew) <= AGREE_TOL
         if not data["agrees"]:
-            notes.append(f"traffic skew {traffic.skew:.3f} differs from {bucket_skew:.3f}, the skew of "
-                         f"DDP's {len(buckets)} buckets of the model's tensors")
+            notes.append(
+                f"traffic skew {traffic.skew:.3f} differs from {bucket_skew:.3f}, the skew of "
+                f"DDP's {len(buckets)} buckets of the model's tensors"
+            )
     else:
         data.update(valid=True, skew=bucket_skew, skew_source="model", reason="")
         notes.append(f"skew of DDP's buckets of the model's tensors ({traffic.reason})")

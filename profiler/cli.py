@@ -85,15 +85,19 @@ def render(job_id: str, p: Profile, where: str) -> str:
             + ("" if p.traffic_skew_valid else "  (not trusted)")
             + (f", bucketed, largest tensor >= {_pct(p.skew_lower_bound)}" if p.bucketed else ""),
             f"  iteration period  {p.period_s * 1e3:.1f} ms over {p.iterations} iterations"
-            if p.period_s else "  iteration period  unknown",
+            if p.period_s
+            else "  iteration period  unknown",
             f"  collectives/iter  {p.collectives_per_iteration}",
             f"  bytes/iter/rank   {_mib(p.bytes_per_iteration)}  (model ~{_mib(p.model_bytes)})",
             f"  intensity         {p.intensity_bps / 2**20:.1f} MiB/s per rank"
-            if p.intensity_bps else "  intensity         unknown",
+            if p.intensity_bps
+            else "  intensity         unknown",
         ]
     if p.model_bucket_skew is not None:
         agree = "" if p.agrees is None else ("  (agrees with traffic)" if p.agrees else "  (DISAGREES with traffic)")
-        lines.append(f"  bucket skew       {_pct(p.model_bucket_skew)} from the model, {p.model_buckets} DDP buckets{agree}")
+        lines.append(
+            f"  bucket skew       {_pct(p.model_bucket_skew)} from the model, {p.model_buckets} DDP buckets{agree}"
+        )
     if p.model_skew is not None:
         lines.append(f"  tensor skew       {_pct(p.model_skew)} largest-tensor ratio over {p.model_tensors} tensors")
     lines += [f"  note: {n}" for n in p.notes]
@@ -113,17 +117,40 @@ def profile() -> None:
 
 @profile.command("show")
 @click.argument("job_id")
-@click.option("-d", "--dir", "jobdir", default=None, metavar="JOBDIR",
-              help="Aggregate the records in this job directory (or its profile/ folder).")
-@click.option("-s", "--store", default=None, metavar="DIR",
-              help=f"Profile store (default: ${ENV_STORE}, else the controller config's profile_store).")
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Controller config naming the profile store (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).")
-@click.option("-b", "--job-base", default=lambda: os.environ.get(ENV_JOB_BASE, DEFAULT_JOB_BASE),
-              show_default=f"${ENV_JOB_BASE} or {DEFAULT_JOB_BASE}", help="Base of job directories (tsbatch --checkpoint-dir).")
+@click.option(
+    "-d",
+    "--dir",
+    "jobdir",
+    default=None,
+    metavar="JOBDIR",
+    help="Aggregate the records in this job directory (or its profile/ folder).",
+)
+@click.option(
+    "-s",
+    "--store",
+    default=None,
+    metavar="DIR",
+    help=f"Profile store (default: ${ENV_STORE}, else the controller config's profile_store).",
+)
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Controller config naming the profile store (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
+)
+@click.option(
+    "-b",
+    "--job-base",
+    default=lambda: os.environ.get(ENV_JOB_BASE, DEFAULT_JOB_BASE),
+    show_default=f"${ENV_JOB_BASE} or {DEFAULT_JOB_BASE}",
+    help="Base of job directories (tsbatch --checkpoint-dir).",
+)
 @click.option("-j", "--json", "as_json", is_flag=True, help="Print the profile as JSON.")
-def show(job_id: str, jobdir: str | None, store: str | None, config_path: str | None, job_base: str,
-         as_json: bool) -> None:
+def show(
+    job_id: str, jobdir: str | None, store: str | None, config_path: str | None, job_base: str, as_json: bool
+) -> None:
     """Print the profile of JOB_ID: skew, period, bytes per iteration.
 
     Exit 0 when a profile was found (even one that says "no profile" because

@@ -9,15 +9,15 @@ variables are inherited through torchrun / mp.spawn / ``timeout``; note that
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
+from profiler import library_path
 from teiresias.errors import ConfigError
+
 # Re-exported: the launcher (wrappers/batchscript.py) names them from here.
 from teiresias.jobfiles import PROFILE_SUBDIR as PROFILE_SUBDIR
 from teiresias.jobfiles import profile_dir as profile_dir
-
-from profiler import library_path
 
 ENV_DIR = "TEIRESIAS_PROFILE_DIR"
 ENV_SECONDS = "TEIRESIAS_PROFILE_SECONDS"

@@ -23,9 +23,10 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 TARGET = "torch.nn.parallel.distributed"
 ENV_DIR = "TEIRESIAS_PROFILE_DIR"
@@ -57,13 +58,12 @@ def model_file(profile_dir: str | os.PathLike[str], rank: int) -> Path:
     return Path(profile_dir) / f"model-rank{rank}.json"
 
 
-def write_model_file(module: Any, profile_dir: str | os.PathLike[str], rank: int,
-                     bucket_cap_mb: float | None = None) -> Path:
+def write_model_file(
+    module: Any, profile_dir: str | os.PathLike[str], rank: int, bucket_cap_mb: float | None = None
+) -> Path:
     """Write the trainable parameters' byte sizes of ``module`` (atomically)."""
     tensors = [
-        [name, int(p.numel()) * int(p.element_size())]
-        for name, p in module.named_parameters()
-        if p.requires_grad
+        [name, int(p.numel()) * int(p.element_size())] for name, p in module.named_parameters() if p.requires_grad
     ]
     path = model_file(profile_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,8 @@ Pure: data in, number out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from teiresias.errors import ConfigError
 
@@ -80,8 +80,7 @@ def fit_packlimit(
     n = len(pts)
     pos = sum(1 for _, y in pts if y)
     if n < min_samples or pos == 0 or pos == n:
-        why = (f"{n} spread runs (< {min_samples})" if n < min_samples
-               else "spread runs all of one kind")
+        why = f"{n} spread runs (< {min_samples})" if n < min_samples else "spread runs all of one kind"
         return PackLimitFit(default, "default", n, 0, f"not enough history: {why}")
     pts.sort()
     skews = sorted({s for s, _ in pts})

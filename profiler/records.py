@@ -139,15 +139,13 @@ def read_record_file(path: str | os.PathLike[str]) -> RecordFile:
         raise RecordFileError(f"{p}: not a teiresias profiler record file (bad magic)")
     if int(hdr["version"]) != VERSION or int(hdr["record_size"]) != RECORD_SIZE:
         raise RecordFileError(
-            f"{p}: record file version {int(hdr['version'])} is not {VERSION}; "
-            "re-profile with this teiresias version"
+            f"{p}: record file version {int(hdr['version'])} is not {VERSION}; re-profile with this teiresias version"
         )
     count = min(int(hdr["count"]), int(hdr["capacity"]))
     need = HEADER_SIZE + count * RECORD_SIZE
     if len(raw) < need:
         raise RecordFileError(
-            f"{p}: truncated record file ({len(raw)} bytes, header promises {need}); "
-            "the profile cannot be trusted"
+            f"{p}: truncated record file ({len(raw)} bytes, header promises {need}); the profile cannot be trusted"
         )
     try:
         state = FileState(int(hdr["state"]))

@@ -19,10 +19,9 @@ import json
 import os
 from pathlib import Path
 
+from profiler.aggregate import Profile
 from teiresias.errors import ConfigError
 from teiresias.jobfiles import write_json_atomic
-
-from profiler.aggregate import Profile
 
 
 def model_key(model_name: str = "", script: str = "") -> str:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import grp
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Mapping, overload
+from typing import Any, Literal, overload
 
 from teiresias import yamlconf
 from teiresias.domain.topology import Topology
@@ -67,8 +68,16 @@ class PolicyConfig:
 
 
 # policy.gandiva keys: True for switches, False for numbers (teiresias/policy/gandiva/params.py).
-GANDIVA_KEYS = {"slice": False, "max_height": False, "packing": True, "pack_util": False, "migration": True,
-                "defrag_threshold": False, "grow_shrink": True, "idle_period": False}
+GANDIVA_KEYS = {
+    "slice": False,
+    "max_height": False,
+    "packing": True,
+    "pack_util": False,
+    "migration": True,
+    "defrag_threshold": False,
+    "grow_shrink": True,
+    "idle_period": False,
+}
 
 
 @dataclass(frozen=True)
@@ -143,9 +152,19 @@ def _manages(partitions: tuple[str, ...], partition: str) -> bool:
 # key -> allowed keys beneath it (None: a leaf)
 _SCHEMA: dict[str, Any] = {
     "partitions": None,
-    "policy": {"name": None, "queues": None, "promote_knob": None, "gittins_samples": None, "last_queue": None,
-               "lease": None, "fairness_knob": None, "apps": None, "sharing": None, "preempt_cost": None,
-               "gandiva": dict.fromkeys(GANDIVA_KEYS)},
+    "policy": {
+        "name": None,
+        "queues": None,
+        "promote_knob": None,
+        "gittins_samples": None,
+        "last_queue": None,
+        "lease": None,
+        "fairness_knob": None,
+        "apps": None,
+        "sharing": None,
+        "preempt_cost": None,
+        "gandiva": dict.fromkeys(GANDIVA_KEYS),
+    },
     "placement": None,
     "packlimit": None,
     "packlimit_learning": None,
@@ -293,8 +312,11 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         raise r.fail("policy.queues", f"auto fits las/gittins queue thresholds; policy {name} has no queues to fit")
     if name in ("sjf-bsbf", "sjf-ffs") and samples_path is None:
         # Live jobs have no known duration: their length is the expected residual GPU-time.
-        raise r.fail("policy.gittins_samples", f"policy {name} estimates job lengths from past jobs' GPU-time;"
-                     " give a CSV (column 'duration'), e.g. teiresias/data/yarn-gput1000.csv")
+        raise r.fail(
+            "policy.gittins_samples",
+            f"policy {name} estimates job lengths from past jobs' GPU-time;"
+            " give a CSV (column 'duration'), e.g. teiresias/data/yarn-gput1000.csv",
+        )
     sharing_path = None
     if pol.get("sharing") is not None:
         sharing_path = _resolve(base, r.string("policy.sharing", pol["sharing"]))
@@ -311,12 +333,25 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         raise r.fail("policy.preempt_cost", f"must be seconds >= 0 or measured, got {cost_raw!r}")
     cost = 0.0 if cost_measured else r.number("policy.preempt_cost", cost_raw, positive=False)
     if (cost_measured or cost) and name != "gittins":
-        raise r.fail("policy.preempt_cost", f"weighs preemptions in gittins' index; policy {name} has none:"
-                     " set policy.name: gittins or drop the key")
-    kw["policy"] = PolicyConfig(name, qs, knob, samples_path, last_queue, lease, fknob,
-                                tuple(apps), queues_auto=queues_auto, sharing=sharing_path,
-                                gandiva=tuple(gandiva), preempt_cost=cost,
-                                preempt_cost_measured=cost_measured)
+        raise r.fail(
+            "policy.preempt_cost",
+            f"weighs preemptions in gittins' index; policy {name} has none: set policy.name: gittins or drop the key",
+        )
+    kw["policy"] = PolicyConfig(
+        name,
+        qs,
+        knob,
+        samples_path,
+        last_queue,
+        lease,
+        fknob,
+        tuple(apps),
+        queues_auto=queues_auto,
+        sharing=sharing_path,
+        gandiva=tuple(gandiva),
+        preempt_cost=cost,
+        preempt_cost_measured=cost_measured,
+    )
 
     if "placement" in data:
         kw["placement"] = r.string("placement", data["placement"], PLACEMENT_NAMES)
@@ -332,8 +367,9 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     pdd = PreemptionConfig()
     kw["preemption"] = PreemptionConfig(
         grace_seconds=r.number("preemption.grace_seconds", pre.get("grace_seconds", pdd.grace_seconds), positive=False),
-        start_timeout_seconds=r.number("preemption.start_timeout_seconds",
-                                       pre.get("start_timeout_seconds", pdd.start_timeout_seconds)),
+        start_timeout_seconds=r.number(
+            "preemption.start_timeout_seconds", pre.get("start_timeout_seconds", pdd.start_timeout_seconds)
+        ),
     )
     for key in ("state_db", "audit_log", "profile_store"):
         if data.get(key) is not None:
@@ -353,8 +389,7 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
 
     # The one topology description (teiresias/domain/topology.py): {switch: [nodes]}, or
     # cluster.yaml's list of {name, nodes}.
-    kw["topology"], _ = yamlconf.switches(path, "topology.switches",
-                                          (data.get("topology") or {}).get("switches") or {})
+    kw["topology"], _ = yamlconf.switches(path, "topology.switches", (data.get("topology") or {}).get("switches") or {})
 
     if data.get("cells") is not None:
         cells_path = _resolve(base, r.string("cells", data["cells"]))
@@ -381,8 +416,11 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
     if events.get("socket") is not None:
         kw["events_socket"] = _resolve(base, r.string("events.socket", events["socket"]))
         if not kw["events_socket"].parent.is_dir():
-            raise r.fail("events.socket", f"folder {kw['events_socket'].parent} does not exist; create it"
-                         " (the controller makes the socket itself) or remove the key")
+            raise r.fail(
+                "events.socket",
+                f"folder {kw['events_socket'].parent} does not exist; create it"
+                " (the controller makes the socket itself) or remove the key",
+            )
     return ControllerConfig(**{**d.__dict__, **kw})
 
 
@@ -394,8 +432,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ControllerConfig:
     return parse_config(data, str(chosen), chosen.resolve().parent)
 
 
-def profile_store_root(env: Mapping[str, str], store: str | None = None,
-                       config: str | os.PathLike[str] | None = None) -> Path:
+def profile_store_root(
+    env: Mapping[str, str], store: str | None = None, config: str | os.PathLike[str] | None = None
+) -> Path:
     """Where the controller keeps communication profiles (Tiresias §3.3.1 reuses a
     model's profile): ``store`` when given, else ``$TEIRESIAS_PROFILE_STORE`` in
     ``env``, else the profile store of the controller config (``config``, else

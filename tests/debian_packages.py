@@ -23,8 +23,7 @@ def require_program(program: str, package: str) -> str:
     if os.geteuid() != 0:
         pytest.skip(f"{program} missing: apt-get install {package} (as root) to run this test")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package]):
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package]):
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if res.returncode != 0:
             pytest.fail(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()[-500:]}")

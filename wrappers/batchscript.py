@@ -91,11 +91,15 @@ def profiling_lines(setup: JobSetup) -> list[str]:
         f"  if [ -r {lib} ]; then",
         f'    export LD_PRELOAD="${{LD_PRELOAD:+$LD_PRELOAD:}}"{lib}',
         f"    export {ENV_DIR}={pdir}",
-        (f"    export {ENV_SECONDS}={float(w.seconds)!r} {ENV_ITERS}={int(w.iterations)}"
-         f" {ENV_MAX_BYTES}={int(w.max_bytes)}"),
+        (
+            f"    export {ENV_SECONDS}={float(w.seconds)!r} {ENV_ITERS}={int(w.iterations)}"
+            f" {ENV_MAX_BYTES}={int(w.max_bytes)}"
+        ),
         "  else",
-        (f'    echo "teiresias: warning: profiler library "{lib}" missing on $(hostname);'
-         ' this run is not profiled" >&2'),
+        (
+            f'    echo "teiresias: warning: profiler library "{lib}" missing on $(hostname);'
+            ' this run is not profiled" >&2'
+        ),
         "    export TEIRESIAS_PROFILE=0",
         "  fi",
         "else",
@@ -131,8 +135,8 @@ def signal_lines(setup: JobSetup) -> list[str]:
         '  [ "$started" = 0 ] || return 0',
         '  for f in "$dir"/checkpoints/ckpt-*-step*.pt; do [ -e "$f" ] && step=${f##*-step} && step=${step%.pt}; done',
         "  case $step in ''|*[!0-9]*) step=0 ;; esac",
-        "  printf '{\"job_id\": %s, \"restart_count\": %s, \"step\": %s, \"path\": \"\", \"bytes\": 0, "
-        "\"seconds\": 0.0, \"time\": %s, \"saved\": false}\\n' \\",
+        '  printf \'{"job_id": %s, "restart_count": %s, "step": %s, "path": "", "bytes": 0, '
+        '"seconds": 0.0, "time": %s, "saved": false}\\n\' \\',
         '    "${SLURM_JOB_ID:-0}" "$rc" "$step" "$(date +%s.%N)" > "$dir/.ack.json.$$.tmp" 2>/dev/null &&',
         '    mv -f "$dir/.ack.json.$$.tmp" "$dir/ack.json"',
         "  return 0",
@@ -173,7 +177,7 @@ def render(script: str, setup: JobSetup) -> str:
         body + delim,
         'chmod 700 "$__ts_script"',
         "trap ':' TERM",
-        "( trap '' USR1 USR2; exec setsid \"$__ts_script\" \"$@\" ) &",
+        '( trap \'\' USR1 USR2; exec setsid "$__ts_script" "$@" ) &',
         "__ts_child=$!",
         "while :; do",
         '  wait "$__ts_child"; __ts_rc=$?',

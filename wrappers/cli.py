@@ -12,8 +12,7 @@ from wrappers import tsbatch
 
 @click.command(
     "sbatch",
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
-                      "help_option_names": []},
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": []},
     add_help_option=False,
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

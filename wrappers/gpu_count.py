@@ -23,11 +23,27 @@ from wrappers.sbatch_args import LONG_VALUE, SHORT_VALUE, _resolve_long
 
 # Short options that matter here -> their long names.
 _SHORT = {"G": "gpus", "N": "nodes", "n": "ntasks"}
-_WANTED = frozenset({"gpus", "gres", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "nodes", "ntasks",
-                     "ntasks-per-node", "sockets-per-node"})
+_WANTED = frozenset(
+    {
+        "gpus",
+        "gres",
+        "gpus-per-node",
+        "gpus-per-task",
+        "gpus-per-socket",
+        "nodes",
+        "ntasks",
+        "ntasks-per-node",
+        "sockets-per-node",
+    }
+)
 # sbatch's input environment variables for the same options (read between #SBATCH and the command line).
-_ENV = {"SBATCH_GPUS": "gpus", "SBATCH_GRES": "gres", "SBATCH_GPUS_PER_NODE": "gpus-per-node",
-        "SBATCH_GPUS_PER_TASK": "gpus-per-task", "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket"}
+_ENV = {
+    "SBATCH_GPUS": "gpus",
+    "SBATCH_GRES": "gres",
+    "SBATCH_GPUS_PER_NODE": "gpus-per-node",
+    "SBATCH_GPUS_PER_TASK": "gpus-per-task",
+    "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
+}
 
 
 @dataclass(frozen=True)
@@ -77,7 +93,7 @@ def option_values(words: Sequence[str]) -> dict[str, str]:
             for j, c in enumerate(w[1:], start=1):
                 if c not in SHORT_VALUE:
                     continue  # a flag (or unknown: sbatch will say so)
-                value = w[j + 1:]
+                value = w[j + 1 :]
                 if not value:
                     value = words[i + 1] if i + 1 < len(words) else ""
                     i += 1
@@ -119,8 +135,9 @@ def _gres_gpus(text: str) -> int | None:
     return total if seen else None
 
 
-def gpu_request(header_words: Sequence[str], cli_words: Sequence[str],
-                env: Mapping[str, str] | None = None) -> GpuRequest:
+def gpu_request(
+    header_words: Sequence[str], cli_words: Sequence[str], env: Mapping[str, str] | None = None
+) -> GpuRequest:
     """What the submission asks for; the command line beats the environment beats #SBATCH."""
     values = option_values(header_words)
     for var, name in _ENV.items():
@@ -144,7 +161,6 @@ def gpu_request(header_words: Sequence[str], cli_words: Sequence[str],
     )
 
 
-def requested_gpus(header_words: Sequence[str], cli_words: Sequence[str],
-                   env: Mapping[str, str] | None = None) -> int:
+def requested_gpus(header_words: Sequence[str], cli_words: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """The GPUs a submission asks for (0 for a CPU job)."""
     return gpu_request(header_words, cli_words, env).total

@@ -51,8 +51,7 @@ def store_root(env: Mapping[str, str]) -> Path | None:
     try:
         return profile_store_root(env, config=config)
     except TeiresiasError as exc:
-        print(f"tsbatch: warning: controller config unusable ({exc}); profiling as for a new model",
-              file=sys.stderr)
+        print(f"tsbatch: warning: controller config unusable ({exc}); profiling as for a new model", file=sys.stderr)
         return None
 
 
@@ -90,5 +89,7 @@ def window_from_env(env: Mapping[str, str]):
             max_bytes=int(env.get(ENV_MAX_BYTES) or default.max_bytes),
         )
     except ValueError as exc:
-        raise ConfigError(f"profiling window: {exc}; set {ENV_SECONDS} (seconds), {ENV_ITERS} and "
-                          f"{ENV_MAX_BYTES} (whole numbers) or unset them") from None
+        raise ConfigError(
+            f"profiling window: {exc}; set {ENV_SECONDS} (seconds), {ENV_ITERS} and "
+            f"{ENV_MAX_BYTES} (whole numbers) or unset them"
+        ) from None

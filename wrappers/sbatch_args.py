@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Long options that need a value (``--x=v`` or ``--x v``).
-LONG_VALUE = frozenset("""
+LONG_VALUE = frozenset(
+    """
 account acctg-freq array batch bb bbf begin chdir cluster cluster-constraint clusters comment constraint
 container core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot dependency
 distribution error exclude export export-file extra-node-info gid gpu-bind gpu-freq gpus gpus-per-node
@@ -24,14 +25,17 @@ mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network nodefil
 ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket ntasks-per-tres open-mode output
 partition power prefer priority profile qos reservation signal sockets-per-node switches thread-spec
 threads-per-core time time-min tmp tres-per-task uid wait-all-nodes wckey wrap
-""".split())
+""".split()
+)
 # Long options whose value is optional: only ``--x=v`` gives one.
 LONG_OPTIONAL = frozenset("exclusive get-user-env nice no-kill propagate".split())
 # Long options without a value.
-LONG_FLAG = frozenset("""
+LONG_FLAG = frozenset(
+    """
 contiguous help hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot requeue
 spread-job test-only usage use-min-nodes verbose version wait
-""".split())
+""".split()
+)
 SHORT_VALUE = frozenset("aAbcdDeFGiJLmMnNopqStwxBCr")
 SHORT_FLAG = frozenset("hHkOQsvVW")
 
@@ -155,7 +159,7 @@ def parse(argv: list[str]) -> Parsed:
     if i < len(argv):
         p.passthrough.extend(argv[i:])
         if p.wrap is None and p.script is None:
-            p.script, p.script_args = argv[i], argv[i + 1:]
+            p.script, p.script_args = argv[i], argv[i + 1 :]
         else:
             p.script_args = argv[i:]
     return p

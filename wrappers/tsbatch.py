@@ -197,7 +197,7 @@ def _option_value(words: list[str], long: str, short: str | None) -> str | None:
         elif (w == long or w == short) and k + 1 < len(words):
             value = words[k + 1]
         elif short and w.startswith(short) and len(w) > len(short):
-            value = w[len(short):]
+            value = w[len(short) :]
     return value
 
 
@@ -232,8 +232,10 @@ def _sbatch_info(flag: str, env: dict[str, str]) -> str:
     what = {"--help": "help", "--usage": "usage", "--version": "version", "-V": "version"}[flag]
     conf = env.get("SLURM_CONF")
     if conf and not os.path.isfile(conf):
-        return (f"(sbatch's own {what} is unavailable here: SLURM_CONF={conf} does not exist; "
-                "point it at the cluster's slurm.conf)\n")
+        return (
+            f"(sbatch's own {what} is unavailable here: SLURM_CONF={conf} does not exist; "
+            "point it at the cluster's slurm.conf)\n"
+        )
     try:
         r = subprocess.run(["sbatch", flag], capture_output=True, text=True, timeout=10, env=env)
     except FileNotFoundError:
@@ -278,8 +280,9 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
     info = [_SBATCH_INFO_FLAGS[o] for o in p.sbatch_opts if o in _SBATCH_INFO_FLAGS]
     if info and p.script is None and p.wrap is None:
         flag = "--version" if "version" in info else "--usage"
-        sys.stdout.write(f"tsbatch (teiresias {_version()})\n" if flag == "--version"
-                         else "\n".join(HELP.splitlines()[:2]) + "\n")
+        sys.stdout.write(
+            f"tsbatch (teiresias {_version()})\n" if flag == "--version" else "\n".join(HELP.splitlines()[:2]) + "\n"
+        )
         sys.stdout.flush()
         sys.stdout.write(_sbatch_info(flag, env))
         return 0
@@ -290,8 +293,11 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
         # job as it is, without the hooks.
         rc = _sbatch(p.passthrough)
         if rc == 0 and p.unknown is not None:
-            print(f"tsbatch: warning: option {p.unknown} unknown to tsbatch: submitted as plain sbatch, "
-                  "without checkpoint hooks", file=sys.stderr)
+            print(
+                f"tsbatch: warning: option {p.unknown} unknown to tsbatch: submitted as plain sbatch, "
+                "without checkpoint hooks",
+                file=sys.stderr,
+            )
         return rc
     if p.wrap is not None:
         text = wrap_script(p.wrap)
@@ -315,11 +321,15 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
     if not p.has_signal and not _has_option(header, "--signal", None):
         ours.append(f"--signal=B:{protocol.TIMELIMIT_SIGNAL}@{setup.grace}")
     # sbatch names a job after its script file; ours is a temporary file.
-    named = (_has_option(p.sbatch_opts, "--job-name", "-J") or _has_option(header, "--job-name", "-J")
-             or "SBATCH_JOB_NAME" in env)
+    named = (
+        _has_option(p.sbatch_opts, "--job-name", "-J")
+        or _has_option(header, "--job-name", "-J")
+        or "SBATCH_JOB_NAME" in env
+    )
     name = [] if named else [f"--job-name={job_name}"]
-    with tempfile.NamedTemporaryFile("w", prefix="tsbatch-", suffix=".sh", delete=False,
-                                     encoding="utf-8", errors="surrogateescape") as f:
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="tsbatch-", suffix=".sh", delete=False, encoding="utf-8", errors="surrogateescape"
+    ) as f:
         f.write(generated)
         path = f.name
     try:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from teiresias.errors import JobVanished, SlurmError
 
-
 # How far past the requeue second a requeued job may be made eligible again
 # (released, or its BeginTime cleared). slurmd refuses a launch whose job
 # credential is not newer, in whole seconds, than the revocation of the job's
@@ -27,7 +26,7 @@ from teiresias.errors import JobVanished, SlurmError
 REQUEUE_SETTLE_MARGIN = 0.15
 
 
-def requeue_settle_wait(job: "SlurmJob", now: float) -> float:
+def requeue_settle_wait(job: SlurmJob, now: float) -> float:
     """Seconds to wait, from ``now``, before a requeued ``job`` (as read after
     its requeue) may be released or have its BeginTime cleared without Slurm
     killing its next launch; 0 for a job never requeued."""
@@ -115,8 +114,21 @@ class SlurmNode:
     @property
     def usable(self) -> bool:
         """False for nodes that Slurm will not start jobs on."""
-        bad = {"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING",
-               "FUTURE", "MAINTENANCE", "RESERVED", "POWERED_DOWN", "INVALID_REG", "UNKNOWN"}
+        bad = {
+            "DOWN",
+            "DRAIN",
+            "DRAINING",
+            "DRAINED",
+            "FAIL",
+            "FAILING",
+            "NOT_RESPONDING",
+            "FUTURE",
+            "MAINTENANCE",
+            "RESERVED",
+            "POWERED_DOWN",
+            "INVALID_REG",
+            "UNKNOWN",
+        }
         return not (self.state & bad)
 
 

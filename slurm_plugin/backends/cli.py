@@ -35,8 +35,13 @@ class CliBackend(SlurmBackend):
 
     name = "cli"
 
-    def __init__(self, env: Mapping[str, str] | None = None, slurm_conf: str | os.PathLike[str] | None = None,
-                 timeout: float = 30.0, poll: str = "json"):
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        slurm_conf: str | os.PathLike[str] | None = None,
+        timeout: float = 30.0,
+        poll: str = "json",
+    ):
         """``poll``: how ``jobs()`` reads the queue. ``json`` (default):
         ``squeue --json``. ``scontrol``: ``scontrol -d show job -o``, the same
         fields ~6x faster with 1,000 jobs (squeue spends its time building
@@ -53,16 +58,27 @@ class CliBackend(SlurmBackend):
     def run(self, *cmd: str, job_id: int | None = None, input: str | None = None) -> str:
         """Run one Slurm command; stdout on success, the mapped error otherwise."""
         try:
-            r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=self.timeout,
-                               env=self.env, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+            r = subprocess.run(
+                list(cmd),
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=self.env,
+                input=input,
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
-            raise SlurmUnreachable(f"{cmd[0]} did not answer within {self.timeout:.0f}s; "
-                                   "slurmctld may be overloaded or down") from None
+            raise SlurmUnreachable(
+                f"{cmd[0]} did not answer within {self.timeout:.0f}s; slurmctld may be overloaded or down"
+            ) from None
         except FileNotFoundError:
             raise SlurmError(f"{cmd[0]} not found: install slurm-client (or run `teiresias cluster up`)") from None
         if r.returncode != 0:
-            raise self._classify(error_from_message(_last_error_line(r.stderr or r.stdout) or
-                                                    f"{' '.join(cmd[:2])} exited {r.returncode}", job_id))
+            raise self._classify(
+                error_from_message(
+                    _last_error_line(r.stderr or r.stdout) or f"{' '.join(cmd[:2])} exited {r.returncode}", job_id
+                )
+            )
         return r.stdout
 
     def _classify(self, err: SlurmError) -> SlurmError:
@@ -76,8 +92,14 @@ class CliBackend(SlurmBackend):
 
     def _ping_raw(self) -> bool:
         try:
-            r = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=self.timeout,
-                               env=self.env, stdin=subprocess.DEVNULL)
+            r = subprocess.run(
+                ["scontrol", "ping"],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+            )
         except (subprocess.TimeoutExpired, FileNotFoundError):
             return False
         return r.returncode == 0 and "is UP" in r.stdout
@@ -146,8 +168,7 @@ class CliBackend(SlurmBackend):
 
     def batch_script(self, job_id: int | str) -> str:
         """``scontrol write batch_script J -`` (Slurm shows a job's --signal nowhere else in 22.05)."""
-        return self.run("scontrol", "write", "batch_script", str(job_id), "-",
-                        job_id=int(str(job_id).split("_")[0]))
+        return self.run("scontrol", "write", "batch_script", str(job_id), "-", job_id=int(str(job_id).split("_")[0]))
 
     def suspend(self, job_id: int) -> None:
         self._scontrol(job_id, "suspend", str(job_id))
@@ -175,8 +196,14 @@ class CliBackend(SlurmBackend):
     def _scancel(self, job_id: int, *flags: str) -> None:
         # scancel exits 0 for an unknown job unless -v makes it say so on stderr
         try:
-            r = subprocess.run(["scancel", "-v", *flags, str(job_id)], capture_output=True, text=True,
-                               timeout=self.timeout, env=self.env, stdin=subprocess.DEVNULL)
+            r = subprocess.run(
+                ["scancel", "-v", *flags, str(job_id)],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             raise SlurmUnreachable(f"scancel did not answer within {self.timeout:.0f}s") from None
         errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
@@ -205,4 +232,3 @@ def _last_error_line(text: str) -> str:
         if "for job" in ln or "error" in ln.lower():
             return ln
     return lines[-1] if lines else ""
-

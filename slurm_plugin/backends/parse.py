@@ -16,14 +16,33 @@ from slurm_plugin.backends.base import SlurmJob, SlurmNode
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 
 # States in which a job holds or will hold nothing any more.
-FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
 # Slurm's phrases for "slurmctld did not answer" (CLI stderr and restd errors).
-_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
-                "Zero Bytes were transmitted", "Communication connection failure",
-                "Unable to establish control machine", "slurm_persist_conn_open")
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+    "Communication connection failure",
+    "Unable to establish control machine",
+    "slurm_persist_conn_open",
+)
 _VANISHED = ("Invalid job id specified", "Invalid job id", "Job id not found", "Unknown job")
 
 
@@ -129,8 +148,7 @@ def job_gpus(d: dict[str, Any]) -> tuple[int, int | None]:
     as 0 would leave it unmanaged; counting N would count one GPU N times.
     """
     node_count = int(d.get("node_count") or 1)
-    if job_shards(d) and not gres_count(d.get("tres_per_node") or "") and not gres_count(
-            d.get("tres_per_job") or ""):
+    if job_shards(d) and not gres_count(d.get("tres_per_node") or "") and not gres_count(d.get("tres_per_job") or ""):
         detail = [x for x in d.get("gres_detail") or [] if gres_count(x, "shard")]
         return (len(detail) if detail else node_count), 1
     per_node_req = gres_count(d.get("tres_per_node") or "")
@@ -298,8 +316,8 @@ def parse_scontrol_kv(line: str) -> dict[str, str]:
         if m:
             if key is not None:
                 out[key] = " ".join(parts).strip()
-            key = tok[:m.end() - 1]
-            parts = [tok[m.end():]]
+            key = tok[: m.end() - 1]
+            parts = [tok[m.end() :]]
         elif key is not None:
             parts.append(tok)
     if key is not None:
@@ -350,11 +368,16 @@ def parse_scontrol_job(line: str) -> SlurmJob:
     num_nodes = _int((kv.get("NumNodes") or "1").split("-")[0], 1)
     per_node = gres_count(kv.get("TresPerNode", ""))
     # JOB_GRES (with -d, running jobs) is what the job holds; else its request
-    gpus = (gres_count(kv.get("JOB_GRES", "")) or gres_count(kv.get("TresPerJob", "")) or per_node * num_nodes
-            or gres_count(kv.get("TresPerTask", "")) * _int(kv.get("NumTasks"), 1))
+    gpus = (
+        gres_count(kv.get("JOB_GRES", ""))
+        or gres_count(kv.get("TresPerJob", ""))
+        or per_node * num_nodes
+        or gres_count(kv.get("TresPerTask", "")) * _int(kv.get("NumTasks"), 1)
+    )
     # A shard job: one shared GPU per node, as job_gpus counts it.
     shards = gres_count(kv.get("TresPerNode", ""), "shard") or -(
-        -gres_count(kv.get("JOB_GRES", "") or kv.get("TresPerJob", ""), "shard") // num_nodes)
+        -gres_count(kv.get("JOB_GRES", "") or kv.get("TresPerJob", ""), "shard") // num_nodes
+    )
     if shards and not gpus:
         gpus, per_node = num_nodes, 1
     ran_on = expand_hostlist(kv.get("NodeList", ""))
@@ -408,6 +431,9 @@ def error_from_message(message: str, job_id: int | None = None) -> SlurmError:
     if any(p.lower() in msg.lower() for p in _UNREACHABLE):
         return SlurmUnreachable(f"slurmctld does not answer ({msg}); is the cluster up and SLURM_CONF right?")
     if any(p.lower() in msg.lower() for p in _VANISHED):
-        return JobVanished(f"job {job_id}: Slurm no longer knows it ({msg})" if job_id is not None
-                           else f"Slurm no longer knows the job ({msg})")
+        return JobVanished(
+            f"job {job_id}: Slurm no longer knows it ({msg})"
+            if job_id is not None
+            else f"Slurm no longer knows the job ({msg})"
+        )
     return SlurmError(msg)

@@ -37,8 +37,14 @@ from teiresias.errors import SlurmError
 def site_slurm_version(env: Mapping[str, str] | None = None) -> str | None:
     """``scontrol --version`` -> "22.05.8" (None when it cannot say)."""
     try:
-        r = subprocess.run(["scontrol", "--version"], capture_output=True, text=True, timeout=10,
-                           env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            ["scontrol", "--version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = re.search(r"(\d+)\.(\d+)\.(\d+)", r.stdout)
@@ -55,14 +61,18 @@ def pyslurm_usable(site_version: str | None) -> tuple[bool, str]:
     try:
         pyslurm = importlib.import_module("pyslurm")
     except Exception as exc:  # ImportError, or a libslurm that fails to load
-        return False, (f"pyslurm is not used: `import pyslurm` fails ({type(exc).__name__}: {exc}); "
-                       "PyPI only has pyslurm for Slurm 25.11, the CLI backend works with any Slurm")
+        return False, (
+            f"pyslurm is not used: `import pyslurm` fails ({type(exc).__name__}: {exc}); "
+            "PyPI only has pyslurm for Slurm 25.11, the CLI backend works with any Slurm"
+        )
     built = str(getattr(pyslurm, "__version__", "") or _call(pyslurm, "version") or "")
     if site_version is None:
         return False, "pyslurm is not used: the site's Slurm version is unknown (`scontrol --version` failed)"
     if _major_minor(built) is None or _major_minor(built) != _major_minor(site_version):
-        return False, (f"pyslurm is not used: it was built for Slurm {built or '?'} and this site runs "
-                       f"Slurm {site_version}; pyslurm must match the Slurm major.minor release")
+        return False, (
+            f"pyslurm is not used: it was built for Slurm {built or '?'} and this site runs "
+            f"Slurm {site_version}; pyslurm must match the Slurm major.minor release"
+        )
     return True, f"pyslurm {built} matches Slurm {site_version}"
 
 
@@ -92,23 +102,43 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
     finished = state in FINISHED_STATES
     started = state in ("RUNNING", "SUSPENDED", "COMPLETING") or (finished and bool(ran_on))
     return SlurmJob(
-        job_id=int(j.id), name=j.name or "", user=j.user_name or "", account=j.account or "",
-        partition=j.partition or "", state=state, state_reason=reason, priority=priority,
-        restart_count=int(j.requeue_count or 0), requeue=bool(j.is_requeueable),
+        job_id=int(j.id),
+        name=j.name or "",
+        user=j.user_name or "",
+        account=j.account or "",
+        partition=j.partition or "",
+        state=state,
+        state_reason=reason,
+        priority=priority,
+        restart_count=int(j.requeue_count or 0),
+        requeue=bool(j.is_requeueable),
         held=state == "PENDING" and (reason in HELD_REASONS or priority == 0),
-        gpus=per_node * num_nodes, num_nodes=num_nodes, nodes=ran_on or required, required_nodes=required,
-        submit_time=float(j.submit_time or 0), eligible_time=j.eligible_time or None,
-        start_time=(j.start_time or None) if started else None, end_time=(j.end_time or None) if finished else None,
-        time_limit_minutes=j.time_limit or None, command=j.command or "", comment=j.comment or "",
+        gpus=per_node * num_nodes,
+        num_nodes=num_nodes,
+        nodes=ran_on or required,
+        required_nodes=required,
+        submit_time=float(j.submit_time or 0),
+        eligible_time=j.eligible_time or None,
+        start_time=(j.start_time or None) if started else None,
+        end_time=(j.end_time or None) if finished else None,
+        time_limit_minutes=j.time_limit or None,
+        command=j.command or "",
+        comment=j.comment or "",
         gpus_per_node=per_node or None,
     )
 
 
 def node_from_pyslurm(n: Any) -> SlurmNode:
     """pyslurm.Node -> SlurmNode; its state string is complete ("MIXED+DRAIN")."""
-    return SlurmNode(name=n.name, state=frozenset(s for s in str(n.state or "UNKNOWN").upper().split("+") if s),
-                     gpus=_gpus(n.configured_gres), gpus_used=_gpus(n.allocated_gres),
-                     partitions=tuple(n.partitions or ()), cpus=int(n.total_cpus or 0), mem_mb=int(n.real_memory or 0))
+    return SlurmNode(
+        name=n.name,
+        state=frozenset(s for s in str(n.state or "UNKNOWN").upper().split("+") if s),
+        gpus=_gpus(n.configured_gres),
+        gpus_used=_gpus(n.allocated_gres),
+        partitions=tuple(n.partitions or ()),
+        cpus=int(n.total_cpus or 0),
+        mem_mb=int(n.real_memory or 0),
+    )
 
 
 class PyslurmBackend(SlurmBackend):
@@ -130,8 +160,10 @@ class PyslurmBackend(SlurmBackend):
 
     def _job(self, job_id: int | str):
         if not str(job_id).isdigit():
-            raise SlurmError(f"job {job_id}: the pyslurm backend does not address array tasks;"
-                             " use backend: cli for partitions with job arrays")
+            raise SlurmError(
+                f"job {job_id}: the pyslurm backend does not address array tasks;"
+                " use backend: cli for partitions with job arrays"
+            )
         return self.pyslurm.Job(int(job_id))
 
     def _modify(self, job_id: int, **changes) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import (
     error_from_message,
-    parse_nodes_payload,
     parse_jobs_payload,
+    parse_nodes_payload,
 )
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 
@@ -53,8 +53,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = s
 
 
-def unix_http(path: str, method: str, url: str, body: Any = None,
-              timeout: float = 10.0) -> tuple[int, bytes]:
+def unix_http(path: str, method: str, url: str, body: Any = None, timeout: float = 10.0) -> tuple[int, bytes]:
     """One HTTP request over a unix socket; returns (status, body). Raises OSError
     when the socket does not answer."""
     conn = _UnixHTTPConnection(path, timeout)
@@ -85,8 +84,10 @@ class RestdBackend(SlurmBackend):
         try:
             status, raw = unix_http(self.socket_path, method, API + path, body, self.timeout)
         except (OSError, http.client.HTTPException) as exc:
-            raise SlurmUnreachable(f"slurmrestd at {self.socket_path} does not answer ({exc}); "
-                                   "start it with `teiresias cluster up --restd`") from None
+            raise SlurmUnreachable(
+                f"slurmrestd at {self.socket_path} does not answer ({exc}); "
+                "start it with `teiresias cluster up --restd`"
+            ) from None
         try:
             payload = json.loads(raw or b"{}")
         except ValueError:
@@ -125,8 +126,10 @@ class RestdBackend(SlurmBackend):
 
     def set_hold_mark(self, job_id: int | str, on: bool) -> None:
         # v0.0.38 answers 'Unknown key "admin_comment"' (tests/slurm/test_backend_restd.py)
-        raise SlurmError(f"job {job_id}: slurmrestd's openapi v0.0.38 cannot write AdminComment, where the"
-                         f" controller marks its holds ({HOLD_MARK}); run the controller with backend: cli")
+        raise SlurmError(
+            f"job {job_id}: slurmrestd's openapi v0.0.38 cannot write AdminComment, where the"
+            f" controller marks its holds ({HOLD_MARK}); run the controller with backend: cli"
+        )
 
     def release(self, job_id: int) -> None:
         self._update(job_id, {"hold": False})
@@ -142,15 +145,19 @@ class RestdBackend(SlurmBackend):
 
     def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
         if scope != "full":
-            raise SlurmError(f"slurmrestd's openapi v0.0.38 signals the whole job only, not {scope}:"
-                             " use the CLI backend (backend: cli)")
+            raise SlurmError(
+                f"slurmrestd's openapi v0.0.38 signals the whole job only, not {scope}:"
+                " use the CLI backend (backend: cli)"
+            )
         # 22.05's DELETE /job/{id}?signal= reaches the batch shell and its
         # children, like `scancel --signal --full` (tests/slurm/test_backend_restd.py)
         self._call("DELETE", f"/job/{job_id}?signal={signal.upper().removeprefix('SIG')}", None, job_id)
 
     def requeue(self, job_id: int, hold: bool = True) -> None:
-        raise SlurmError("requeue is not in slurmrestd's openapi v0.0.38: use the CLI backend "
-                         "(backend: cli) where the controller preempts")
+        raise SlurmError(
+            "requeue is not in slurmrestd's openapi v0.0.38: use the CLI backend "
+            "(backend: cli) where the controller preempts"
+        )
 
     def clear_begin_time(self, job_id: int) -> None:
         self._update(job_id, {"begin_time": "now"})

@@ -16,8 +16,13 @@ log = logging.getLogger("teiresias.slurm")
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
 
 
-def select_backend(name_or_auto: str = "auto", env: Mapping[str, str] | None = None,
-                   restd_socket: str | None = None, timeout: float = 30.0, poll: str = "json") -> SlurmBackend:
+def select_backend(
+    name_or_auto: str = "auto",
+    env: Mapping[str, str] | None = None,
+    restd_socket: str | None = None,
+    timeout: float = 30.0,
+    poll: str = "json",
+) -> SlurmBackend:
     """The backend called ``name_or_auto``. ``env`` is the environment of
     Slurm commands (SLURM_CONF); ``restd_socket`` (or env SLURMRESTD_SOCKET)
     the slurmrestd unix socket for ``restd``; ``poll`` the CLI backend's way
@@ -31,8 +36,10 @@ def select_backend(name_or_auto: str = "auto", env: Mapping[str, str] | None = N
 
         sock = restd_socket or env.get("SLURMRESTD_SOCKET")
         if not sock:
-            raise ConfigError("backend restd needs the slurmrestd unix socket: set slurmrestd_socket "
-                              "or SLURMRESTD_SOCKET (e.g. `teiresias cluster up --restd`)")
+            raise ConfigError(
+                "backend restd needs the slurmrestd unix socket: set slurmrestd_socket "
+                "or SLURMRESTD_SOCKET (e.g. `teiresias cluster up --restd`)"
+            )
         return RestdBackend(sock, timeout=timeout)
     if name in ("pyslurm", "auto"):
         from slurm_plugin.backends.pyslurm_backend import PyslurmBackend, pyslurm_usable, site_slurm_version

@@ -28,8 +28,9 @@ def _find_config(path: str | None) -> Path:
     for p in _DEFAULT_CONFIGS:
         if Path(p).exists():
             return Path(p)
-    raise ConfigError("no cells configuration found; pass --config FILE (see etc/cells.example.yaml) "
-                      "or set TEIRESIAS_CELLS")
+    raise ConfigError(
+        "no cells configuration found; pass --config FILE (see etc/cells.example.yaml) or set TEIRESIAS_CELLS"
+    )
 
 
 def _load_state(path: str):
@@ -52,8 +53,10 @@ def _load_state(path: str):
     try:
         store = StateStore(p, readonly_copy=True)
     except Exception as exc:  # sqlite3.DatabaseError and friends: not a state database
-        raise ConfigError(f"--state {path}: not a controller state database ({exc}); "
-                          "give the state_db of etc/teiresias.yaml or a .json binding") from None
+        raise ConfigError(
+            f"--state {path}: not a controller state database ({exc}); "
+            "give the state_db of etc/teiresias.yaml or a .json binding"
+        ) from None
     try:
         text = store.get_meta(META_KEY)
     finally:
@@ -110,19 +113,54 @@ def _fmt_jobs(ids) -> str:
 
 
 def format_report(report) -> str:
-    header = ("VC", "ACCOUNTS", "CELL", "GPUS", "QUOTA", "BOUND", "USED_GPUS", "LOST", "LOST_GPUS", "GUARANTEED",
-              "OPPORTUNISTIC")
+    header = (
+        "VC",
+        "ACCOUNTS",
+        "CELL",
+        "GPUS",
+        "QUOTA",
+        "BOUND",
+        "USED_GPUS",
+        "LOST",
+        "LOST_GPUS",
+        "GUARANTEED",
+        "OPPORTUNISTIC",
+    )
     rows: list[tuple[str, ...]] = []
     for vc in report.vcs:
         if not vc.quota:
-            rows.append((vc.name, ",".join(vc.accounts), "-", "0", "0", "0", "0", "0", "0",
-                         _fmt_jobs(vc.guaranteed_jobs), _fmt_jobs(vc.opportunistic_jobs)))
+            rows.append(
+                (
+                    vc.name,
+                    ",".join(vc.accounts),
+                    "-",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    _fmt_jobs(vc.guaranteed_jobs),
+                    _fmt_jobs(vc.opportunistic_jobs),
+                )
+            )
         for k, q in enumerate(vc.quota):
             first = k == 0
-            rows.append((vc.name if first else "", ",".join(vc.accounts) if first else "", q.type_name,
-                         str(q.cell_gpus), str(q.quota), str(q.bound), str(q.used_gpus), str(q.lost),
-                         str(q.lost_gpus), _fmt_jobs(vc.guaranteed_jobs) if first else "",
-                         _fmt_jobs(vc.opportunistic_jobs) if first else ""))
+            rows.append(
+                (
+                    vc.name if first else "",
+                    ",".join(vc.accounts) if first else "",
+                    q.type_name,
+                    str(q.cell_gpus),
+                    str(q.quota),
+                    str(q.bound),
+                    str(q.used_gpus),
+                    str(q.lost),
+                    str(q.lost_gpus),
+                    _fmt_jobs(vc.guaranteed_jobs) if first else "",
+                    _fmt_jobs(vc.opportunistic_jobs) if first else "",
+                )
+            )
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     numeric = {3, 4, 5, 6, 7, 8}
     lines = []
@@ -131,27 +169,61 @@ def format_report(report) -> str:
         lines.append("  ".join(cells).rstrip())
     free = ", ".join(f"{k}={v}" for k, v in sorted(report.free_cells.items())) or "none"
     lines.append("")
-    lines.append(f"cluster: {report.total_gpus} GPUs on {report.nodes} nodes; "
-                 f"bad nodes: {','.join(report.bad_nodes) or 'none'}; free unbound cells: {free}")
-    lines.append(f"fragmentation: {report.fragmentation:.2f} (share of nodes partly held by guaranteed jobs); "
-                 f"opportunistic jobs of accounts in no VC: {_fmt_jobs(report.other_jobs)}")
+    lines.append(
+        f"cluster: {report.total_gpus} GPUs on {report.nodes} nodes; "
+        f"bad nodes: {','.join(report.bad_nodes) or 'none'}; free unbound cells: {free}"
+    )
+    lines.append(
+        f"fragmentation: {report.fragmentation:.2f} (share of nodes partly held by guaranteed jobs); "
+        f"opportunistic jobs of accounts in no VC: {_fmt_jobs(report.other_jobs)}"
+    )
     return "\n".join(lines)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-c", "--config", "config_path", default=None, metavar="FILE",
-              help="Cells configuration. [default: $TEIRESIAS_CELLS, etc/cells.yaml, etc/cells.example.yaml]")
-@click.option("-s", "--state", "state_path", default=None, metavar="DB|FILE.json",
-              help="Live binding: the controller's state database, or a JSON binding. [default: none]")
-@click.option("-d", "--down", "down", default="", metavar="NODE[,NODE...]",
-              help="Treat these nodes as DOWN/DRAIN (shows the guarantee the VCs would lose).")
-@click.option("-C", "--controller-config", "controller_config", default=None, metavar="FILE",
-              help="Controller config naming the Slurm to read node states from. "
-                   "[default: $TEIRESIAS_CONFIG, etc/teiresias.yaml, else $SLURM_CONF]")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    default=None,
+    metavar="FILE",
+    help="Cells configuration. [default: $TEIRESIAS_CELLS, etc/cells.yaml, etc/cells.example.yaml]",
+)
+@click.option(
+    "-s",
+    "--state",
+    "state_path",
+    default=None,
+    metavar="DB|FILE.json",
+    help="Live binding: the controller's state database, or a JSON binding. [default: none]",
+)
+@click.option(
+    "-d",
+    "--down",
+    "down",
+    default="",
+    metavar="NODE[,NODE...]",
+    help="Treat these nodes as DOWN/DRAIN (shows the guarantee the VCs would lose).",
+)
+@click.option(
+    "-C",
+    "--controller-config",
+    "controller_config",
+    default=None,
+    metavar="FILE",
+    help="Controller config naming the Slurm to read node states from. "
+    "[default: $TEIRESIAS_CONFIG, etc/teiresias.yaml, else $SLURM_CONF]",
+)
 @click.option("--no-slurm", is_flag=True, help="Do not read node states from Slurm (bad nodes: --down only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def cells(config_path: str | None, state_path: str | None, down: str, controller_config: str | None,
-          no_slurm: bool, as_json: bool) -> None:
+def cells(
+    config_path: str | None,
+    state_path: str | None,
+    down: str,
+    controller_config: str | None,
+    no_slurm: bool,
+    as_json: bool,
+) -> None:
     """Show HiveD virtual clusters: quota, bound and used cells, jobs, fragmentation.
 
     Nodes Slurm reports DOWN or DRAIN (read through the controller's backend
@@ -173,8 +245,9 @@ def cells(config_path: str | None, state_path: str | None, down: str, controller
     named = [n.strip() for n in down.split(",") if n.strip()]
     unknown = [n for n in named if n not in topo.node_cells]
     if unknown:
-        raise ConfigError(f"--down {','.join(unknown)}: not in the cells configuration; "
-                          f"nodes are: {','.join(topo.node_cells)}")
+        raise ConfigError(
+            f"--down {','.join(unknown)}: not in the cells configuration; nodes are: {','.join(topo.node_cells)}"
+        )
     caps = {n: nc.gpus for n, nc in topo.node_cells.items()}
     state = _load_state(state_path) if state_path else None
     if no_slurm:
@@ -182,8 +255,10 @@ def cells(config_path: str | None, state_path: str | None, down: str, controller
     else:
         slurm_nodes, why = _slurm_node_states(controller_config)
         if slurm_nodes is None:
-            click.echo(f"teiresias cells: node states not read from Slurm ({why}); bad nodes are only "
-                       "those given with --down", err=True)
+            click.echo(
+                f"teiresias cells: node states not read from Slurm ({why}); bad nodes are only those given with --down",
+                err=True,
+            )
     unavailable = _node_faults(topo, slurm_nodes) if slurm_nodes is not None else {}
     world = World(cfg, topo, bad_nodes_of(unavailable, caps, named), unavailable)
     skipped = world.load_state(state) if state is not None else []
@@ -198,10 +273,11 @@ def cells(config_path: str | None, state_path: str | None, down: str, controller
         click.echo(json.dumps(out, indent=2))
         return
     click.echo(format_report(report))
-    click.echo(f"node states: {'read from Slurm' if slurm_nodes is not None else node_states}"
-               + (f"; down/drained there: {','.join(sorted(unavailable))}" if unavailable else ""))
+    click.echo(
+        f"node states: {'read from Slurm' if slurm_nodes is not None else node_states}"
+        + (f"; down/drained there: {','.join(sorted(unavailable))}" if unavailable else "")
+    )
     if not state_path:
         click.echo("(offline: configuration only, nothing bound; pass --state for the live binding)")
     if skipped:
-        click.echo(f"warning: jobs {_fmt_jobs(skipped)} hold cells the configuration no longer has; left out",
-                   err=True)
+        click.echo(f"warning: jobs {_fmt_jobs(skipped)} hold cells the configuration no longer has; left out", err=True)

@@ -22,10 +22,14 @@ from slurm_plugin.localcluster import (
 )
 
 _dir_option = click.option(
-    "--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_DIR, envvar="TEIRESIAS_CLUSTER_DIR", show_default=True,
-    help="Directory holding the cluster's configuration, state, logs and pid files "
-         "(env TEIRESIAS_CLUSTER_DIR).")
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_DIR,
+    envvar="TEIRESIAS_CLUSTER_DIR",
+    show_default=True,
+    help="Directory holding the cluster's configuration, state, logs and pid files (env TEIRESIAS_CLUSTER_DIR).",
+)
 
 
 def _fail(exc: LocalClusterError) -> None:
@@ -56,30 +60,78 @@ def cluster() -> None:
 @click.option("-g", "--gpus-per-node", type=int, default=4, show_default=True, help="Fake GPUs per node.")
 @click.option("-c", "--cpus-per-node", type=int, default=8, show_default=True, help="CPUs per node.")
 @_dir_option
-@click.option("-p", "--port-base", type=int, default=DEFAULT_PORT_BASE, envvar="TEIRESIAS_CLUSTER_PORT_BASE",
-              show_default=True, help="slurmctld port; node i listens on PORT_BASE+i.")
-@click.option("--partitions", default="gpu,other", show_default=True,
-              help="Comma-separated partitions over all nodes; the first is the default one.")
-@click.option("--restd/--no-restd", default=False, show_default=True,
-              help="Also start slurmrestd on DIR/run/slurmrestd.sock (rest_auth/local).")
-@click.option("--job-submit-lua", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Install FILE as job_submit.lua beside slurm.conf and set JobSubmitPlugins=lua.")
-@click.option("-a", "--accounting/--no-accounting", default=False, show_default=True,
-              help="Also run slurmdbd with its own MariaDB (installed if missing; slurmdbd on "
-                   "PORT_BASE+NODES+1, MariaDB on +2), so that sacct works.")
-@click.option("--shards", "shards_per_gpu", type=int, default=0, show_default=True, metavar="K",
-              help="GPU sharing: K gres/shard per GPU (GresTypes=gpu,shard, Cores= on the gpu line; "
-                   "docs/sjf-bsbf.md); 0 = no shards.")
-@click.option("-e", "--events/--no-events", default=False, show_default=True,
-              help="EpilogSlurmctld pokes a controller listening on DIR/run/teiresias-events.sock at "
-                   "every job end (docs/controller.md \"Events\"). Slurm 22.05 then no longer starts "
-                   "the next pending job by itself when a job ends (it waits for the next backfill "
-                   "cycle): for clusters whose GPU jobs the controller starts.")
+@click.option(
+    "-p",
+    "--port-base",
+    type=int,
+    default=DEFAULT_PORT_BASE,
+    envvar="TEIRESIAS_CLUSTER_PORT_BASE",
+    show_default=True,
+    help="slurmctld port; node i listens on PORT_BASE+i.",
+)
+@click.option(
+    "--partitions",
+    default="gpu,other",
+    show_default=True,
+    help="Comma-separated partitions over all nodes; the first is the default one.",
+)
+@click.option(
+    "--restd/--no-restd",
+    default=False,
+    show_default=True,
+    help="Also start slurmrestd on DIR/run/slurmrestd.sock (rest_auth/local).",
+)
+@click.option(
+    "--job-submit-lua",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Install FILE as job_submit.lua beside slurm.conf and set JobSubmitPlugins=lua.",
+)
+@click.option(
+    "-a",
+    "--accounting/--no-accounting",
+    default=False,
+    show_default=True,
+    help="Also run slurmdbd with its own MariaDB (installed if missing; slurmdbd on "
+    "PORT_BASE+NODES+1, MariaDB on +2), so that sacct works.",
+)
+@click.option(
+    "--shards",
+    "shards_per_gpu",
+    type=int,
+    default=0,
+    show_default=True,
+    metavar="K",
+    help="GPU sharing: K gres/shard per GPU (GresTypes=gpu,shard, Cores= on the gpu line; "
+    "docs/sjf-bsbf.md); 0 = no shards.",
+)
+@click.option(
+    "-e",
+    "--events/--no-events",
+    default=False,
+    show_default=True,
+    help="EpilogSlurmctld pokes a controller listening on DIR/run/teiresias-events.sock at "
+    'every job end (docs/controller.md "Events"). Slurm 22.05 then no longer starts '
+    "the next pending job by itself when a job ends (it waits for the next backfill "
+    "cycle): for clusters whose GPU jobs the controller starts.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def up(nodes: int, gpus_per_node: int, cpus_per_node: int, directory: Path, port_base: int,
-       partitions: str, restd: bool, job_submit_lua: Path | None, accounting: bool, quiet: bool,
-       as_json: bool, shards_per_gpu: int = 0, events: bool = False) -> None:
+def up(
+    nodes: int,
+    gpus_per_node: int,
+    cpus_per_node: int,
+    directory: Path,
+    port_base: int,
+    partitions: str,
+    restd: bool,
+    job_submit_lua: Path | None,
+    accounting: bool,
+    quiet: bool,
+    as_json: bool,
+    shards_per_gpu: int = 0,
+    events: bool = False,
+) -> None:
     """Start the cluster (installing Slurm packages if missing); idempotent.
 
     Exits 0 once every node accepts jobs. Re-running with the same options
@@ -90,22 +142,33 @@ def up(nodes: int, gpus_per_node: int, cpus_per_node: int, directory: Path, port
       teiresias cluster up --nodes 4 --gpus-per-node 4 --dir /tmp/c1 --port-base 21000
       export SLURM_CONF=/tmp/c1/etc/slurm.conf; sinfo
     """
-    cfg = ClusterConfig(dir=directory, nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
-                        port_base=port_base, partitions=tuple(p.strip() for p in partitions.split(",") if p.strip()),
-                        job_submit_lua=job_submit_lua, accounting=accounting, shards_per_gpu=shards_per_gpu,
-                        events=events)
+    cfg = ClusterConfig(
+        dir=directory,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        cpus_per_node=cpus_per_node,
+        port_base=port_base,
+        partitions=tuple(p.strip() for p in partitions.split(",") if p.strip()),
+        job_submit_lua=job_submit_lua,
+        accounting=accounting,
+        shards_per_gpu=shards_per_gpu,
+        events=events,
+    )
     try:
         res = LocalCluster(cfg, _progress(quiet)).up(restd=restd)
     except LocalClusterError as exc:
         _fail(exc)
         return
     if as_json:
-        click.echo(json.dumps(dict(res.to_dict(), SLURM_CONF=res.conf, nodes=list(cfg.node_names),
-                                   accounting=cfg.accounting)))
+        click.echo(
+            json.dumps(dict(res.to_dict(), SLURM_CONF=res.conf, nodes=list(cfg.node_names), accounting=cfg.accounting))
+        )
         return
     what = "started " + ", ".join(res.started) if res.started else "already running, nothing to do"
-    click.echo(f"cluster ready: {cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, partitions "
-               f"{','.join(cfg.partitions)} ({what}; {res.seconds:.1f}s)")
+    click.echo(
+        f"cluster ready: {cfg.nodes} nodes x {cfg.gpus_per_node} GPUs, partitions "
+        f"{','.join(cfg.partitions)} ({what}; {res.seconds:.1f}s)"
+    )
     click.echo(f"SLURM_CONF={res.conf}")
     if res.restd_socket:
         click.echo(f"SLURMRESTD_SOCKET={res.restd_socket}")
@@ -153,8 +216,9 @@ def status(directory: Path, as_json: bool) -> None:
     """
     if not directory.exists():
         if as_json:
-            click.echo(json.dumps({"dir": str(directory), "running": False, "ready": False,
-                                   "processes": [], "nodes": {}}))
+            click.echo(
+                json.dumps({"dir": str(directory), "running": False, "ready": False, "processes": [], "nodes": {}})
+            )
         else:
             click.echo(f"no cluster in {directory}")
         sys.exit(1)

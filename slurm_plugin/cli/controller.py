@@ -34,13 +34,25 @@ def controller() -> None:
 
 
 @controller.command("run")
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="YAML config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
+)
 @click.option("-n", "--dry-run", is_flag=True, help="Decide and print, but change nothing in Slurm or the state.")
 @click.option("-1", "--once", is_flag=True, help="Run one round and exit.")
-@click.option("-j", "--json", "as_json", is_flag=True, help="Print each round's plan and actions as JSON (one object a line).")
-@click.option("-s", "--standby", is_flag=True,
-              help="Wait while another controller runs on this state DB; take over when it stops or dies.")
+@click.option(
+    "-j", "--json", "as_json", is_flag=True, help="Print each round's plan and actions as JSON (one object a line)."
+)
+@click.option(
+    "-s",
+    "--standby",
+    is_flag=True,
+    help="Wait while another controller runs on this state DB; take over when it stops or dies.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, standby: bool, verbose: bool) -> None:
     """Run the controller: poll Slurm, decide with the policy, enact.
@@ -75,8 +87,7 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
         if lock is not None:
             if standby:
                 if not lock.try_acquire():
-                    log.info("standby: controller pid %s holds %s; taking over when it ends",
-                             lock.holder(), lock.path)
+                    log.info("standby: controller pid %s holds %s; taking over when it ends", lock.holder(), lock.path)
                     # Checked often: a flock costs nothing, and takeover within one poll interval is promised.
                     if not lock.wait(stop, min(0.5, config.poll_interval)):
                         return
@@ -98,8 +109,10 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
             click.echo(json.dumps(result.to_json()))
         elif result.actions or once:
             for a in result.actions:
-                click.echo(f"round {result.round}: job {a.job} {a.action}"
-                           f"{'' if a.ok else ' (dry run)' if a.ok is None else ' FAILED'}: {a.reason}")
+                click.echo(
+                    f"round {result.round}: job {a.job} {a.action}"
+                    f"{'' if a.ok else ' (dry run)' if a.ok is None else ' FAILED'}: {a.reason}"
+                )
             if once and not result.actions:
                 click.echo(f"round {result.round}: {result.jobs} job(s), nothing to do")
 
@@ -117,9 +130,14 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
     server = None
     if config.metrics is not None:
         server = _serve_metrics(ctl, config)
-    log.info("controller started: partitions %s, policy %s, poll every %gs, state %s%s",
-             ",".join(config.partitions), config.policy.name, config.poll_interval, config.state_db,
-             " (dry run)" if dry_run else "")
+    log.info(
+        "controller started: partitions %s, policy %s, poll every %gs, state %s%s",
+        ",".join(config.partitions),
+        config.policy.name,
+        config.poll_interval,
+        config.state_db,
+        " (dry run)" if dry_run else "",
+    )
     try:
         ctl.run(stop, emit)
     finally:
@@ -142,7 +160,9 @@ def _serve_metrics(ctl: Controller, config: ControllerConfig) -> Any:
     except OSError as exc:
         ctl.store.close()
         ctl.audit.close()
-        raise ConfigError(f"{config.path or 'config'}: metrics: cannot listen on {addr}:{port}"
-                          f" ({exc.strerror or exc}); choose another metrics.port or address") from None
+        raise ConfigError(
+            f"{config.path or 'config'}: metrics: cannot listen on {addr}:{port}"
+            f" ({exc.strerror or exc}); choose another metrics.port or address"
+        ) from None
     log.info("metrics served on http://%s:%d/metrics", addr, port)
     return server

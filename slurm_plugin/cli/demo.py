@@ -22,8 +22,8 @@ from slurm_plugin.controller.demo import DEMO_JOB, DemoJob, demo_cluster, run_ov
 from slurm_plugin.controller.state import Phase, StateStore
 from slurm_plugin.controller.view import build_rows, format_table
 from teiresias.errors import ConfigError, TeiresiasError
-from teiresias.policy.registry import POLICY_NAMES
 from teiresias.jobfiles import format_comment
+from teiresias.policy.registry import POLICY_NAMES
 
 LUA = Path(__file__).resolve().parents[2] / "etc" / "job_submit.lua"
 DEFAULT_DEMO_DIR = "/var/tmp/teiresias-demo"
@@ -80,11 +80,27 @@ def _submit_pytorch(conf: Path, job: DemoJob, jobs_dir: Path, base: Path) -> int
     cmd = [str(tsbatch)] if tsbatch.exists() else [sys.executable, "-m", "teiresias", "sbatch"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(SLURM_CONF=str(conf), OMP_NUM_THREADS="1")
-    r = subprocess.run([*cmd, f"--checkpoint-dir={base}", "-p", "gpu", f"--gpus={job.gpus}", "-t", "30",
-                        f"--job-name=demo{job.index:02d}-{job.kind}", f"--chdir={jobs_dir}",
-                        f"--output={jobs_dir}/demo-%j.out", "--open-mode=append",
-                        f"--export=ALL,WORK={int(job.work)}", str(script)],
-                       capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [
+            *cmd,
+            f"--checkpoint-dir={base}",
+            "-p",
+            "gpu",
+            f"--gpus={job.gpus}",
+            "-t",
+            "30",
+            f"--job-name=demo{job.index:02d}-{job.kind}",
+            f"--chdir={jobs_dir}",
+            f"--output={jobs_dir}/demo-%j.out",
+            "--open-mode=append",
+            f"--export=ALL,WORK={int(job.work)}",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     if r.returncode != 0:
         raise DemoError(f"tsbatch failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
     return int(r.stdout.strip().split()[-1])
@@ -92,8 +108,15 @@ def _submit_pytorch(conf: Path, job: DemoJob, jobs_dir: Path, base: Path) -> int
 
 def _submit(backend: Any, job: DemoJob, jobs_dir: Path, base: Path) -> int:
     return backend.submit(
-        DEMO_JOB, "-p", "gpu", f"--gpus={job.gpus}", "-t", "30", f"--job-name=demo{job.index:02d}-{job.kind}",
-        f"--chdir={jobs_dir}", f"--output={jobs_dir}/demo-%j.out",
+        DEMO_JOB,
+        "-p",
+        "gpu",
+        f"--gpus={job.gpus}",
+        "-t",
+        "30",
+        f"--job-name=demo{job.index:02d}-{job.kind}",
+        f"--chdir={jobs_dir}",
+        f"--output={jobs_dir}/demo-%j.out",
         f"--comment={format_comment({'dir': str(base)})}",
         f"--export=ALL,JOBBASE={base},WORK={int(job.work)}",
     )
@@ -104,29 +127,73 @@ def _status_line(rows: list, elapsed: float, submitted: int, total: int) -> str:
     pending = [r for r in rows if r.state in (Phase.PENDING.value, Phase.STARTING.value)]
     done = [r for r in rows if r.state == Phase.FINISHED.value]
     gpus = sum(r.gpus for r in running)
-    return (f"[{elapsed:5.0f}s] submitted {submitted}/{total}  running {len(running)} ({gpus} GPUs)  "
-            f"waiting {len(pending)}  finished {len(done)}  preemptions {sum(r.preemptions for r in rows)}")
+    return (
+        f"[{elapsed:5.0f}s] submitted {submitted}/{total}  running {len(running)} ({gpus} GPUs)  "
+        f"waiting {len(pending)}  finished {len(done)}  preemptions {sum(r.preemptions for r in rows)}"
+    )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-d", "--dir", "directory", default=DEFAULT_DEMO_DIR, show_default=True,
-              envvar="TEIRESIAS_CLUSTER_DIR", show_envvar=True,
-              help="Directory of the demo's local cluster and controller state (as for `teiresias cluster`).")
-@click.option("-P", "--port-base", default=DEFAULT_DEMO_PORT, show_default=True, type=int,
-              envvar="TEIRESIAS_CLUSTER_PORT_BASE", show_envvar=True,
-              help="slurmctld port of the demo cluster (node i on +i).")
-@click.option("-p", "--policy", default="las", show_default=True, type=click.Choice(POLICY_NAMES),
-              help="Policy the live controller runs.")
-@click.option("-s", "--scale", default=1.0, show_default=True, type=click.FloatRange(0.05, 10.0),
-              help="Scale job lengths and arrival times (0.3 for a quick run).")
-@click.option("-w", "--workload", "kind", type=click.Choice(["sleep", "pytorch"]), default="pytorch",
-              show_default=True, help="Jobs: checkpointing sleep jobs, or real PyTorch jobs through tsbatch.")
+@click.option(
+    "-d",
+    "--dir",
+    "directory",
+    default=DEFAULT_DEMO_DIR,
+    show_default=True,
+    envvar="TEIRESIAS_CLUSTER_DIR",
+    show_envvar=True,
+    help="Directory of the demo's local cluster and controller state (as for `teiresias cluster`).",
+)
+@click.option(
+    "-P",
+    "--port-base",
+    default=DEFAULT_DEMO_PORT,
+    show_default=True,
+    type=int,
+    envvar="TEIRESIAS_CLUSTER_PORT_BASE",
+    show_envvar=True,
+    help="slurmctld port of the demo cluster (node i on +i).",
+)
+@click.option(
+    "-p",
+    "--policy",
+    default="las",
+    show_default=True,
+    type=click.Choice(POLICY_NAMES),
+    help="Policy the live controller runs.",
+)
+@click.option(
+    "-s",
+    "--scale",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.05, 10.0),
+    help="Scale job lengths and arrival times (0.3 for a quick run).",
+)
+@click.option(
+    "-w",
+    "--workload",
+    "kind",
+    type=click.Choice(["sleep", "pytorch"]),
+    default="pytorch",
+    show_default=True,
+    help="Jobs: checkpointing sleep jobs, or real PyTorch jobs through tsbatch.",
+)
 @click.option("-k", "--keep", is_flag=True, help="Leave the cluster running at the end.")
 @click.option("--no-live", is_flag=True, help="No live table; a status line every 10 s.")
 @click.option("--timeout", default=600.0, show_default=True, type=float, help="Give up after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report as JSON.")
-def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, keep: bool, no_live: bool,
-         timeout: float, as_json: bool) -> None:
+def demo(
+    directory: str,
+    port_base: int,
+    policy: str,
+    scale: float,
+    kind: str,
+    keep: bool,
+    no_live: bool,
+    timeout: float,
+    as_json: bool,
+) -> None:
     """Start a local Slurm cluster (4 nodes x 4 fake GPUs) and the teiresias
     controller, run a mixed workload (short and long, 1-8 GPU PyTorch training
     jobs submitted with tsbatch, which checkpoint on preemption), show the
@@ -145,23 +212,24 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
       teiresias demo --workload sleep     # checkpointing sleep jobs, no torch
     """
     from slurm_plugin.backends.cli import CliBackend
+    from slurm_plugin.controller.loop import default_policy
     from slurm_plugin.controller.runtime import make_controller
     from slurm_plugin.localcluster import ClusterConfig, LocalCluster
-
-    from slurm_plugin.controller.loop import default_policy
 
     say = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
     d = Path(directory).expanduser().resolve()
     if d.exists() and not d.is_dir():
-        raise ConfigError(f"--dir {d}: exists and is not a directory; choose another path "
-                          "(or unset TEIRESIAS_CLUSTER_DIR)")
+        raise ConfigError(
+            f"--dir {d}: exists and is not a directory; choose another path (or unset TEIRESIAS_CLUSTER_DIR)"
+        )
     if timeout <= 0:
         raise ConfigError(f"--timeout {timeout:g} must be > 0 seconds")
     # Everything is checked before the cluster starts (ClusterConfig validates the
     # ports, parse_config and default_policy the controller's configuration): a bad
     # policy used to surface only in the controller thread, after jobs were submitted.
-    cluster = LocalCluster(ClusterConfig(dir=d, port_base=port_base, job_submit_lua=LUA, events=True),
-                           log=lambda m: say(f"cluster: {m}"))
+    cluster = LocalCluster(
+        ClusterConfig(dir=d, port_base=port_base, job_submit_lua=LUA, events=True), log=lambda m: say(f"cluster: {m}")
+    )
     jobs = workload(scale)
     # Short jobs (<= 60 GPU-s) stay well inside Q1 even with start-up overheads counted.
     queues = [round(100.0 * scale, 1)]
@@ -200,8 +268,10 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
         # Nothing of an earlier demo may linger in the queue.
         cluster.cancel_all_jobs()
         worker.start()
-        say(f"Controller running (policy {policy}, queues {queues} GPU-s, poll {poll:g}s); "
-            f"submitting {len(jobs)} jobs over {jobs[-1].offset:g}s. Log: {d}/controller/controller.log")
+        say(
+            f"Controller running (policy {policy}, queues {queues} GPU-s, poll {poll:g}s); "
+            f"submitting {len(jobs)} jobs over {jobs[-1].offset:g}s. Log: {d}/controller/controller.log"
+        )
         t0 = time.time()
         live = sys.stdout.isatty() and not no_live and not as_json
         last_line = 0.0
@@ -209,16 +279,21 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
             elapsed = time.time() - t0
             for j in jobs:
                 if j.index not in ids and elapsed >= j.offset:
-                    ids[j.index] = (_submit_pytorch(cluster.cfg.conf, j, d / "jobs", base) if kind == "pytorch"
-                                    else _submit(backend, j, d / "jobs", base))
+                    ids[j.index] = (
+                        _submit_pytorch(cluster.cfg.conf, j, d / "jobs", base)
+                        if kind == "pytorch"
+                        else _submit(backend, j, d / "jobs", base)
+                    )
             store = StateStore(cfg.state_db, readonly_copy=True)
             recs = store.jobs(active_only=False)
             store.close()
             mine = [recs[i] for i in ids.values() if i in recs]
             rows = build_rows(mine, time.time())
             if live:
-                click.echo("\x1b[H\x1b[J" + _status_line(rows, elapsed, len(ids), len(jobs)) + "\n\n"
-                           + format_table(rows), nl=False)
+                click.echo(
+                    "\x1b[H\x1b[J" + _status_line(rows, elapsed, len(ids), len(jobs)) + "\n\n" + format_table(rows),
+                    nl=False,
+                )
             elif elapsed - last_line >= 10:
                 say(_status_line(rows, elapsed, len(ids), len(jobs)))
                 last_line = elapsed
@@ -250,8 +325,9 @@ def demo(directory: str, port_base: int, policy: str, scale: float, kind: str, k
     sim_cluster = demo_cluster(cluster.cfg.node_names, cluster.cfg.gpus_per_node)
     # Live runs pay start-up and restore (torch import, checkpoint load) that the
     # simulator would not: measure it from the live accounting and charge it there too.
-    overhead = run_overhead([(total_executed(recs[ids[j.index]], time.time()), j.work,
-                              1 + recs[ids[j.index]].preemptions) for j in jobs])
+    overhead = run_overhead(
+        [(total_executed(recs[ids[j.index]], time.time()), j.work, 1 + recs[ids[j.index]].preemptions) for j in jobs]
+    )
     sims = [simulate(jobs, sim_cluster, p, tuple(queues), poll, overhead) for p in ("fifo", "las")]
     report = _report(jobs, ids, recs, sims, policy)
     report["run_overhead_s"] = round(overhead, 1)
@@ -265,32 +341,74 @@ def _report(jobs: list[DemoJob], ids: dict[int, int], recs: dict, sims: list, po
     rows = []
     for j in jobs:
         r = recs[ids[j.index]]
-        rows.append({
-            "job": j.index, "slurm_job_id": ids[j.index], "kind": j.kind, "gpus": j.gpus, "work_s": j.work,
-            "state": r.final_state, "preemptions": r.preemptions,
-            "jct_s": round((r.end_time or 0.0) - r.submit_time, 1),
-            **{f"sim_{s.policy}_jct_s": round(s.jct[j.index], 1) for s in sims},
-        })
+        rows.append(
+            {
+                "job": j.index,
+                "slurm_job_id": ids[j.index],
+                "kind": j.kind,
+                "gpus": j.gpus,
+                "work_s": j.work,
+                "state": r.final_state,
+                "preemptions": r.preemptions,
+                "jct_s": round((r.end_time or 0.0) - r.submit_time, 1),
+                **{f"sim_{s.policy}_jct_s": round(s.jct[j.index], 1) for s in sims},
+            }
+        )
     avg = sum(r["jct_s"] for r in rows) / len(rows)
-    return {"policy": policy, "jobs": rows, "avg_jct_s": round(avg, 1),
-            **{f"sim_{s.policy}_avg_jct_s": round(s.avg, 1) for s in sims},
-            "all_completed": all(r["state"] == "COMPLETED" for r in rows)}
+    return {
+        "policy": policy,
+        "jobs": rows,
+        "avg_jct_s": round(avg, 1),
+        **{f"sim_{s.policy}_avg_jct_s": round(s.avg, 1) for s in sims},
+        "all_completed": all(r["state"] == "COMPLETED" for r in rows),
+    }
 
 
 def _format_report(rep: dict[str, Any]) -> str:
     sims = [k[4:-10] for k in rep if k.startswith("sim_") and k.endswith("_avg_jct_s")]
-    head = ["JOB", "SLURMID", "KIND", "GPUS", "WORK", "STATE", "PREEMPT", f"JCT({rep['policy']},live)",
-            *[f"SIM-{s}" for s in sims]]
+    head = [
+        "JOB",
+        "SLURMID",
+        "KIND",
+        "GPUS",
+        "WORK",
+        "STATE",
+        "PREEMPT",
+        f"JCT({rep['policy']},live)",
+        *[f"SIM-{s}" for s in sims],
+    ]
     lines = [head]
     for r in rep["jobs"]:
-        lines.append([str(r["job"]), str(r["slurm_job_id"]), r["kind"], str(r["gpus"]), f"{r['work_s']:.0f}s",
-                      str(r["state"]), str(r["preemptions"]), f"{r['jct_s']:.1f}s",
-                      *[f"{r[f'sim_{s}_jct_s']:.1f}s" for s in sims]])
-    lines.append(["avg", "", "", "", "", "", "", f"{rep['avg_jct_s']:.1f}s",
-                  *[f"{rep[f'sim_{s}_avg_jct_s']:.1f}s" for s in sims]])
+        lines.append(
+            [
+                str(r["job"]),
+                str(r["slurm_job_id"]),
+                r["kind"],
+                str(r["gpus"]),
+                f"{r['work_s']:.0f}s",
+                str(r["state"]),
+                str(r["preemptions"]),
+                f"{r['jct_s']:.1f}s",
+                *[f"{r[f'sim_{s}_jct_s']:.1f}s" for s in sims],
+            ]
+        )
+    lines.append(
+        [
+            "avg",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            f"{rep['avg_jct_s']:.1f}s",
+            *[f"{rep[f'sim_{s}_avg_jct_s']:.1f}s" for s in sims],
+        ]
+    )
     w = [max(len(x[i]) for x in lines) for i in range(len(head))]
-    table = "\n".join("  ".join(c.rjust(w[i]) if i >= 3 else c.ljust(w[i]) for i, c in enumerate(row))
-                      for row in lines)
-    return ("\nJob completion times: live controller vs the simulator on the same jobs\n" + table + "\n"
-            f"(the simulator charges each run the {rep['run_overhead_s']:.1f} s of start-up/restore measured"
-            " live per run, median over jobs)\n")
+    table = "\n".join("  ".join(c.rjust(w[i]) if i >= 3 else c.ljust(w[i]) for i, c in enumerate(row)) for row in lines)
+    return (
+        "\nJob completion times: live controller vs the simulator on the same jobs\n" + table + "\n"
+        f"(the simulator charges each run the {rep['run_overhead_s']:.1f} s of start-up/restore measured"
+        " live per run, median over jobs)\n"
+    )

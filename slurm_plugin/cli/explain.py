@@ -21,8 +21,14 @@ def _job_id(text: str) -> int:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("job", metavar="JOBID")
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Controller config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Controller config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
+)
 @click.option("--no-slurm", is_flag=True, help="Read the state DB only; do not ask Slurm for the live state.")
 @click.option("-j", "--json", "as_json", is_flag=True, help="Print one JSON object.")
 def explain_cmd(job: str, config_path: str | None, no_slurm: bool, as_json: bool) -> None:
@@ -54,8 +60,10 @@ def explain_cmd(job: str, config_path: str | None, no_slurm: bool, as_json: bool
     r = records.get(job_id)
     if r is None or not visible(r):
         # Same answer for a job that does not exist and one the caller may not see: no leak.
-        raise ConfigError(f"JOBID: {job_id}: no such managed job (or not visible to you);"
-                          " `teiresias queue --all` lists the ones you can see")
+        raise ConfigError(
+            f"JOBID: {job_id}: no such managed job (or not visible to you);"
+            " `teiresias queue --all` lists the ones you can see"
+        )
     try:
         summary = json.loads(raw) if raw else None
     except ValueError:

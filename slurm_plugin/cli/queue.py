@@ -7,15 +7,15 @@ import os
 import pwd
 import sqlite3
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
 from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.config import ControllerConfig, load_config
+from slurm_plugin.controller import leases, slicing
 from slurm_plugin.controller.startup import read_site, slurm_env
 from slurm_plugin.controller.state import JobRecord, StateStore
-from slurm_plugin.controller import leases, slicing
 from slurm_plugin.controller.view import build_rows, format_table
 from teiresias.errors import ConfigError, SlurmError
 
@@ -53,15 +53,21 @@ def _open_state(config: ControllerConfig) -> StateStore:
         exists = None
     if not exists:
         if exists is None or not os.access(config.state_db.parent, os.X_OK):
-            raise ConfigError(f"{config.state_db}: not readable by you (permission denied on its folder);"
-                              " the controller's admin can give a group access with file_group")
-        raise ConfigError(f"{config.state_db}: no controller state yet; start `teiresias controller run"
-                          f" --config {config.path or 'FILE'}` first")
+            raise ConfigError(
+                f"{config.state_db}: not readable by you (permission denied on its folder);"
+                " the controller's admin can give a group access with file_group"
+            )
+        raise ConfigError(
+            f"{config.state_db}: no controller state yet; start `teiresias controller run"
+            f" --config {config.path or 'FILE'}` first"
+        )
     try:
         return StateStore(config.state_db, readonly_copy=True)
     except (OSError, sqlite3.Error) as exc:
-        raise ConfigError(f"{config.state_db}: cannot read the controller state ({exc}); the controller's"
-                          " admin can give a group access with file_group") from None
+        raise ConfigError(
+            f"{config.state_db}: cannot read the controller state ({exc}); the controller's"
+            " admin can give a group access with file_group"
+        ) from None
 
 
 def _visible(config: ControllerConfig, slurm: dict[int, SlurmJob] | None) -> Callable[[JobRecord], bool]:
@@ -75,8 +81,7 @@ def _visible(config: ControllerConfig, slurm: dict[int, SlurmJob] | None) -> Cal
     try:
         site = read_site(slurm_env(config))
     except SlurmError as exc:
-        click.echo(f"teiresias queue: cannot read Slurm's PrivateData ({exc}); showing your own jobs only",
-                   err=True)
+        click.echo(f"teiresias queue: cannot read Slurm's PrivateData ({exc}); showing your own jobs only", err=True)
         return lambda r: r.user == me
     if me == site.slurm_user or not site.private_jobs:
         return lambda r: True
@@ -85,15 +90,27 @@ def _visible(config: ControllerConfig, slurm: dict[int, SlurmJob] | None) -> Cal
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Controller config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Controller config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
+)
 @click.option("-u", "--user", "users", multiple=True, help="Only this user's jobs (repeatable).")
 @click.option("-j", "--jobs", "job_ids", multiple=True, help="Only these job ids (repeatable or comma-separated).")
 @click.option("-a", "--all", "show_all", is_flag=True, help="Include finished jobs.")
 @click.option("--no-slurm", is_flag=True, help="Read the state DB only; do not ask Slurm for live states.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects.")
-def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, ...], show_all: bool,
-          no_slurm: bool, as_json: bool) -> None:
+def queue(
+    config_path: str | None,
+    users: tuple[str, ...],
+    job_ids: tuple[str, ...],
+    show_all: bool,
+    no_slurm: bool,
+    as_json: bool,
+) -> None:
     """List managed jobs: queue (Q1..QK), attained GPU-time, Gittins index,
     state, placement, preemptions, measured GPU use (GPU_UTIL, GPU_MEM: n/a
     without NVML), why pending.
@@ -122,8 +139,10 @@ def queue(config_path: str | None, users: tuple[str, ...], job_ids: tuple[str, .
         unknown = sorted(wanted - {r.job_id for r in records})
         if unknown:
             # Same answer for a job that does not exist and one the user may not see: no leak.
-            raise ConfigError(f"--jobs: {','.join(map(str, unknown))}: no such managed job (or not visible to"
-                              " you); `teiresias queue --all` lists the ones you can see")
+            raise ConfigError(
+                f"--jobs: {','.join(map(str, unknown))}: no such managed job (or not visible to"
+                " you); `teiresias queue --all` lists the ones you can see"
+            )
     records = [r for r in records if (not users or r.user in users) and (not wanted or r.job_id in wanted)]
     rows = build_rows(records, time.time(), slurm, themis, lambda r: leases.record_app(config, r), gandiva)
     if as_json:

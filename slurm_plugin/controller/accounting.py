@@ -131,8 +131,7 @@ def observe_run(rec: JobRecord, sj: SlurmJob, now: float, running: bool) -> tupl
             # A requeued job whose whole last run happened while we were away. Slurm
             # cannot tell us its length: a requeued job's StartTime/EndTime already
             # describe the next (future) run, so it is not counted.
-            notes.append(f"{rc - 1 - rec.closed_restart} run(s) went unseen while the controller was away;"
-                         " not counted")
+            notes.append(f"{rc - 1 - rec.closed_restart} run(s) went unseen while the controller was away; not counted")
             rec.closed_restart = rc - 1
     rec.restart_count = rc
     return closed, notes

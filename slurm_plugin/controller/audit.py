@@ -19,7 +19,6 @@ from typing import Any, TextIO
 
 from slurm_plugin.controller.files import FileModes, secure_file
 
-
 # In the order a run goes through them; a preempted job repeats decided..requeued.
 #   submitted  Slurm's submit time (stamped when the controller first sees the job)
 #   decided    the time of the Slurm state the round that started it was based on

@@ -34,8 +34,16 @@ SPLIT_PER_ROUND = 64
 class Books:
     """Keeps the round's records, audit lines and timeline (see module doc)."""
 
-    def __init__(self, config: ControllerConfig, backend: SlurmBackend, store: StateStore, audit: AuditLog,
-                 history: History, *, dry_run: bool) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        backend: SlurmBackend,
+        store: StateStore,
+        audit: AuditLog,
+        history: History,
+        *,
+        dry_run: bool,
+    ) -> None:
         self.config = config
         self.backend = backend
         self.store = store
@@ -54,8 +62,11 @@ class Books:
                 self._started_stamped.add((job_id, seg.restart_count))
                 self.audit.stage(job_id, "started", seg.start, seg.restart_count)
         for job_id, r in rec.records.items():
-            if r.run_start is not None and r.run_restart is not None and \
-                    (job_id, r.run_restart) not in self._started_stamped:
+            if (
+                r.run_start is not None
+                and r.run_restart is not None
+                and (job_id, r.run_restart) not in self._started_stamped
+            ):
                 self._started_stamped.add((job_id, r.run_restart))
                 self.audit.stage(job_id, "started", r.run_start, r.run_restart)
         for job_id in rec.finished:
@@ -87,13 +98,17 @@ class Books:
             sj = rec.slurm[job_id]
             if (not old.cluster or old.cluster == self.store.cluster) and same_job(old, sj):
                 # Slurm requeued a job whose record was closed (e.g. NODE_FAIL): history kept all the same.
-                why = (f"job {job_id} came back after its record was closed ({old.final_state}): fresh"
-                       " record; the closed one is archived")
+                why = (
+                    f"job {job_id} came back after its record was closed ({old.final_state}): fresh"
+                    " record; the closed one is archived"
+                )
             else:
-                why = (f"job {job_id} is not the job recorded under that id (Slurm submitted it at"
-                       f" {sj.submit_time:.0f}, the record's job at {old.submit_time:.0f}"
-                       f"{', cluster ' + repr(old.cluster) if old.cluster else ''}): fresh record; the old one"
-                       f" ({old.final_state or old.phase.value}) is archived")
+                why = (
+                    f"job {job_id} is not the job recorded under that id (Slurm submitted it at"
+                    f" {sj.submit_time:.0f}, the record's job at {old.submit_time:.0f}"
+                    f"{', cluster ' + repr(old.cluster) if old.cluster else ''}): fresh record; the old one"
+                    f" ({old.final_state or old.phase.value}) is archived"
+                )
             log.warning("[job %d] %s", job_id, why)
             self.audit.write(job_id, "replaced", why, old_submit_time=old.submit_time, old_cluster=old.cluster)
 
@@ -120,24 +135,34 @@ class Books:
             if q is not None and q != r.queue:
                 # attained_gpu_seconds means all GPU-time received, as in every other record;
                 # what the thresholds compared (since the last promotion) is queue_service_gpu_seconds.
-                self.audit.write(job_id, "queue", f"Q{r.queue + 1} -> Q{q + 1}",
-                                 attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
-                                 queue_service_gpu_seconds=round(accounting.attained_service(r, now), 1))
+                self.audit.write(
+                    job_id,
+                    "queue",
+                    f"Q{r.queue + 1} -> Q{q + 1}",
+                    attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
+                    queue_service_gpu_seconds=round(accounting.attained_service(r, now), 1),
+                )
                 r.queue = q
             r.rank = rank.get(jid)
             if jid in plan.index:
                 r.gittins = float(plan.index[jid])
             if r.active:
                 r.reason = rec.not_waiting.get(job_id) or (
-                    plan.reasons.get(jid, "") if r.phase is Phase.PENDING else "")
+                    plan.reasons.get(jid, "") if r.phase is Phase.PENDING else ""
+                )
         for job_id in rec.finished:
             r = rec.records[job_id]
             gpu_s = accounting.attained_gpu_seconds(r, now)
             self.history.learn_finished(r, gpu_s)
             jct = (r.end_time or now) - r.submit_time
-            self.audit.write(job_id, "finished", r.final_state or "", jct=round(jct, 3),
-                             attained_gpu_seconds=round(gpu_s, 1),
-                             queueing_delay=round(max(0.0, jct - accounting.total_executed(r, r.end_time or now)), 3))
+            self.audit.write(
+                job_id,
+                "finished",
+                r.final_state or "",
+                jct=round(jct, 3),
+                attained_gpu_seconds=round(gpu_s, 1),
+                queueing_delay=round(max(0.0, jct - accounting.total_executed(r, r.end_time or now)), 3),
+            )
         # Runs that ended since the last round (finished, requeued by themselves or by Slurm).
         for job_id in dict.fromkeys([*(j for j, _ in rec.segments), *rec.finished]):
             self.history.record_runs(rec.records[job_id])
@@ -153,8 +178,10 @@ class Books:
         """Measured use of running tsbatch jobs (controller/usage.py), read before
         reconcile so this round's Snapshot carries it; at most every READ_EVERY_S per job."""
         for r in records.values():
-            if r.phase in (Phase.RUNNING, Phase.PREEMPTING) and \
-                    now - self._usage_read.get(r.job_id, 0.0) >= usage.READ_EVERY_S:
+            if (
+                r.phase in (Phase.RUNNING, Phase.PREEMPTING)
+                and now - self._usage_read.get(r.job_id, 0.0) >= usage.READ_EVERY_S
+            ):
                 self._usage_read[r.job_id] = now
                 usage.set_usage(r, usage.read_for(r))
         self._usage_read = {j: t for j, t in self._usage_read.items() if j in records}

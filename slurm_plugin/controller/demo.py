@@ -12,8 +12,8 @@ offsets, same service) under ``fifo`` and ``las`` on the same 4x4-GPU cluster.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from teiresias.domain import Cluster
 
@@ -43,10 +43,10 @@ echo "job $SLURM_JOB_ID done after $done s of service (restarts: ${SLURM_RESTART
 @dataclass(frozen=True)
 class DemoJob:
     index: int
-    offset: float   # seconds after the demo's start when it is submitted
+    offset: float  # seconds after the demo's start when it is submitted
     gpus: int
-    work: float     # seconds of service it needs
-    kind: str       # "short" | "long"
+    work: float  # seconds of service it needs
+    kind: str  # "short" | "long"
 
     @property
     def gpu_seconds(self) -> float:
@@ -56,8 +56,18 @@ class DemoJob:
 # (offset s, GPUs, work s): long multi-GPU jobs first, then a stream of short ones,
 # the situation where 2D-LAS beats FIFO (Tiresias §2.3).
 _MIX = [
-    (0, 8, 90), (0, 4, 100), (2, 4, 80), (5, 2, 15), (8, 1, 10), (10, 8, 20),
-    (15, 1, 12), (20, 2, 60), (25, 4, 15), (30, 1, 8), (35, 2, 10), (40, 8, 25),
+    (0, 8, 90),
+    (0, 4, 100),
+    (2, 4, 80),
+    (5, 2, 15),
+    (8, 1, 10),
+    (10, 8, 20),
+    (15, 1, 12),
+    (20, 2, 60),
+    (25, 4, 15),
+    (30, 1, 8),
+    (35, 2, 10),
+    (40, 8, 25),
 ]
 
 
@@ -77,7 +87,7 @@ def demo_cluster(node_names: Sequence[str], gpus_per_node: int) -> Cluster:
 @dataclass(frozen=True)
 class SimJct:
     policy: str
-    jct: dict[int, float]   # demo job index -> JCT (s)
+    jct: dict[int, float]  # demo job index -> JCT (s)
     avg: float
 
 
@@ -96,8 +106,14 @@ def run_overhead(runs: Sequence[tuple[float, float, int]]) -> float:
     return per_run[mid] if len(per_run) % 2 else (per_run[mid - 1] + per_run[mid]) / 2
 
 
-def simulate(jobs: Sequence[DemoJob], cluster: Cluster, policy: str, queues: tuple[float, ...],
-             interval: float, overhead: float = 0.0) -> SimJct:
+def simulate(
+    jobs: Sequence[DemoJob],
+    cluster: Cluster,
+    policy: str,
+    queues: tuple[float, ...],
+    interval: float,
+    overhead: float = 0.0,
+) -> SimJct:
     """The same workload under ``policy`` in the simulator (same policy objects as the controller).
 
     ``overhead`` (see :func:`run_overhead`) is added to every job's first run
@@ -106,10 +122,14 @@ def simulate(jobs: Sequence[DemoJob], cluster: Cluster, policy: str, queues: tup
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, TraceJob, run
 
-    trace = [TraceJob(job_id=j.index + 1, num_gpus=j.gpus, submit_time=j.offset, duration=j.work + overhead)
-             for j in jobs]
-    result = run(trace, cluster, build_policy(policy, PolicyParams(queues=queues)),
-                 SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False,
-                                   record_timeline=False))
+    trace = [
+        TraceJob(job_id=j.index + 1, num_gpus=j.gpus, submit_time=j.offset, duration=j.work + overhead) for j in jobs
+    ]
+    result = run(
+        trace,
+        cluster,
+        build_policy(policy, PolicyParams(queues=queues)),
+        SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False, record_timeline=False),
+    )
     jct = {r.job_id - 1: r.jct for r in result.records}
     return SimJct(policy, jct, result.summary.avg_jct)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
@@ -52,8 +53,9 @@ class Action:
 
 
 class Enactor:
-    def __init__(self, config: ControllerConfig, backend: SlurmBackend, store: StateStore,
-                 audit: AuditLog, dry_run: bool = False) -> None:
+    def __init__(
+        self, config: ControllerConfig, backend: SlurmBackend, store: StateStore, audit: AuditLog, dry_run: bool = False
+    ) -> None:
         self.config = config
         self.backend = backend
         self.store = store
@@ -67,9 +69,18 @@ class Enactor:
         return self.targets.get(job_id, job_id)
 
     # ---------------------------------------------------------------- core
-    def _do(self, rec: JobRecord, action: str, reason: str, calls: Callable[[], None], *,
-            restart_count: int, before: Callable[[], None] | None = None,
-            after: Callable[[], None] | None = None, detail: dict[str, Any] | None = None) -> Action:
+    def _do(
+        self,
+        rec: JobRecord,
+        action: str,
+        reason: str,
+        calls: Callable[[], None],
+        *,
+        restart_count: int,
+        before: Callable[[], None] | None = None,
+        after: Callable[[], None] | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> Action:
         act = Action(rec.job_id, action, reason, detail=detail or {})
         self.actions.append(act)
         if self.dry_run:
@@ -91,8 +102,9 @@ class Enactor:
                 self.store.journal_finish(entry.id, JournalStatus.FAILED)
             # The next round's reconcile closes the record and says so in one
             # warning line; a second line here would report one event twice.
-            log.debug("[job %d] %s: Slurm no longer knows the job (%s); record closed next round",
-                      rec.job_id, action, exc)
+            log.debug(
+                "[job %d] %s: Slurm no longer knows the job (%s); record closed next round", rec.job_id, action, exc
+            )
             return act
         except SlurmError as exc:
             act.ok = False
@@ -116,11 +128,19 @@ class Enactor:
         def after() -> None:
             rec.phase, rec.phase_since = Phase.PENDING, now
             rec.planned = None
-        return self._do(rec, "hold", reason, lambda: self.backend.hold(self._t(rec.job_id)),
-                        restart_count=rec.restart_count, after=after)
 
-    def _start_calls(self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob,
-                     now: float) -> Callable[[], None]:
+        return self._do(
+            rec,
+            "hold",
+            reason,
+            lambda: self.backend.hold(self._t(rec.job_id)),
+            restart_count=rec.restart_count,
+            after=after,
+        )
+
+    def _start_calls(
+        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, now: float
+    ) -> Callable[[], None]:
         def calls() -> None:
             t = self._t(rec.job_id)
             job = sj
@@ -145,37 +165,54 @@ class Enactor:
                     self.backend.set_hold_mark(t, False)
                 self.backend.release(t)
             self.backend.set_priority(t, priority)  # release recomputed it
+
         return calls
 
-    def start(self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, reason: str,
-              now: float) -> Action:
+    def start(
+        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, reason: str, now: float
+    ) -> Action:
         def before() -> None:
             # STARTING is saved with the journal row: a crash mid-start leaves a
             # record that the start-timeout re-holds if Slurm never starts it.
             rec.phase, rec.phase_since = Phase.STARTING, now
             rec.planned = placement
             rec.reason = ""
-        detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations],
-                  "priority": priority}
-        act = self._do(rec, "start", reason, self._start_calls(rec, placement, priority, sj, now),
-                       restart_count=sj.restart_count, before=before, detail=detail)
+
+        detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations], "priority": priority}
+        act = self._do(
+            rec,
+            "start",
+            reason,
+            self._start_calls(rec, placement, priority, sj, now),
+            restart_count=sj.restart_count,
+            before=before,
+            detail=detail,
+        )
         if act.ok:
             self.audit.stage(rec.job_id, "decided", now, sj.restart_count)
             self.audit.stage(rec.job_id, "released", time.time(), sj.restart_count)
         return act
 
-    def signal(self, rec: JobRecord, reason: str, now: float, *, signal: str = PREEMPT_SIGNAL,
-               scope: str = "full") -> Action:
+    def signal(
+        self, rec: JobRecord, reason: str, now: float, *, signal: str = PREEMPT_SIGNAL, scope: str = "full"
+    ) -> Action:
         """``scope``: "full" (tsbatch jobs: the batch shell and all its children),
         "batch" or "steps" (a self-requeueing job's own --signal, B: or not)."""
+
         def before() -> None:
             rec.phase, rec.phase_since = Phase.PREEMPTING, now
             rec.signal_time = now
             rec.signal_restart = rec.restart_count
-        act = self._do(rec, "signal", reason,
-                       lambda: self.backend.signal(self._t(rec.job_id), signal, scope=scope),
-                       restart_count=rec.restart_count, before=before,
-                       detail={"signal": signal, **({"scope": scope} if scope != "full" else {})})
+
+        act = self._do(
+            rec,
+            "signal",
+            reason,
+            lambda: self.backend.signal(self._t(rec.job_id), signal, scope=scope),
+            restart_count=rec.restart_count,
+            before=before,
+            detail={"signal": signal, **({"scope": scope} if scope != "full" else {})},
+        )
         if act.ok:
             self.audit.stage(rec.job_id, "signalled", time.time(), rec.restart_count)
         return act
@@ -200,12 +237,20 @@ class Enactor:
                 self.backend.clear_begin_time(self._t(rec.job_id))
             except SlurmError as exc:  # some states refuse it; done again at the next start
                 log.debug("[job %d] clearing BeginTime after requeue: %s", rec.job_id, exc)
+
         detail: dict[str, Any] = {"acked": due.ack is not None}
         if due.ack is not None:
             detail.update(ckpt_seconds=due.ack.seconds, ckpt_bytes=due.ack.bytes, step=due.ack.step)
         restart = rec.signal_restart if rec.signal_restart is not None else rec.restart_count
-        act = self._do(rec, "requeue", due.reason, calls, restart_count=restart,
-                       after=lambda: self._after_requeue(rec, now, due), detail=detail)
+        act = self._do(
+            rec,
+            "requeue",
+            due.reason,
+            calls,
+            restart_count=restart,
+            after=lambda: self._after_requeue(rec, now, due),
+            detail=detail,
+        )
         if act.ok:
             if due.ack is not None:
                 self.audit.stage(rec.job_id, "acked", due.ack.time, restart)
@@ -241,8 +286,7 @@ class Enactor:
                 act.reason = "requeue was interrupted before Slurm did it: requeueing now"
                 calls = lambda: self.backend.requeue(self._t(rec.job_id), hold=True)
             else:
-                act.reason = (f"requeue already happened (Slurm: {sj.state}, restart {sj.restart_count});"
-                              " not repeated")
+                act.reason = f"requeue already happened (Slurm: {sj.state}, restart {sj.restart_count}); not repeated"
             if rec.phase is Phase.PREEMPTING:
                 when = entry.time if not running_same_run else now
                 after = lambda: self._after_requeue(rec, when, None)
@@ -255,8 +299,7 @@ class Enactor:
                 act.reason = "start was interrupted: finishing node list, release, priority"
                 placement = rec.planned
                 if placement is not None:
-                    calls = self._start_calls(rec, placement, int(entry.args.get("priority", PRIORITY_BASE)),
-                                              sj, now)
+                    calls = self._start_calls(rec, placement, int(entry.args.get("priority", PRIORITY_BASE)), sj, now)
             else:
                 act.reason = f"start already happened (Slurm: {sj.state})"
         elif entry.action == "hold":

@@ -116,8 +116,9 @@ class EventSocket:
         except FileNotFoundError:
             return
         if not stat.S_ISSOCK(st.st_mode):
-            raise OSError(errno.EEXIST, "exists and is not a socket; remove it or choose another events.socket",
-                          str(self.path))
+            raise OSError(
+                errno.EEXIST, "exists and is not a socket; remove it or choose another events.socket", str(self.path)
+            )
         os.unlink(self.path)
 
     def fileno(self) -> int:
@@ -171,8 +172,7 @@ def open_events(path: Path | None) -> EventSocket | None:
     try:
         sock = EventSocket(path)
     except OSError as exc:
-        log.warning("events socket %s not opened (%s); polling every round interval only",
-                    path, exc.strerror or exc)
+        log.warning("events socket %s not opened (%s); polling every round interval only", path, exc.strerror or exc)
         return None
     log.info("listening for Slurm events on %s (EpilogSlurmctld: etc/teiresias-poke)", path)
     return sock

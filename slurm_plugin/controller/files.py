@@ -36,8 +36,10 @@ class FileModes:
 
 def _fail(path: Path, what: str, exc: OSError) -> ConfigError:
     why = exc.strerror or str(exc)
-    return ConfigError(f"{path}: cannot {what} ({why}); run the controller as the user that owns it"
-                       " (the Slurm admin) or point the config at a writable place")
+    return ConfigError(
+        f"{path}: cannot {what} ({why}); run the controller as the user that owns it"
+        " (the Slurm admin) or point the config at a writable place"
+    )
 
 
 def _exists(p: Path, key: str) -> bool:

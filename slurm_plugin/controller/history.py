@@ -103,8 +103,15 @@ def measured_preempt_cost(jobdir: Path, restart: int, run_start: float) -> tuple
 class History:
     """The controller's memory of past jobs, and the policy it implies."""
 
-    def __init__(self, config: ControllerConfig, store: StateStore, audit: AuditLog, *, dry_run: bool,
-                 policy_factory: PolicyFactory) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        store: StateStore,
+        audit: AuditLog,
+        *,
+        dry_run: bool,
+        policy_factory: PolicyFactory,
+    ) -> None:
         self.config = config
         self.store = store
         self.audit = audit
@@ -170,13 +177,30 @@ class History:
         old, self._runs_changed = self.packlimit_fit, False
         fit = self.packlimit_fit = current_packlimit(self.config, self.store.runs(latest=HISTORY_WINDOW))
         if old is None:
-            log.info("PACKLIMIT %g (%s, %d spread run(s)%s)", fit.packlimit, fit.source, fit.samples,
-                     f": {fit.reason}" if fit.reason else "")
+            log.info(
+                "PACKLIMIT %g (%s, %d spread run(s)%s)",
+                fit.packlimit,
+                fit.source,
+                fit.samples,
+                f": {fit.reason}" if fit.reason else "",
+            )
         elif fit.packlimit != old.packlimit:
-            log.info("PACKLIMIT %g -> %g (%s, %d spread run(s), %d misclassified)", old.packlimit,
-                     fit.packlimit, fit.source, fit.samples, fit.misclassified)
-            self.audit.write(None, "packlimit", f"{old.packlimit:g} -> {fit.packlimit:g}", source=fit.source,
-                             samples=fit.samples, misclassified=fit.misclassified)
+            log.info(
+                "PACKLIMIT %g -> %g (%s, %d spread run(s), %d misclassified)",
+                old.packlimit,
+                fit.packlimit,
+                fit.source,
+                fit.samples,
+                fit.misclassified,
+            )
+            self.audit.write(
+                None,
+                "packlimit",
+                f"{old.packlimit:g} -> {fit.packlimit:g}",
+                source=fit.source,
+                samples=fit.samples,
+                misclassified=fit.misclassified,
+            )
         return fit
 
     def preempt_cost(self) -> float | None:
@@ -214,12 +238,22 @@ class History:
             del self.costs[:-COST_WINDOW]
             with self.store.transaction():
                 self.store.set_meta(COSTS_META_KEY, json.dumps(self.costs))
-            log.info("[job %d] preemption measured: %.1f s (checkpoint %.1f s, restore %.1f s)", r.job_id,
-                     ckpt + restore, ckpt, restore)
-            self.audit.write(r.job_id, "preempt-cost", f"{ckpt + restore:.1f} s (checkpoint {ckpt:.1f} s,"
-                             f" restore {restore:.1f} s)", seconds=round(ckpt + restore, 3),
-                             ckpt_seconds=round(ckpt, 3), restore_seconds=round(restore, 3),
-                             restart_count=r.run_restart)
+            log.info(
+                "[job %d] preemption measured: %.1f s (checkpoint %.1f s, restore %.1f s)",
+                r.job_id,
+                ckpt + restore,
+                ckpt,
+                restore,
+            )
+            self.audit.write(
+                r.job_id,
+                "preempt-cost",
+                f"{ckpt + restore:.1f} s (checkpoint {ckpt:.1f} s, restore {restore:.1f} s)",
+                seconds=round(ckpt + restore, 3),
+                ckpt_seconds=round(ckpt, 3),
+                restore_seconds=round(restore, 3),
+                restart_count=r.run_restart,
+            )
         self._costed = {k for k in self._costed if k[0] in live}
 
     # ---------------------------------------------------------- per job
@@ -260,9 +294,15 @@ class History:
         for o in outcomes:
             if self.store.add_run(o):
                 self._runs_changed = True
-                log.info("[job %d] run %d: %.4f s/iteration on %d node(s), fewest %d, skew %s", r.job_id,
-                         o.restart_count, o.median_step_s, o.nodes, o.min_nodes,
-                         "unknown" if o.skew is None else f"{o.skew:.3f}")
+                log.info(
+                    "[job %d] run %d: %.4f s/iteration on %d node(s), fewest %d, skew %s",
+                    r.job_id,
+                    o.restart_count,
+                    o.median_step_s,
+                    o.nodes,
+                    o.min_nodes,
+                    "unknown" if o.skew is None else f"{o.skew:.3f}",
+                )
         if r.shared_since is not None and r.shared_until is not None:
             self.measure_xi(r, jd)
 
@@ -276,10 +316,20 @@ class History:
         restart = r.closed_restart if r.closed_restart >= 0 else r.restart_count
         xi = sharing.measured_xi(sharing.run_lines(jd, restart), 0.0, since, until, float("inf"))
         if xi is None:
-            log.info("[job %d] xi not measured: the hooks write one step count a minute, and the run had"
-                     " fewer than two alone or shared", r.job_id)
+            log.info(
+                "[job %d] xi not measured: the hooks write one step count a minute, and the run had"
+                " fewer than two alone or shared",
+                r.job_id,
+            )
             return
         r.interference = round(xi, 4)
         self.measured = {**(self.measured or {}), r.name.strip().lower(): xi}
-        self.audit.write(r.job_id, "interference", f"xi {xi:.2f} measured while sharing (alone step rate over"
-                         " shared)", xi=round(xi, 4), model=r.name, shared_since=since, shared_until=until)
+        self.audit.write(
+            r.job_id,
+            "interference",
+            f"xi {xi:.2f} measured while sharing (alone step rate over shared)",
+            xi=round(xi, 4),
+            model=r.name,
+            shared_since=since,
+            shared_until=until,
+        )

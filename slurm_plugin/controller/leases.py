@@ -14,14 +14,15 @@ measured work left (``Job.measured_left``) from the hooks' files in its job dire
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import Plan, Snapshot
-from teiresias.policy.themis.apps import app_of
 from teiresias.jobfiles import CheckpointRecord, RunRecord, read_records, read_runs
+from teiresias.policy.themis.apps import app_of
 
 META_KEY = "themis"
 
@@ -73,8 +74,12 @@ def record_work_left(rec: JobRecord) -> float | None:
     return work_left(total, read_runs(jobdir), read_records(jobdir))
 
 
-def prepare(config: ControllerConfig, snapshot: Snapshot, records: Mapping[int, JobRecord],
-            state: Mapping[str, Mapping[int, Any]]) -> None:
+def prepare(
+    config: ControllerConfig,
+    snapshot: Snapshot,
+    records: Mapping[int, JobRecord],
+    state: Mapping[str, Mapping[int, Any]],
+) -> None:
     """Put apps and stored leases on the snapshot's jobs before ``decide`` (the owner's job, like a promotion)."""
     leases = state.get("leases", {})
     for j in snapshot.jobs:
@@ -85,8 +90,7 @@ def prepare(config: ControllerConfig, snapshot: Snapshot, records: Mapping[int, 
         j.lease_end = float(leases[int(j.job_id)]) if j.is_running and int(j.job_id) in leases else None
 
 
-def after(snapshot: Snapshot, plan: Plan, state: Mapping[str, Mapping[int, Any]], audit: AuditLog,
-          now: float) -> str:
+def after(snapshot: Snapshot, plan: Plan, state: Mapping[str, Mapping[int, Any]], audit: AuditLog, now: float) -> str:
     """Audit lease expiries and the round's auction; the JSON to store for the next round."""
     old = state.get("leases", {})
     by_id = {int(j.job_id): j for j in snapshot.jobs}
@@ -94,15 +98,31 @@ def after(snapshot: Snapshot, plan: Plan, state: Mapping[str, Mapping[int, Any]]
     expired = [jid for jid, end in old.items() if jid in by_id and by_id[jid].is_running and end <= now]
     for jid in expired:
         if jid in plan.preempt:
-            audit.write(jid, "lease-expired", "lease ended and the GPUs went to another app in the auction",
-                        app=apps[jid])
+            audit.write(
+                jid, "lease-expired", "lease ended and the GPUs went to another app in the auction", app=apps[jid]
+            )
         else:
-            audit.write(jid, "lease-renewed", "lease ended; kept its GPUs for another lease",
-                        app=apps[jid], lease_ends=plan.leases.get(jid))
+            audit.write(
+                jid,
+                "lease-renewed",
+                "lease ended; kept its GPUs for another lease",
+                app=apps[jid],
+                lease_ends=plan.leases.get(jid),
+            )
     if plan.start or plan.preempt or expired:
         rho_by_app = {apps[int(j)]: round(r, 4) for j, r in plan.rho.items() if int(j) in apps}
-        audit.write(None, "auction", f"{len(plan.start)} started, {len(plan.preempt)} preempted",
-                    rho=rho_by_app, started=[int(j) for j in plan.start], preempted=[int(j) for j in plan.preempt])
-    return json.dumps({"leases": {str(j): e for j, e in plan.leases.items()},
-                       "rho": {str(j): r for j, r in plan.rho.items()},
-                       "apps": {str(j): a for j, a in apps.items()}})
+        audit.write(
+            None,
+            "auction",
+            f"{len(plan.start)} started, {len(plan.preempt)} preempted",
+            rho=rho_by_app,
+            started=[int(j) for j in plan.start],
+            preempted=[int(j) for j in plan.preempt],
+        )
+    return json.dumps(
+        {
+            "leases": {str(j): e for j, e in plan.leases.items()},
+            "rho": {str(j): r for j, r in plan.rho.items()},
+            "apps": {str(j): a for j, a in apps.items()},
+        }
+    )

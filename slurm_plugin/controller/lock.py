@@ -55,8 +55,10 @@ class ControllerLock:
     def acquire(self) -> None:
         """Take the lock now or raise LockHeld naming the holder."""
         if not self.try_acquire():
-            raise LockHeld(f"another controller (pid {self.holder()}) is running on this state DB"
-                           f" ({self.path}); stop it, or start this one with --standby")
+            raise LockHeld(
+                f"another controller (pid {self.holder()}) is running on this state DB"
+                f" ({self.path}); stop it, or start this one with --standby"
+            )
 
     def wait(self, stop: threading.Event, interval: float) -> bool:
         """Standby: try every ``interval`` seconds until the lock is ours (True) or ``stop`` is set."""

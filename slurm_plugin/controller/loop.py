@@ -44,8 +44,7 @@ log = logging.getLogger("teiresias.controller")
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:
     return {
-        "start": {str(j): [{"node": a.node, "gpus": a.gpus} for a in p.allocations]
-                  for j, p in plan.start.items()},
+        "start": {str(j): [{"node": a.node, "gpus": a.gpus} for a in p.allocations] for j, p in plan.start.items()},
         "preempt": list(plan.preempt),
         "keep": list(plan.keep),
         "promote": list(plan.promote),
@@ -85,26 +84,39 @@ class RoundResult:
         return any(a.action in ("requeue", "hold") and a.ok for a in self.actions)
 
     def to_json(self) -> dict[str, Any]:
-        return {"time": self.time, "round": self.round, "dry_run": self.dry_run, "jobs": self.jobs,
-                "plan": plan_to_json(self.plan), "actions": [a.to_json() for a in self.actions],
-                "notes": self.notes, "timings": {k: round(v, 6) for k, v in self.timings.items()},
-                **({"packlimit": self.packlimit} if self.packlimit is not None else {})}
+        return {
+            "time": self.time,
+            "round": self.round,
+            "dry_run": self.dry_run,
+            "jobs": self.jobs,
+            "plan": plan_to_json(self.plan),
+            "actions": [a.to_json() for a in self.actions],
+            "notes": self.notes,
+            "timings": {k: round(v, 6) for k, v in self.timings.items()},
+            **({"packlimit": self.packlimit} if self.packlimit is not None else {}),
+        }
 
 
 class Controller:
     """Owns the state store, the policy and the backend; :meth:`round` is one round."""
 
-    def __init__(self, config: ControllerConfig, backend: SlurmBackend, store: StateStore,
-                 audit: AuditLog, *, dry_run: bool = False,
-                 policy_factory: PolicyFactory | None = None) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        backend: SlurmBackend,
+        store: StateStore,
+        audit: AuditLog,
+        *,
+        dry_run: bool = False,
+        policy_factory: PolicyFactory | None = None,
+    ) -> None:
         self.config = config
         self.backend = backend
         self.store = store
         self.audit = audit
         self.dry_run = dry_run
         # What is learned from past jobs, and the policy built from it.
-        self.history = History(config, store, audit, dry_run=dry_run,
-                               policy_factory=policy_factory or default_policy)
+        self.history = History(config, store, audit, dry_run=dry_run, policy_factory=policy_factory or default_policy)
         self.preempter = Preempter(config, backend, audit, dry_run=dry_run)
         self.starter = Starter(config, store, audit, dry_run=dry_run)
         # Gandiva's suspend/resume, colocation, packing, migration, resize (controller/slicing.py);
@@ -129,8 +141,12 @@ class Controller:
         return self.history.policy(self.metrics)
 
     # --------------------------------------------------------------- round
-    def round(self, now: float | None = None, slurm_jobs: list[SlurmJob] | None = None,
-              slurm_nodes: list[SlurmNode] | None = None) -> RoundResult:
+    def round(
+        self,
+        now: float | None = None,
+        slurm_jobs: list[SlurmJob] | None = None,
+        slurm_nodes: list[SlurmNode] | None = None,
+    ) -> RoundResult:
         """One round. Raises SlurmUnreachable when slurmctld does not answer."""
         t0 = time.perf_counter()
         polled = slurm_jobs is None
@@ -214,15 +230,26 @@ class Controller:
                     self.store.set_meta(leases.META_KEY, themis_state)
                 if self.slicer is not None:
                     self.store.set_meta(slicing.META_KEY, slicing.dump(self.slicer.members))
-        result = RoundResult(now, n, self.dry_run, plan, enactor.actions, notes, len(rec.snapshot.jobs),
-                             {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2,
-                              "enact_s": t4 - t3, "total_s": t4 - t0},
-                             packlimit_json(self.history.packlimit_fit)
-                             if self.history.packlimit_fit is not None else None)
+        result = RoundResult(
+            now,
+            n,
+            self.dry_run,
+            plan,
+            enactor.actions,
+            notes,
+            len(rec.snapshot.jobs),
+            {"poll_s": t1 - t0, "reconcile_s": t2 - t1, "policy_s": t3 - t2, "enact_s": t4 - t3, "total_s": t4 - t0},
+            packlimit_json(self.history.packlimit_fit) if self.history.packlimit_fit is not None else None,
+        )
         if self.metrics is not None:
-            self.metrics.observe_round(result, rec.records, [rec.records[j] for j in rec.finished], now,
-                                       [(v["name"], v["quota_gpus"], v["guaranteed_gpus"], v["opportunistic_gpus"])
-                                        for v in vc_rows(plan)], getattr(plan, "rebound", {}))
+            self.metrics.observe_round(
+                result,
+                rec.records,
+                [rec.records[j] for j in rec.finished],
+                now,
+                [(v["name"], v["quota_gpus"], v["guaranteed_gpus"], v["opportunistic_gpus"]) for v in vc_rows(plan)],
+                getattr(plan, "rebound", {}),
+            )
         return result
 
     def _enact(self, enactor: Enactor, rec: Reconciled, plan: Plan, now: float) -> None:
@@ -258,8 +285,9 @@ class Controller:
         self.history.record_runs(r)
 
     # ---------------------------------------------------------------- loop
-    def run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None = None,
-            max_backoff: float = 30.0) -> None:
+    def run(
+        self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None = None, max_backoff: float = 30.0
+    ) -> None:
         """Round after round until ``stop`` is set. Slurm unreachable: one line, wait, retry."""
         backoff = self.config.poll_interval
         down_since: float | None = None
@@ -272,8 +300,14 @@ class Controller:
                 self.events.close()
                 self.events = None
 
-    def _run(self, stop: threading.Event, on_round: Callable[[RoundResult], None] | None, max_backoff: float,
-             backoff: float, down_since: float | None) -> None:
+    def _run(
+        self,
+        stop: threading.Event,
+        on_round: Callable[[RoundResult], None] | None,
+        max_backoff: float,
+        backoff: float,
+        down_since: float | None,
+    ) -> None:
         while not stop.is_set():
             try:
                 result = self.round()
@@ -325,8 +359,11 @@ def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, .
     from teiresias.policy.thresholds import fit_thresholds
 
     fit = fit_thresholds(distribution)
-    log.info("queue thresholds fitted to %d GPU-time samples: %s GPU-s", fit.samples,
-             ", ".join(f"{q:.0f}" for q in fit.thresholds))
+    log.info(
+        "queue thresholds fitted to %d GPU-time samples: %s GPU-s",
+        fit.samples,
+        ", ".join(f"{q:.0f}" for q in fit.thresholds),
+    )
     return fit.thresholds
 
 
@@ -344,13 +381,19 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator.sharing import load_sharing_model
 
-    params = PolicyParams(queues=fitted_queues(config, distribution), promote_knob=config.policy.promote_knob,
-                          last_queue=config.policy.last_queue, distribution=distribution, placement=config.placement,
-                          lease=config.policy.lease, fairness_knob=config.policy.fairness_knob,
-                          preempt_cost=config.policy.preempt_cost,
-                          sharing=load_sharing_model(config.policy.sharing) if config.policy.sharing else None,
-                          gandiva=gandiva_params(config),
-                          **({"packlimit": config.packlimit} if config.packlimit is not None else {}))
+    params = PolicyParams(
+        queues=fitted_queues(config, distribution),
+        promote_knob=config.policy.promote_knob,
+        last_queue=config.policy.last_queue,
+        distribution=distribution,
+        placement=config.placement,
+        lease=config.policy.lease,
+        fairness_knob=config.policy.fairness_knob,
+        preempt_cost=config.policy.preempt_cost,
+        sharing=load_sharing_model(config.policy.sharing) if config.policy.sharing else None,
+        gandiva=gandiva_params(config),
+        **({"packlimit": config.packlimit} if config.packlimit is not None else {}),
+    )
     name = config.policy.name
     if name == "gittins" and distribution is None:
         # Tiresias Pseudocode 1: without a distribution the priority is LAS's.

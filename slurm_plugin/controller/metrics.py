@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
@@ -39,12 +40,23 @@ TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 
 # Every metric name the controller exports (the Grafana dashboard's test checks against it).
 METRIC_NAMES = (
-    "teiresias_jobs", "teiresias_attained_gpu_seconds", "teiresias_preemptions_total",
-    "teiresias_migrations_total", "teiresias_requeues_total", "teiresias_round_duration_seconds",
-    "teiresias_slurm_poll_seconds", "teiresias_failed_actions_total", "teiresias_job_completion_seconds",
-    "teiresias_job_queueing_delay_seconds", "teiresias_vc_guaranteed_gpus", "teiresias_vc_used_gpus",
-    "teiresias_packlimit", "teiresias_gittins_refits_total", "teiresias_rounds_total",
-    "teiresias_round_failures_total", "teiresias_last_round_timestamp_seconds",
+    "teiresias_jobs",
+    "teiresias_attained_gpu_seconds",
+    "teiresias_preemptions_total",
+    "teiresias_migrations_total",
+    "teiresias_requeues_total",
+    "teiresias_round_duration_seconds",
+    "teiresias_slurm_poll_seconds",
+    "teiresias_failed_actions_total",
+    "teiresias_job_completion_seconds",
+    "teiresias_job_queueing_delay_seconds",
+    "teiresias_vc_guaranteed_gpus",
+    "teiresias_vc_used_gpus",
+    "teiresias_packlimit",
+    "teiresias_gittins_refits_total",
+    "teiresias_rounds_total",
+    "teiresias_round_failures_total",
+    "teiresias_last_round_timestamp_seconds",
 )
 
 
@@ -84,35 +96,41 @@ class _Gauges:
 
 
 class _StateCollector(Collector):
-    def __init__(self, owner: "ControllerMetrics") -> None:
+    def __init__(self, owner: ControllerMetrics) -> None:
         self.owner = owner
 
     def collect(self) -> Iterator[Any]:
         with self.owner._lock:
             g = self.owner._gauges
             thresholds = self.owner.buckets
-            jobs = GaugeMetricFamily("teiresias_jobs", "Managed jobs at the last round, by phase and queue",
-                                     labels=["phase", "queue"])
+            jobs = GaugeMetricFamily(
+                "teiresias_jobs", "Managed jobs at the last round, by phase and queue", labels=["phase", "queue"]
+            )
             for (phase, queue), n in sorted(g.jobs.items()):
                 jobs.add_metric([phase, queue], n)
             yield jobs
             counts = [sum(1 for a in g.attained if a <= b) for b in thresholds]
             yield HistogramMetricFamily(
-                "teiresias_attained_gpu_seconds", "Attained GPU-seconds of the active jobs at the last round",
+                "teiresias_attained_gpu_seconds",
+                "Attained GPU-seconds of the active jobs at the last round",
                 buckets=[*((floatToGoString(b), c) for b, c in zip(thresholds, counts)), ("+Inf", len(g.attained))],
-                sum_value=sum(g.attained))
-            quota = GaugeMetricFamily("teiresias_vc_guaranteed_gpus", "GPUs guaranteed to each VC (its quota)",
-                                      labels=["vc"])
-            used = GaugeMetricFamily("teiresias_vc_used_gpus", "GPUs each VC's jobs hold, guaranteed or"
-                                     " opportunistic", labels=["vc", "kind"])
+                sum_value=sum(g.attained),
+            )
+            quota = GaugeMetricFamily(
+                "teiresias_vc_guaranteed_gpus", "GPUs guaranteed to each VC (its quota)", labels=["vc"]
+            )
+            used = GaugeMetricFamily(
+                "teiresias_vc_used_gpus", "GPUs each VC's jobs hold, guaranteed or opportunistic", labels=["vc", "kind"]
+            )
             for name, q, guaranteed, opportunistic in g.vcs:
                 quota.add_metric([name], q)
                 used.add_metric([name, "guaranteed"], guaranteed)
                 used.add_metric([name, "opportunistic"], opportunistic)
             yield quota
             yield used
-            pl = GaugeMetricFamily("teiresias_packlimit", "PACKLIMIT in force (profile placement), and its source",
-                                   labels=["source"])
+            pl = GaugeMetricFamily(
+                "teiresias_packlimit", "PACKLIMIT in force (profile placement), and its source", labels=["source"]
+            )
             if g.packlimit is not None:
                 pl.add_metric([g.packlimit[1]], g.packlimit[0])
             yield pl
@@ -131,31 +149,47 @@ class ControllerMetrics:
         self._lock = threading.Lock()
         self._gauges = _Gauges()
         r = self.registry
-        self.preemptions = Counter("teiresias_preemptions", "Jobs preempted, by the category of the plan's"
-                                   " reason", ["reason"], registry=r)
-        self.migrations = Counter("teiresias_migrations", "Running guaranteed jobs moved with their rebound"
-                                  " VC cells (a kind of preemption)", registry=r)
-        self.requeues = Counter("teiresias_requeues", "Requeues of preempted jobs, by what let them go",
-                                ["reason"], registry=r)
-        self.failed = Counter("teiresias_failed_actions", "Actions Slurm refused or that failed",
-                              ["action"], registry=r)
-        self.round_time = Histogram("teiresias_round_duration_seconds", "Duration of a controller round",
-                                    buckets=TIME_BUCKETS, registry=r)
-        self.poll_time = Histogram("teiresias_slurm_poll_seconds", "Time to read jobs and nodes from Slurm",
-                                   buckets=TIME_BUCKETS, registry=r)
+        self.preemptions = Counter(
+            "teiresias_preemptions", "Jobs preempted, by the category of the plan's reason", ["reason"], registry=r
+        )
+        self.migrations = Counter(
+            "teiresias_migrations",
+            "Running guaranteed jobs moved with their rebound VC cells (a kind of preemption)",
+            registry=r,
+        )
+        self.requeues = Counter(
+            "teiresias_requeues", "Requeues of preempted jobs, by what let them go", ["reason"], registry=r
+        )
+        self.failed = Counter(
+            "teiresias_failed_actions", "Actions Slurm refused or that failed", ["action"], registry=r
+        )
+        self.round_time = Histogram(
+            "teiresias_round_duration_seconds", "Duration of a controller round", buckets=TIME_BUCKETS, registry=r
+        )
+        self.poll_time = Histogram(
+            "teiresias_slurm_poll_seconds", "Time to read jobs and nodes from Slurm", buckets=TIME_BUCKETS, registry=r
+        )
         self.jct = Summary("teiresias_job_completion_seconds", "JCT of finished jobs (end - submit)", registry=r)
-        self.queueing = Summary("teiresias_job_queueing_delay_seconds", "Time finished jobs spent waiting"
-                                " (JCT - executed time)", registry=r)
-        self.refits = Counter("teiresias_gittins_refits", "2D-Gittins distribution rebuilt from new finished"
-                              " jobs", registry=r)
+        self.queueing = Summary(
+            "teiresias_job_queueing_delay_seconds", "Time finished jobs spent waiting (JCT - executed time)", registry=r
+        )
+        self.refits = Counter(
+            "teiresias_gittins_refits", "2D-Gittins distribution rebuilt from new finished jobs", registry=r
+        )
         self.rounds = Counter("teiresias_rounds", "Controller rounds completed", registry=r)
-        self.round_failures = Counter("teiresias_round_failures", "Rounds that did not complete", ["why"],
-                                      registry=r)
+        self.round_failures = Counter("teiresias_round_failures", "Rounds that did not complete", ["why"], registry=r)
         r.register(_StateCollector(self))
 
-    def observe_round(self, result: "RoundResult", records: Mapping[int, JobRecord],
-                      finished: Iterable[JobRecord], now: float, vcs: list[tuple[str, int, int, int]] | None = None,
-                      migrated: Iterable[int] = (), ended: float | None = None) -> None:
+    def observe_round(
+        self,
+        result: RoundResult,
+        records: Mapping[int, JobRecord],
+        finished: Iterable[JobRecord],
+        now: float,
+        vcs: list[tuple[str, int, int, int]] | None = None,
+        migrated: Iterable[int] = (),
+        ended: float | None = None,
+    ) -> None:
         """``records``: every record the round saw (finished ones included); ``finished``: those
         that ended in this round; ``vcs``: (name, quota, guaranteed, opportunistic GPUs);
         ``ended``: when the round ended (default: now), after its last audit line, so that
@@ -171,8 +205,11 @@ class ControllerMetrics:
                 continue
             if a.ok is None:
                 continue  # dry run: nothing happened
-            preempted = (a.action == "signal" or (a.action == "requeue" and "not a tsbatch job" in a.reason)
-                         or (a.action == "hold" and a.reason == "preempted before Slurm started it"))
+            preempted = (
+                a.action == "signal"
+                or (a.action == "requeue" and "not a tsbatch job" in a.reason)
+                or (a.action == "hold" and a.reason == "preempted before Slurm started it")
+            )
             if preempted:
                 if a.job in migrated:
                     self.migrations.inc()
@@ -193,9 +230,13 @@ class ControllerMetrics:
             attained.append(accounting.attained_gpu_seconds(r, now))
         pl = result.packlimit
         with self._lock:
-            self._gauges = _Gauges(jobs, attained, list(vcs or ()),
-                                   (float(pl["value"]), str(pl.get("source", ""))) if pl else None,
-                                   time.time() if ended is None else ended)
+            self._gauges = _Gauges(
+                jobs,
+                attained,
+                list(vcs or ()),
+                (float(pl["value"]), str(pl.get("source", ""))) if pl else None,
+                time.time() if ended is None else ended,
+            )
 
     def observe_failure(self, why: str) -> None:
         self.round_failures.labels(why).inc()
@@ -209,4 +250,3 @@ def serve(metrics: ControllerMetrics, address: str, port: int) -> Any:
     disable_created_metrics()
     server, _thread = start_http_server(port, addr=address, registry=metrics.registry)
     return server
-

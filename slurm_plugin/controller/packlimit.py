@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from profiler.packlimit import DEFAULT_PACKLIMIT, PackLimitFit, PlacementOutcome, fit_packlimit
 from slurm_plugin.config import ControllerConfig
@@ -44,8 +44,9 @@ def min_nodes(gpus: int, gpus_per_node: int) -> int:
     return max(1, -(-gpus // gpus_per_node))
 
 
-def run_outcomes(rec: JobRecord, runs: Mapping[int, RunRecord], gpus_per_node: int,
-                 planned_nodes: int = 0) -> list[RunOutcome]:
+def run_outcomes(
+    rec: JobRecord, runs: Mapping[int, RunRecord], gpus_per_node: int, planned_nodes: int = 0
+) -> list[RunOutcome]:
     """The job's ended runs as rows: every run in ``runs`` but the one still open.
 
     A run's node count is what Slurm told the job (SLURM_JOB_NUM_NODES), else
@@ -59,9 +60,20 @@ def run_outcomes(rec: JobRecord, runs: Mapping[int, RunRecord], gpus_per_node: i
         nodes = rr.nodes or planned_nodes
         if nodes <= 0 or rec.gpus <= 0:
             continue
-        out.append(RunOutcome(job_id=rec.job_id, restart_count=restart, model=model_name(rec), gpus=rec.gpus,
-                              nodes=nodes, min_nodes=min_nodes(rec.gpus, gpus_per_node), skew=rec.skew,
-                              median_step_s=rr.median_step_s, steps=rr.steps, time=rr.time))
+        out.append(
+            RunOutcome(
+                job_id=rec.job_id,
+                restart_count=restart,
+                model=model_name(rec),
+                gpus=rec.gpus,
+                nodes=nodes,
+                min_nodes=min_nodes(rec.gpus, gpus_per_node),
+                skew=rec.skew,
+                median_step_s=rr.median_step_s,
+                steps=rr.steps,
+                time=rr.time,
+            )
+        )
     return out
 
 
@@ -78,8 +90,11 @@ def placement_history(runs: Iterable[RunOutcome]) -> list[PlacementOutcome]:
         base = baseline.get((r.model, r.gpus))
         if r.skew is None or base is None:
             continue  # waits for a profile / for a consolidated run of its model
-        out.append(PlacementOutcome(skew=r.skew, consolidated=r.consolidated,
-                                    iteration_time=r.median_step_s, baseline_iteration_time=base))
+        out.append(
+            PlacementOutcome(
+                skew=r.skew, consolidated=r.consolidated, iteration_time=r.median_step_s, baseline_iteration_time=base
+            )
+        )
     return out
 
 
@@ -101,5 +116,10 @@ def current_packlimit(config: ControllerConfig, runs: Iterable[RunOutcome]) -> P
 
 def packlimit_json(fit: PackLimitFit) -> dict[str, object]:
     """What ``controller run --json`` shows about the PACKLIMIT in force."""
-    return {"value": fit.packlimit, "source": fit.source, "samples": fit.samples,
-            "misclassified": fit.misclassified, **({"reason": fit.reason} if fit.reason else {})}
+    return {
+        "value": fit.packlimit,
+        "source": fit.source,
+        "samples": fit.samples,
+        "misclassified": fit.misclassified,
+        **({"reason": fit.reason} if fit.reason else {}),
+    }

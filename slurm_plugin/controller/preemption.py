@@ -72,10 +72,10 @@ _SIGNAL_VALUE = re.compile(r"^(?:(?P<flags>[RB]+):)?(?P<sig>(?:SIG)?[A-Z0-9]+)(?
 class SignalSpec:
     """A job's own ``--signal``: what to send, to whom, and how long it was promised."""
 
-    signal: str      # without "SIG": USR1, USR2, 10, ...
-    scope: str       # "batch" (B:, the batch shell only) or "steps" (every job step, Slurm's default)
-    seconds: float   # the time the job expects between the signal and its end
-    spec: str        # as written, for messages
+    signal: str  # without "SIG": USR1, USR2, 10, ...
+    scope: str  # "batch" (B:, the batch shell only) or "steps" (every job step, Slurm's default)
+    seconds: float  # the time the job expects between the signal and its end
+    spec: str  # as written, for messages
 
     def __str__(self) -> str:
         return f"--signal={self.spec}"
@@ -96,7 +96,7 @@ def signal_spec(script: str) -> SignalSpec | None:
         if not text.startswith("#SBATCH"):
             continue
         try:
-            words = shlex.split(text[len("#SBATCH"):], comments=True)
+            words = shlex.split(text[len("#SBATCH") :], comments=True)
         except ValueError:
             continue
         for i, w in enumerate(words):
@@ -110,8 +110,12 @@ def signal_spec(script: str) -> SignalSpec | None:
     if m is None:
         return None  # sbatch would have refused it; nothing to imitate
     sig = m["sig"].upper().removeprefix("SIG")
-    return SignalSpec(signal=sig, scope="batch" if "B" in (m["flags"] or "").upper() else "steps",
-                      seconds=float(m["secs"]) if m["secs"] else DEFAULT_SIGNAL_SECONDS, spec=found.strip())
+    return SignalSpec(
+        signal=sig,
+        scope="batch" if "B" in (m["flags"] or "").upper() else "steps",
+        seconds=float(m["secs"]) if m["secs"] else DEFAULT_SIGNAL_SECONDS,
+        spec=found.strip(),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +124,7 @@ class RequeueDue:
     reason: str
 
 
-def requeue_due(rec: JobRecord, now: float, grace_seconds: float,
-                own: SignalSpec | None = None) -> RequeueDue | None:
+def requeue_due(rec: JobRecord, now: float, grace_seconds: float, own: SignalSpec | None = None) -> RequeueDue | None:
     """Whether a PREEMPTING job should be requeued now, and why. ``own``: the
     job requeues itself on that signal; it gets the time its spec promised."""
     if own is not None:
@@ -150,8 +153,7 @@ class Preempter:
     A requeue's GPUs count as free in the same round (``free`` is updated).
     """
 
-    def __init__(self, config: ControllerConfig, backend: SlurmBackend, audit: AuditLog, *,
-                 dry_run: bool) -> None:
+    def __init__(self, config: ControllerConfig, backend: SlurmBackend, audit: AuditLog, *, dry_run: bool) -> None:
         self.config = config
         self.backend = backend
         self.audit = audit
@@ -171,7 +173,7 @@ class Preempter:
         for job_id in plan.preempt:
             r = records[job_id]
             if r.phase is Phase.STARTING:
-                for a in (r.planned.allocations if r.planned else ()):
+                for a in r.planned.allocations if r.planned else ():
                     free[a.node] = free.get(a.node, 0) + a.gpus
                 enactor.hold(r, "preempted before Slurm started it", now)
             elif r.phase is Phase.RUNNING:
@@ -188,21 +190,27 @@ class Preempter:
                 elif (own := self.own_signal(r, rec.slurm[job_id])) is not None:
                     # submitit, Lightning auto_requeue, NeMo: their signal, then they
                     # checkpoint and requeue themselves (docs/job-states.md).
-                    enactor.signal(r, f"{why}; it checkpoints itself on {own}", now,
-                                   signal=own.signal, scope=own.scope)
+                    enactor.signal(r, f"{why}; it checkpoints itself on {own}", now, signal=own.signal, scope=own.scope)
                 else:
                     # A plain sbatch job has no checkpoint hook: USR1 would just kill
                     # it (FAILED, not requeueable). Requeue it right away instead.
                     if not self.dry_run:  # saved with the journal row
                         r.signal_time, r.signal_restart = now, r.restart_count
                         r.phase, r.phase_since = Phase.PREEMPTING, now
-                    act = enactor.requeue(r, RequeueDue(None, why + "; not a tsbatch job: requeued"
-                                                        " without a checkpoint"), now)
+                    act = enactor.requeue(
+                        r, RequeueDue(None, why + "; not a tsbatch job: requeued without a checkpoint"), now
+                    )
                     if act.ok:
                         freed(rec, job_id, free)
 
-    def requeue_ready(self, enactor: Enactor, rec: Reconciled, free: dict[str, int], now: float,
-                    on_requeued: Callable[[JobRecord], None]) -> None:
+    def requeue_ready(
+        self,
+        enactor: Enactor,
+        rec: Reconciled,
+        free: dict[str, int],
+        now: float,
+        on_requeued: Callable[[JobRecord], None],
+    ) -> None:
         """Preemptions in progress: requeue on Ack or when the grace time is over;
         ``on_requeued`` learns from the run that ended (controller/history.py)."""
         for job_id, r in rec.records.items():
@@ -210,8 +218,9 @@ class Preempter:
                 sj = rec.slurm.get(job_id)
                 if sj is None or sj.restart_count != r.signal_restart:
                     continue
-                due = requeue_due(r, now, self.config.preemption.grace_seconds,
-                                  None if speaks_protocol(r) else self.own_signal(r, sj))
+                due = requeue_due(
+                    r, now, self.config.preemption.grace_seconds, None if speaks_protocol(r) else self.own_signal(r, sj)
+                )
                 if due is not None:
                     act = enactor.requeue(r, due, now)
                     if act.ok:

@@ -21,9 +21,9 @@ How Slurm states map to the policy's two states:
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterable, Mapping
 
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import HELD_REASONS, array_task_ids
@@ -34,8 +34,21 @@ from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
-TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 
 
 @lru_cache(maxsize=256)
@@ -47,8 +60,8 @@ def base_state(state: str) -> str:
 @dataclass
 class Reconciled:
     snapshot: Snapshot
-    records: dict[int, JobRecord]                  # every record touched (active and just finished)
-    slurm: dict[int, SlurmJob]                     # managed jobs as Slurm shows them
+    records: dict[int, JobRecord]  # every record touched (active and just finished)
+    slurm: dict[int, SlurmJob]  # managed jobs as Slurm shows them
     segments: list[tuple[int, Segment]] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
     vanished: list[int] = field(default_factory=list)
@@ -71,8 +84,7 @@ class Reconciled:
 def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Cluster:
     """The nodes of the managed partitions, grouped by the configured switches."""
     chosen = [n for n in nodes if any(config.manages(p) for p in n.partitions)]
-    return Cluster(tuple(Node(n.name, config.switch_of(n.name), n.gpus, n.cpus, n.mem_mb / 1024.0)
-                         for n in chosen))
+    return Cluster(tuple(Node(n.name, config.switch_of(n.name), n.gpus, n.cpus, n.mem_mb / 1024.0) for n in chosen))
 
 
 def running_placement(sj: SlurmJob, rec: JobRecord) -> Placement:
@@ -90,10 +102,20 @@ def running_placement(sj: SlurmJob, rec: JobRecord) -> Placement:
 
 
 def _new_record(sj: SlurmJob, now: float) -> JobRecord:
-    return JobRecord(job_id=sj.job_id, user=sj.user, account=sj.account, partition=sj.partition,
-                     name=sj.name, comment=sj.comment, gpus=sj.gpus, submit_time=float(sj.submit_time or now),
-                     phase=Phase.PENDING, phase_since=now, restart_count=sj.restart_count,
-                     slurm_submit_time=float(sj.submit_time) if sj.submit_time else None)
+    return JobRecord(
+        job_id=sj.job_id,
+        user=sj.user,
+        account=sj.account,
+        partition=sj.partition,
+        name=sj.name,
+        comment=sj.comment,
+        gpus=sj.gpus,
+        submit_time=float(sj.submit_time or now),
+        phase=Phase.PENDING,
+        phase_since=now,
+        restart_count=sj.restart_count,
+        slurm_submit_time=float(sj.submit_time) if sj.submit_time else None,
+    )
 
 
 def same_job(rec: JobRecord, sj: SlurmJob) -> bool:
@@ -185,15 +207,18 @@ def reconcile(
             out.finished.append(job_id)
         elif running:
             if rec.phase is Phase.PENDING and not rec.planned:
-                out.notes.append((job_id, "started without the controller (submitted before the hold?);"
-                                          " now managed"))
-            if rec.phase is not Phase.PREEMPTING or (rec.signal_restart is not None
-                                                     and sj.restart_count > rec.signal_restart):
+                out.notes.append((job_id, "started without the controller (submitted before the hold?); now managed"))
+            if rec.phase is not Phase.PREEMPTING or (
+                rec.signal_restart is not None and sj.restart_count > rec.signal_restart
+            ):
                 _set_phase(rec, Phase.RUNNING, now)
         elif state == "PENDING":
             requeued_itself = False
-            if rec.phase is Phase.PREEMPTING and rec.signal_restart is not None \
-                    and sj.restart_count > rec.signal_restart:
+            if (
+                rec.phase is Phase.PREEMPTING
+                and rec.signal_restart is not None
+                and sj.restart_count > rec.signal_restart
+            ):
                 # Signalled, and it requeued itself (a job that checkpoints on its own
                 # --signal: submitit, Lightning, NeMo): the preemption is done.
                 rec.preemptions += 1
@@ -210,19 +235,23 @@ def reconcile(
                 _set_phase(rec, Phase.PENDING, now)
                 rec.planned = None
             if rec.phase is Phase.STARTING:
-                on = ','.join(rec.planned.nodes) if rec.planned else '?'
+                on = ",".join(rec.planned.nodes) if rec.planned else "?"
                 if sj.state_reason in NEVER_STARTS:
                     out.start_failed[job_id] = f"Slurm cannot start it on {on} ({sj.state_reason})"
                 elif now - rec.phase_since > config.preemption.start_timeout_seconds:
-                    out.start_failed[job_id] = (f"Slurm did not start it on {on} within"
-                                                f" {config.preemption.start_timeout_seconds:g}s ({sj.state_reason})")
+                    out.start_failed[job_id] = (
+                        f"Slurm did not start it on {on} within"
+                        f" {config.preemption.start_timeout_seconds:g}s ({sj.state_reason})"
+                    )
                 if job_id in out.start_failed:
                     out.to_hold[job_id] = out.start_failed[job_id]
                     out.not_waiting[job_id] = out.start_failed[job_id]
             elif not sj.held:
-                out.to_hold[job_id] = ("requeued itself after the preemption signal; held for the policy"
-                                       if requeued_itself else
-                                       "pending without a hold (outside the controller's control)")
+                out.to_hold[job_id] = (
+                    "requeued itself after the preemption signal; held for the policy"
+                    if requeued_itself
+                    else "pending without a hold (outside the controller's control)"
+                )
             elif why := not_waiting_reason(sj, rec, slurm_nodes, now, (backoff or {}).get(job_id)):
                 out.not_waiting[job_id] = why
         else:
@@ -250,17 +279,31 @@ def reconcile(
 
 # Pending reasons of a released job that waiting will not cure: the start is
 # given up at once (and backed off) instead of after start_timeout_seconds.
-NEVER_STARTS = frozenset({"BadConstraints", "DependencyNeverSatisfied", "Dependency", "PartitionNodeLimit",
-                          "PartitionConfig", "InvalidQOS", "InvalidAccount", "ReqNodeNotAvail",
-                          "NodeDown", "PartitionDown", "PartitionInactive", "JobLaunchFailure"})
+NEVER_STARTS = frozenset(
+    {
+        "BadConstraints",
+        "DependencyNeverSatisfied",
+        "Dependency",
+        "PartitionNodeLimit",
+        "PartitionConfig",
+        "InvalidQOS",
+        "InvalidAccount",
+        "ReqNodeNotAvail",
+        "NodeDown",
+        "PartitionDown",
+        "PartitionInactive",
+        "JobLaunchFailure",
+    }
+)
 
 
 def _user_of_hold(sj: SlurmJob) -> str:
     return "an admin" if sj.state_reason == "JobHeldAdmin" else "its owner"
 
 
-def not_waiting_reason(sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode], now: float,
-                       backoff: tuple[float, str] | None = None) -> str | None:
+def not_waiting_reason(
+    sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode], now: float, backoff: tuple[float, str] | None = None
+) -> str | None:
     """Why a held pending job is not waiting for GPUs, or None when it is.
 
     Only the project's own hold is ever released: a hold by the owner
@@ -270,8 +313,10 @@ def not_waiting_reason(sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode], now
     if not sj.held_by_teiresias:
         return f"held by {_user_of_hold(sj)} ({sj.state_reason}); `scontrol release {sj.target}` lets it queue"
     if "(failed)" in sj.dependency:
-        return (f"its dependency can never be satisfied ({sj.dependency}); cancel it, or change it with"
-                f" `scontrol update jobid={sj.target} dependency=...`")
+        return (
+            f"its dependency can never be satisfied ({sj.dependency}); cancel it, or change it with"
+            f" `scontrol update jobid={sj.target} dependency=...`"
+        )
     if "(unfulfilled)" in sj.dependency:
         return f"waiting for its dependency ({sj.dependency})"
     if sj.eligible_time and sj.eligible_time > now and sj.restart_count == 0 and rec.first_start_time is None:
@@ -292,26 +337,41 @@ def never_fits(sj: SlurmJob, nodes: list[SlurmNode]) -> str | None:
     if sj.gpus_per_node:
         able = sum(1 for n in part if n.gpus >= sj.gpus_per_node)
         if able < sj.num_nodes:
-            return (f"asks for {sj.num_nodes} node(s) with {sj.gpus_per_node} GPUs each; partition"
-                    f" {sj.partition} has {able} such node(s): it can never start (cancel it and resubmit)")
+            return (
+                f"asks for {sj.num_nodes} node(s) with {sj.gpus_per_node} GPUs each; partition"
+                f" {sj.partition} has {able} such node(s): it can never start (cancel it and resubmit)"
+            )
         return None
     total = sum(n.gpus for n in part)
     if sj.gpus > total:
-        return (f"asks for {sj.gpus} GPUs; partition {sj.partition} has {total} in all: it can never start"
-                f" (cancel it and resubmit with at most {total})")
+        return (
+            f"asks for {sj.gpus} GPUs; partition {sj.partition} has {total} in all: it can never start"
+            f" (cancel it and resubmit with at most {total})"
+        )
     return None
 
 
 def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placement | None) -> Job:
     return Job(
-        job_id=JobId(rec.job_id), num_gpus=rec.gpus, submit_time=rec.submit_time, user=rec.user,
-        account=rec.account, model_name=rec.name, state=state, first_start_time=rec.first_start_time,
-        executed_time=accounting.executed_time(rec, now), waiting_time=accounting.waiting_time(rec, now),
-        total_executed_time=accounting.total_executed(rec, now), queue_index=rec.queue,
-        preemptions=rec.preemptions, skew=rec.skew, placement=placement,
+        job_id=JobId(rec.job_id),
+        num_gpus=rec.gpus,
+        submit_time=rec.submit_time,
+        user=rec.user,
+        account=rec.account,
+        model_name=rec.name,
+        state=state,
+        first_start_time=rec.first_start_time,
+        executed_time=accounting.executed_time(rec, now),
+        waiting_time=accounting.waiting_time(rec, now),
+        total_executed_time=accounting.total_executed(rec, now),
+        queue_index=rec.queue,
+        preemptions=rec.preemptions,
+        skew=rec.skew,
+        placement=placement,
         usage=usage.of_record(rec) if state is JobState.RUNNING else None,
         shared_with=JobId(rec.shared_with) if rec.shared_with is not None else None,
-        sub_batch=rec.sub_batch, accumulation=rec.accumulation,
+        sub_batch=rec.sub_batch,
+        accumulation=rec.accumulation,
     )
 
 
@@ -319,6 +379,7 @@ def end_pairs(out: Reconciled, records: Mapping[int, JobRecord], now: float) -> 
     """A pair lasts while both jobs run (or are being started). When one ends,
     is requeued or vanishes, the other runs alone on the GPU from now on; it
     keeps its sub-batch until its next restart (docs/sjf-bsbf.md §3)."""
+
     def live(r: JobRecord | None) -> bool:
         return r is not None and r.phase not in (Phase.PENDING, Phase.FINISHED)
 
@@ -328,8 +389,13 @@ def end_pairs(out: Reconciled, records: Mapping[int, JobRecord], now: float) -> 
         partner = out.records.get(rec.shared_with) or records.get(rec.shared_with)
         if live(rec) and live(partner) and partner is not None and partner.shared_with == job_id:
             continue
-        out.notes.append((job_id, f"no longer shares GPUs with job {rec.shared_with}"
-                                  f" ({'it' if not live(rec) else 'the partner'} stopped running)"))
+        out.notes.append(
+            (
+                job_id,
+                f"no longer shares GPUs with job {rec.shared_with}"
+                f" ({'it' if not live(rec) else 'the partner'} stopped running)",
+            )
+        )
         rec.shared_with, rec.share_role = None, ""
         ended = [x.end_time for x in (rec, partner) if x is not None and not live(x) and x.end_time is not None]
         rec.shared_until = min(ended) if ended else now  # Slurm's end time beats the round's
@@ -343,8 +409,11 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
             continue
         sj = rec_out.slurm[job_id]
         state = base_state(sj.state)
-        if rec.share_role == "guest" and rec.shared_with is not None and (state in RUNNING_STATES or (
-                rec.phase is Phase.STARTING and job_id not in rec_out.to_hold)):
+        if (
+            rec.share_role == "guest"
+            and rec.shared_with is not None
+            and (state in RUNNING_STATES or (rec.phase is Phase.STARTING and job_id not in rec_out.to_hold))
+        ):
             # A guest runs on a share of its host's GPUs, which the host's placement
             # counts already: counted twice, free_gpus would lose them (the simulator
             # likewise counts a pair's GPUs as the host's).

@@ -23,8 +23,9 @@ def make_backend(config: ControllerConfig) -> SlurmBackend:
     return select_backend(config.backend, env=env, restd_socket=socket, poll=config.slurm_poll)
 
 
-def make_controller(config: ControllerConfig, *, dry_run: bool = False,
-                    backend: SlurmBackend | None = None) -> Controller:
+def make_controller(
+    config: ControllerConfig, *, dry_run: bool = False, backend: SlurmBackend | None = None
+) -> Controller:
     modes = FileModes(config.file_group)
     store = StateStore(config.state_db, readonly_copy=dry_run, modes=modes)
     audit = AuditLog(None if dry_run else config.audit_log, modes)
@@ -42,8 +43,7 @@ def make_controller(config: ControllerConfig, *, dry_run: bool = False,
 def setup_logging(verbose: bool = False) -> None:
     """One line per event on stderr, job id first (configured by the CLI, never at import)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s teiresias %(levelname)s %(message)s",
-                                           datefmt="%H:%M:%S"))
+    handler.setFormatter(logging.Formatter("%(asctime)s teiresias %(levelname)s %(message)s", datefmt="%H:%M:%S"))
     root = logging.getLogger("teiresias")
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)

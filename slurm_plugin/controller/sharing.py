@@ -19,23 +19,29 @@ from __future__ import annotations
 import json
 import os
 import pwd
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping
 
 from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller.state import JobRecord, Phase
+from teiresias import jobfiles as protocol
 from teiresias.domain import Placement
 from teiresias.domain.plan import Sharing
 from teiresias.policy.sjf_bsbf.model import SharingModel
-from teiresias import jobfiles as protocol
 
 SHARD_HINT = "submit both with --gres=shard:N (half a GPU's shards) so that Slurm can co-allocate them"
 
 
-def cannot_share(guest: SlurmJob, host: SlurmJob | None, host_rec: JobRecord | None, placement: Placement,
-                 records: Mapping[int, JobRecord], slurm: Mapping[int, SlurmJob],
-                 free: Mapping[str, int]) -> str | None:
+def cannot_share(
+    guest: SlurmJob,
+    host: SlurmJob | None,
+    host_rec: JobRecord | None,
+    placement: Placement,
+    records: Mapping[int, JobRecord],
+    slurm: Mapping[int, SlurmJob],
+    free: Mapping[str, int],
+) -> str | None:
     """Why the guest cannot be started on its host's GPU now, or None when it can."""
     if not guest.shards:
         return f"chosen to share job {host.job_id if host else '?'}'s GPU, but it asks for whole GPUs; {SHARD_HINT}"
@@ -45,23 +51,39 @@ def cannot_share(guest: SlurmJob, host: SlurmJob | None, host_rec: JobRecord | N
         return f"chosen to share job {host.job_id}'s GPU, which it holds whole (--gres=gpu); {SHARD_HINT}"
     for node in placement.nodes:
         if free.get(node, 0) > 0:
-            return (f"chosen to share job {host.job_id}'s GPU on {node}, which has an idle GPU: Slurm would"
-                    " give the guest that one (first fit by index)")
+            return (
+                f"chosen to share job {host.job_id}'s GPU on {node}, which has an idle GPU: Slurm would"
+                " give the guest that one (first fit by index)"
+            )
         for job_id, r in records.items():
             sj = slurm.get(job_id)
-            if (job_id not in (host.job_id, guest.job_id) and r.shared_with is None and sj is not None
-                    and sj.shards and r.phase in (Phase.RUNNING, Phase.STARTING) and node in sj.nodes):
-                return (f"chosen to share job {host.job_id}'s GPU on {node}, where job {job_id} also holds a GPU's"
-                        " shards alone: Slurm, not the controller, would pick which GPU the guest gets")
+            if (
+                job_id not in (host.job_id, guest.job_id)
+                and r.shared_with is None
+                and sj is not None
+                and sj.shards
+                and r.phase in (Phase.RUNNING, Phase.STARTING)
+                and node in sj.nodes
+            ):
+                return (
+                    f"chosen to share job {host.job_id}'s GPU on {node}, where job {job_id} also holds a GPU's"
+                    " shards alone: Slurm, not the controller, would pick which GPU the guest gets"
+                )
     return None
 
 
 def audit_fields(sh: Sharing) -> dict[str, float | int]:
     """The numbers behind a pair decision (Theorem 1's two ends and the model's factors)."""
-    return {"partner": int(sh.partner), "sub_batch": sh.sub_batch, "accumulation": sh.accumulation,
-            "slowdown": round(sh.slowdown, 4), "partner_slowdown": round(sh.partner_slowdown, 4),
-            "alone_slowdown": round(sh.alone_slowdown, 4), "shared_avg_jct": round(sh.shared_avg_jct, 3),
-            "sequential_avg_jct": round(sh.sequential_avg_jct, 3)}
+    return {
+        "partner": int(sh.partner),
+        "sub_batch": sh.sub_batch,
+        "accumulation": sh.accumulation,
+        "slowdown": round(sh.slowdown, 4),
+        "partner_slowdown": round(sh.partner_slowdown, 4),
+        "alone_slowdown": round(sh.alone_slowdown, 4),
+        "shared_avg_jct": round(sh.shared_avg_jct, 3),
+        "sequential_avg_jct": round(sh.sequential_avg_jct, 3),
+    }
 
 
 def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
@@ -112,8 +134,9 @@ def step_rate(lines: list[protocol.RunRecord], start: float, end: float) -> floa
     return (inside[-1].steps - inside[0].steps) / (inside[-1].time - inside[0].time)
 
 
-def measured_xi(lines: list[protocol.RunRecord], run_start: float, since: float, until: float,
-                run_end: float) -> float | None:
+def measured_xi(
+    lines: list[protocol.RunRecord], run_start: float, since: float, until: float, run_end: float
+) -> float | None:
     """xi of one run that was shared during [since, until]: its step rate alone over its
     rate while shared, at the same batch (a guest keeps its sub-batch alone, so r(b)
     cancels). The alone window is before the pair (a host) or after it (a guest)."""

@@ -175,19 +175,38 @@ class Slicer:
                 others_run = any(base_state(rec.slurm[p].state) != "SUSPENDED" for p in partners if p in rec.slurm)
                 if step is not None and not others_run and not m.packed:
                     self.solo[job.job_id] = step
-            jobs.append(replace(
-                job, suspended=suspended, slice_since=m.slice_since, slices=m.slices, migrations=m.migrations,
-                colocated_with=partners, packed=m.packed and bool(partners), pack_failed=m.pack_failed,
-                elastic=elastic_of(r),
-                step_time=step, solo_step_time=self.solo.get(job.job_id)))
+            jobs.append(
+                replace(
+                    job,
+                    suspended=suspended,
+                    slice_since=m.slice_since,
+                    slices=m.slices,
+                    migrations=m.migrations,
+                    colocated_with=partners,
+                    packed=m.packed and bool(partners),
+                    pack_failed=m.pack_failed,
+                    elastic=elastic_of(r),
+                    step_time=step,
+                    solo_step_time=self.solo.get(job.job_id),
+                )
+            )
         snap = rec.snapshot
         for node in snap.cluster.nodes:
-            busy = sum(a.gpus for j in jobs if j.is_running and j.placement is not None
-                       for a in j.placement.allocations if a.node == node.name)
+            busy = sum(
+                a.gpus
+                for j in jobs
+                if j.is_running and j.placement is not None
+                for a in j.placement.allocations
+                if a.node == node.name
+            )
             if self._busy.get(node.name, (-1, 0.0))[0] != busy:
                 self._busy[node.name] = (busy, now)
-        rec.snapshot = replace(snap, jobs=tuple(jobs), unavailable=unavailable,
-                               idle_since={n: since for n, (_, since) in self._busy.items()})
+        rec.snapshot = replace(
+            snap,
+            jobs=tuple(jobs),
+            unavailable=unavailable,
+            idle_since={n: since for n, (_, since) in self._busy.items()},
+        )
 
     # ------------------------------------------------------------ after the policy
     def resume_before_preempt(self, rec: Reconciled, plan: Plan, now: float) -> None:
@@ -196,8 +215,9 @@ class Slicer:
         for job_id in (*plan.preempt, *plan.migrate, *plan.resize):
             sj = rec.slurm.get(job_id)
             if sj is not None and base_state(sj.state) == "SUSPENDED":
-                self._call(job_id, "resume", "resumed so that it can checkpoint before it is moved", now,
-                           self.backend.resume)
+                self._call(
+                    job_id, "resume", "resumed so that it can checkpoint before it is moved", now, self.backend.resume
+                )
 
     def enact(self, rec: Reconciled, plan: Plan, now: float) -> None:
         """suspend, resume, pack, unpack; migrations and resizes are recorded (the
@@ -232,8 +252,11 @@ class Slicer:
                     sj = rec.slurm[job_id]
                     if not sj.gpus_per_node or sj.shards:
                         # Only a per-node GPU count can be changed on a pending job (notes §6).
-                        self._audit(job_id, f"{kind_now}-refused", "a resize needs the job to ask"
-                                    " --gres=gpu:N (GPUs per node); it keeps its size")
+                        self._audit(
+                            job_id,
+                            f"{kind_now}-refused",
+                            "a resize needs the job to ask --gres=gpu:N (GPUs per node); it keeps its size",
+                        )
                         continue
                 else:
                     kind_now = "migrate"
@@ -241,19 +264,39 @@ class Slicer:
                 m.target = [[a.node, a.gpus] for a in placement.allocations]
                 m.target_kind, m.target_since = kind_now, now
                 self._leave_group(job_id)
-                self._audit(job_id, kind_now, notes.get(job_id, ""), to=list(placement.nodes),
-                            gpus=placement.num_gpus, from_gpus=r.gpus)
+                self._audit(
+                    job_id,
+                    kind_now,
+                    notes.get(job_id, ""),
+                    to=list(placement.nodes),
+                    gpus=placement.num_gpus,
+                    from_gpus=r.gpus,
+                )
 
     def moving(self, plan: Plan) -> Plan:
         """The plan the Preempter runs for migrations and resizes: checkpoint and requeue them."""
-        extra = tuple(j for j in (*plan.migrate, *plan.resize)
-                      if j not in plan.preempt and j in self.members and self.members[j].target is not None)
-        reasons = {**plan.reasons, **{j: _prefixed(self.members[j].target_kind, plan.notes.get(j, ""))
-                                     for j in extra if j in self.members}}
+        extra = tuple(
+            j
+            for j in (*plan.migrate, *plan.resize)
+            if j not in plan.preempt and j in self.members and self.members[j].target is not None
+        )
+        reasons = {
+            **plan.reasons,
+            **{j: _prefixed(self.members[j].target_kind, plan.notes.get(j, "")) for j in extra if j in self.members},
+        }
         return replace(plan, preempt=tuple(plan.preempt) + extra, reasons=reasons)
 
-    def start_colocated(self, enactor: Any, rec: Reconciled, r: JobRecord, col: Colocation, placement: Placement,
-                        priority: int, free: dict[str, int], now: float) -> bool:
+    def start_colocated(
+        self,
+        enactor: Any,
+        rec: Reconciled,
+        r: JobRecord,
+        col: Colocation,
+        placement: Placement,
+        priority: int,
+        free: dict[str, int],
+        now: float,
+    ) -> bool:
         """Start ``r`` on its partners' GPUs (Plan.colocate); False when it must wait (r.reason says why)."""
         sj = rec.slurm[r.job_id]
         why = self._cannot_colocate(rec, sj, col, placement, free)
@@ -261,9 +304,15 @@ class Slicer:
             r.reason = why
             return False
         mode = "time-sliced" if col.mode == "slice" else "packed"
-        act = enactor.start(r, placement, priority, sj,
-                            f"joins job(s) {','.join(map(str, col.partners))} on {','.join(placement.nodes)}"
-                            f" ({mode}){': ' + col.reason if col.reason else ''}", now)
+        act = enactor.start(
+            r,
+            placement,
+            priority,
+            sj,
+            f"joins job(s) {','.join(map(str, col.partners))} on {','.join(placement.nodes)}"
+            f" ({mode}){': ' + col.reason if col.reason else ''}",
+            now,
+        )
         if act.ok is False:
             return False
         m = self.m(r.job_id)
@@ -289,8 +338,15 @@ class Slicer:
         """Requeued migrations/resizes: start them on their target (resize: at the new size)."""
         for job_id, seen in rec.slurm.items():
             r = rec.records.get(job_id)
-            if (r is not None and r.phase is Phase.STARTING and seen.restart_count and job_id in self.started_moves
-                    and base_state(seen.state) == "PENDING" and seen.state_reason == "BeginTime" and not self.dry_run):
+            if (
+                r is not None
+                and r.phase is Phase.STARTING
+                and seen.restart_count
+                and job_id in self.started_moves
+                and base_state(seen.state) == "PENDING"
+                and seen.state_reason == "BeginTime"
+                and not self.dry_run
+            ):
                 # Slurm ignores starttime=now while the previous run is COMPLETING (notes §6): again.
                 self.backend.clear_begin_time(job_id)
         self.started_moves &= {j for j, r in rec.records.items() if r.phase is Phase.STARTING}
@@ -318,8 +374,15 @@ class Slicer:
                     m.target = None
                     continue
                 r.gpus = target.num_gpus
-            act = enactor.start(r, target, 1, sj, f"{m.target_kind} to {','.join(target.nodes)}"
-                                f" ({target.num_gpus} GPU(s)) after {now - (m.target_since or now):.1f}s", now)
+            act = enactor.start(
+                r,
+                target,
+                1,
+                sj,
+                f"{m.target_kind} to {','.join(target.nodes)}"
+                f" ({target.num_gpus} GPU(s)) after {now - (m.target_since or now):.1f}s",
+                now,
+            )
             if act.ok is not False:
                 self.started_moves.add(job_id)
                 if m.target_kind == "migrate":
@@ -328,15 +391,20 @@ class Slicer:
                 m.slice_since = now
 
     # ------------------------------------------------------------ helpers
-    def _cannot_colocate(self, rec: Reconciled, sj: SlurmJob, col: Colocation, placement: Placement,
-                         free: dict[str, int]) -> str | None:
+    def _cannot_colocate(
+        self, rec: Reconciled, sj: SlurmJob, col: Colocation, placement: Placement, free: dict[str, int]
+    ) -> str | None:
         hint = "submit the jobs with --gres=shard:N so that Slurm can put them on one GPU"
         if not sj.shards:
-            return f"chosen to join job(s) {','.join(map(str, col.partners))} on their GPUs, but it asks for" \
-                   f" whole GPUs; {hint}"
+            return (
+                f"chosen to join job(s) {','.join(map(str, col.partners))} on their GPUs, but it asks for"
+                f" whole GPUs; {hint}"
+            )
         if any(a.gpus > 1 for a in placement.allocations):
-            return ("chosen to join a group on more than one GPU per node: Slurm 22.05 takes a job's shards on"
-                    " a node from one GPU")
+            return (
+                "chosen to join a group on more than one GPU per node: Slurm 22.05 takes a job's shards on"
+                " a node from one GPU"
+            )
         group = {int(p) for p in col.partners}
         for p in group:
             pr, ps = rec.records.get(p), rec.slurm.get(p)
@@ -346,14 +414,24 @@ class Slicer:
                 return f"chosen to join job {p}, which holds its GPUs whole (--gres=gpu); {hint}"
         for node in placement.nodes:
             if free.get(node, 0) > 0:
-                return (f"chosen to join job(s) {','.join(map(str, sorted(group)))} on {node}, which has an idle"
-                        " GPU: Slurm would give it that one (first fit by index)")
+                return (
+                    f"chosen to join job(s) {','.join(map(str, sorted(group)))} on {node}, which has an idle"
+                    " GPU: Slurm would give it that one (first fit by index)"
+                )
             for job_id, other in rec.slurm.items():
                 r = rec.records.get(job_id)
-                if (job_id not in group and job_id != sj.job_id and other.shards and node in other.nodes
-                        and r is not None and r.phase in (Phase.RUNNING, Phase.STARTING)):
-                    return (f"chosen to join job(s) {','.join(map(str, sorted(group)))} on {node}, where job"
-                            f" {job_id} holds another GPU's shards: Slurm, not the controller, would pick the GPU")
+                if (
+                    job_id not in group
+                    and job_id != sj.job_id
+                    and other.shards
+                    and node in other.nodes
+                    and r is not None
+                    and r.phase in (Phase.RUNNING, Phase.STARTING)
+                ):
+                    return (
+                        f"chosen to join job(s) {','.join(map(str, sorted(group)))} on {node}, where job"
+                        f" {job_id} holds another GPU's shards: Slurm, not the controller, would pick the GPU"
+                    )
         return None
 
     def _leave_group(self, job_id: int) -> None:

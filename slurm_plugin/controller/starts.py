@@ -55,8 +55,11 @@ class Starter:
     def observe(self, rec: Reconciled, slurm_nodes: list[SlurmNode]) -> None:
         """After reconcile: a job that runs, or is gone, starts afresh if it ever fails
         to start again; the partitions' nodes as Slurm shows them now."""
-        self.backoff = {j: b for j, b in self.backoff.items()
-                        if j in rec.records and rec.records[j].phase in (Phase.PENDING, Phase.STARTING)}
+        self.backoff = {
+            j: b
+            for j, b in self.backoff.items()
+            if j in rec.records and rec.records[j].phase in (Phase.PENDING, Phase.STARTING)
+        }
         self._partition_nodes = {}
         for n in slurm_nodes:
             for p in n.partitions:
@@ -78,37 +81,72 @@ class Starter:
             sj = rec.slurm[job_id]
             if job_id in plan.sharing:
                 # A guest: its GPUs are its host's (not free), pinned by node (controller/sharing.py).
-                self._start_guest(enactor, rec, r, plan.sharing[job_id], placement,  # type: ignore[index]
-                                  priority_for(rank.get(job_id, 0), len(plan.order)), free, now)
+                self._start_guest(
+                    enactor,
+                    rec,
+                    r,
+                    plan.sharing[job_id],
+                    placement,  # type: ignore[index]
+                    priority_for(rank.get(job_id, 0), len(plan.order)),
+                    free,
+                    now,
+                )
                 continue
             if job_id in plan.colocate and self.colocate is not None:
                 # Gandiva: on its partners' GPUs, through shards (controller/slicing.py).
-                self.colocate(enactor, rec, r, plan.colocate[job_id], placement,
-                              priority_for(rank.get(job_id, 0), len(plan.order)), free, now)
+                self.colocate(
+                    enactor,
+                    rec,
+                    r,
+                    plan.colocate[job_id],
+                    placement,
+                    priority_for(rank.get(job_id, 0), len(plan.order)),
+                    free,
+                    now,
+                )
                 continue
             allowed = [n for p in sj.partition.split(",") for n in self._partition_nodes.get(p, [])]
             fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)))
             if fitted is None:
-                r.reason = (f"waiting for {sj.num_nodes} node(s) with {sj.gpus_per_node} free GPUs each"
-                            " (asked per node; its size is kept)")
+                r.reason = (
+                    f"waiting for {sj.num_nodes} node(s) with {sj.gpus_per_node} free GPUs each"
+                    " (asked per node; its size is kept)"
+                )
                 continue
             placement = fitted
-            short = {a.node: a.gpus - free.get(a.node, 0) for a in placement.allocations
-                     if a.gpus > free.get(a.node, 0)}
+            short = {
+                a.node: a.gpus - free.get(a.node, 0) for a in placement.allocations if a.gpus > free.get(a.node, 0)
+            }
             if short:
                 r.reason = "waiting for preempted jobs to release " + ", ".join(
-                    f"{g} GPU(s) on {n}" for n, g in short.items())
+                    f"{g} GPU(s) on {n}" for n, g in short.items()
+                )
                 continue
             for a in placement.allocations:
                 free[a.node] -= a.gpus
             q = plan.queues.get(job_id, r.queue)  # type: ignore[call-overload]
-            act = enactor.start(r, placement, priority_for(rank.get(job_id, 0), len(plan.order)),
-                                sj, f"Q{q + 1}, placed on {','.join(placement.nodes)}", now)
+            act = enactor.start(
+                r,
+                placement,
+                priority_for(rank.get(job_id, 0), len(plan.order)),
+                sj,
+                f"Q{q + 1}, placed on {','.join(placement.nodes)}",
+                now,
+            )
             if act.ok is False:
                 self.back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
 
-    def _start_guest(self, enactor: Enactor, rec: Reconciled, r: JobRecord, sh: Sharing, placement: Placement,
-                     priority: int, free: dict[str, int], now: float) -> None:
+    def _start_guest(
+        self,
+        enactor: Enactor,
+        rec: Reconciled,
+        r: JobRecord,
+        sh: Sharing,
+        placement: Placement,
+        priority: int,
+        free: dict[str, int],
+        now: float,
+    ) -> None:
         """Plan.sharing: the pair decision in the audit log with its numbers, the guest's
         accumulate.json, then the usual start (node list, release) on the host's node.
         The host's batch never changes (the policy keeps a running job's batch), so the
@@ -128,12 +166,19 @@ class Starter:
                 self.back_off(r, f"cannot write its accumulate.json ({exc})", now)
                 return
             if written is None and sh.accumulation > 1:
-                r.reason = (f"chosen to share job {host_id}'s GPU with {sh.accumulation} accumulation steps, but"
-                            " it is not a tsbatch job (no job directory for accumulate.json)")
+                r.reason = (
+                    f"chosen to share job {host_id}'s GPU with {sh.accumulation} accumulation steps, but"
+                    " it is not a tsbatch job (no job directory for accumulate.json)"
+                )
                 return
-            self.audit.write(r.job_id, "share", f"shares job {host_id}'s GPU: the pair's average JCT"
-                             f" {sh.shared_avg_jct:.0f} s shared vs {sh.sequential_avg_jct:.0f} s one after"
-                             " the other", **nums)
+            self.audit.write(
+                r.job_id,
+                "share",
+                f"shares job {host_id}'s GPU: the pair's average JCT"
+                f" {sh.shared_avg_jct:.0f} s shared vs {sh.sequential_avg_jct:.0f} s one after"
+                " the other",
+                **nums,
+            )
         r.shared_with, r.share_role, r.sub_batch, r.accumulation = host_id, "guest", sh.sub_batch, sh.accumulation
         host.shared_with, host.share_role = r.job_id, "host"
         r.shared_since = host.shared_since = now
@@ -143,9 +188,16 @@ class Starter:
             # crash in between cannot leave a guest whose host does not know it (end_pairs).
             with self.store.transaction():
                 self.store.save_job(host)
-        act = enactor.start(r, placement, priority, sj, f"shares job {host_id}'s GPU on"
-                            f" {','.join(placement.nodes)} (sub-batch {sh.sub_batch}, {sh.accumulation}"
-                            " accumulation steps)", now)
+        act = enactor.start(
+            r,
+            placement,
+            priority,
+            sj,
+            f"shares job {host_id}'s GPU on"
+            f" {','.join(placement.nodes)} (sub-batch {sh.sub_batch}, {sh.accumulation}"
+            " accumulation steps)",
+            now,
+        )
         if act.ok is False:
             r.shared_with = host.shared_with = None
             r.share_role = host.share_role = ""

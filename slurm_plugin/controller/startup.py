@@ -42,8 +42,11 @@ def parse_show_config(text: str) -> SlurmSite:
         if sep:
             kv[key.strip()] = value.strip()
     private = kv.get("PrivateData", "none")
-    flags = frozenset() if private.lower() in ("none", "(null)", "") else \
-        frozenset(f.strip().lower() for f in private.split(",") if f.strip())
+    flags = (
+        frozenset()
+        if private.lower() in ("none", "(null)", "")
+        else frozenset(f.strip().lower() for f in private.split(",") if f.strip())
+    )
     return SlurmSite(kv.get("ClusterName", ""), flags, kv.get("SlurmUser", "").split("(")[0])
 
 
@@ -58,11 +61,18 @@ def slurm_env(config: ControllerConfig) -> dict[str, str]:
 def read_site(env: Mapping[str, str] | None = None, timeout: float = 30.0) -> SlurmSite:
     """``scontrol show config`` with ``env`` (SLURM_CONF); SlurmUnreachable when slurmctld does not answer."""
     try:
-        r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=timeout,
-                           env=dict(os.environ if env is None else env), stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            ["scontrol", "show", "config"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(os.environ if env is None else env),
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        raise SlurmUnreachable(f"scontrol show config did not answer within {timeout:.0f}s;"
-                               " is slurmctld up and SLURM_CONF right?") from None
+        raise SlurmUnreachable(
+            f"scontrol show config did not answer within {timeout:.0f}s; is slurmctld up and SLURM_CONF right?"
+        ) from None
     except FileNotFoundError:
         raise SlurmError("scontrol not found: install slurm-client") from None
     if r.returncode != 0 or "ClusterName" not in r.stdout:
@@ -92,8 +102,10 @@ def check_against_slurm(config: ControllerConfig, nodes: Iterable[SlurmNode]) ->
     known = sorted({p for n in nodes for p in n.partitions})
     unknown = [p for p in config.partitions if p not in known]
     if unknown:
-        raise ConfigError(f"{where}: partitions: {', '.join(unknown)} not in Slurm (its partitions with nodes:"
-                          f" {', '.join(known) or 'none'}); fix partitions (and job_submit.lua's MANAGED)")
+        raise ConfigError(
+            f"{where}: partitions: {', '.join(unknown)} not in Slurm (its partitions with nodes:"
+            f" {', '.join(known) or 'none'}); fix partitions (and job_submit.lua's MANAGED)"
+        )
     if config.cells is None:
         return
     from teiresias.cells import config as cells_config
@@ -104,5 +116,7 @@ def check_against_slurm(config: ControllerConfig, nodes: Iterable[SlurmNode]) ->
     covered = set(cells.node_names)
     left = [n.name for n in cluster.nodes if n.name not in covered]
     if left:
-        raise ConfigError(f"{config.cells}: physical_cells: node(s) {', '.join(left)} of the managed partitions"
-                          " are in no cell and would never be scheduled; add them to physical_cells")
+        raise ConfigError(
+            f"{config.cells}: physical_cells: node(s) {', '.join(left)} of the managed partitions"
+            " are in no cell and would never be scheduled; add them to physical_cells"
+        )

@@ -21,26 +21,27 @@ import json
 import operator
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from slurm_plugin.controller.files import FileModes, chmod_if_exists, secure_file
 from teiresias.domain import Placement
-from teiresias.jobfiles import JobComment, job_comment
 from teiresias.errors import ConfigError
+from teiresias.jobfiles import JobComment, job_comment
 
 
 class Phase(str, Enum):
     """A managed job's phase in the controller (docs/job-states.md)."""
 
-    PENDING = "PENDING"        # held in Slurm, waiting for the controller to start it
-    STARTING = "STARTING"      # released with a node list; Slurm has not started it yet
+    PENDING = "PENDING"  # held in Slurm, waiting for the controller to start it
+    STARTING = "STARTING"  # released with a node list; Slurm has not started it yet
     RUNNING = "RUNNING"
     PREEMPTING = "PREEMPTING"  # signalled; waiting for its Ack or the grace time
-    FINISHED = "FINISHED"      # ended (or vanished from Slurm); kept for reports
+    FINISHED = "FINISHED"  # ended (or vanished from Slurm); kept for reports
 
 
 @dataclass(slots=True)
@@ -58,17 +59,17 @@ class JobRecord:
     first_start_time: float | None = None
     # Sum of completed run segments (seconds); the open run is counted live.
     closed_run_seconds: float = 0.0
-    run_start: float | None = None        # start of the open run (Slurm's StartTime)
-    run_restart: int | None = None        # Slurm restart count of the open run
-    closed_restart: int = -1              # restart count of the last closed run
+    run_start: float | None = None  # start of the open run (Slurm's StartTime)
+    run_restart: int | None = None  # Slurm restart count of the open run
+    closed_restart: int = -1  # restart count of the last closed run
     last_running_seen: float | None = None
-    restart_count: int = 0                # last restart count Slurm reported
+    restart_count: int = 0  # last restart count Slurm reported
     # Starvation promotion (Tiresias §3.2.3) resets t_J and delta_J: we keep
     # the promotion time and the executed time at that instant instead.
     promo_time: float | None = None
     promo_executed: float = 0.0
     queue: int = 0
-    rank: int | None = None               # position in the policy's last order (0 = first)
+    rank: int | None = None  # position in the policy's last order (0 = first)
     gittins: float | None = None
     preemptions: int = 0
     planned: Placement | None = None
@@ -169,13 +170,46 @@ _GET_FIELDS = operator.attrgetter(*_JOB_FIELDS)
 _LRS = _JOB_FIELDS.index("last_running_seen")
 _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
-_REAL = {"slurm_submit_time", "submit_time", "phase_since", "first_start_time", "closed_run_seconds", "run_start",
-         "last_running_seen", "promo_time", "promo_executed", "gittins", "skew", "signal_time",
-         "ckpt_seconds", "end_time", "gpu_util", "cpu_percent", "usage_time", "interference",
-         "shared_since", "shared_until"}
-_INT = {"job_id", "gpus", "run_restart", "closed_restart", "restart_count", "queue", "rank",
-        "preemptions", "signal_restart", "ckpt_bytes", "gpu_mem_used", "gpu_mem_total", "rss_bytes",
-        "shared_with", "sub_batch", "accumulation"}
+_REAL = {
+    "slurm_submit_time",
+    "submit_time",
+    "phase_since",
+    "first_start_time",
+    "closed_run_seconds",
+    "run_start",
+    "last_running_seen",
+    "promo_time",
+    "promo_executed",
+    "gittins",
+    "skew",
+    "signal_time",
+    "ckpt_seconds",
+    "end_time",
+    "gpu_util",
+    "cpu_percent",
+    "usage_time",
+    "interference",
+    "shared_since",
+    "shared_until",
+}
+_INT = {
+    "job_id",
+    "gpus",
+    "run_restart",
+    "closed_restart",
+    "restart_count",
+    "queue",
+    "rank",
+    "preemptions",
+    "signal_restart",
+    "ckpt_bytes",
+    "gpu_mem_used",
+    "gpu_mem_total",
+    "rss_bytes",
+    "shared_with",
+    "sub_batch",
+    "accumulation",
+}
 
 
 def _col_type(name: str) -> str:
@@ -183,8 +217,9 @@ def _col_type(name: str) -> str:
 
 
 _SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS jobs (" + ", ".join(
-        f"{n} {_col_type(n)}" + (" PRIMARY KEY" if n == "job_id" else "") for n in _JOB_FIELDS) + ")",
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    + ", ".join(f"{n} {_col_type(n)}" + (" PRIMARY KEY" if n == "job_id" else "") for n in _JOB_FIELDS)
+    + ")",
     "CREATE INDEX IF NOT EXISTS jobs_phase ON jobs(phase)",
     "CREATE TABLE IF NOT EXISTS segments (job_id INTEGER, restart_count INTEGER, start REAL,"
     " end REAL, source TEXT, PRIMARY KEY (job_id, restart_count, start))",
@@ -194,19 +229,24 @@ _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS samples (job_id INTEGER PRIMARY KEY, gpu_seconds REAL, time REAL)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
     # Added later: IF NOT EXISTS gives older state files the table on open.
-    ("CREATE TABLE IF NOT EXISTS runs (job_id INTEGER, restart_count INTEGER, model TEXT, gpus INTEGER,"
-     " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL,"
-     " PRIMARY KEY (job_id, restart_count))"),
+    (
+        "CREATE TABLE IF NOT EXISTS runs (job_id INTEGER, restart_count INTEGER, model TEXT, gpus INTEGER,"
+        " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL,"
+        " PRIMARY KEY (job_id, restart_count))"
+    ),
     "CREATE INDEX IF NOT EXISTS runs_time ON runs(time)",
     # Records of an earlier job with the same id (a new or reset cluster), kept whole:
     # never overwritten by the new job's record (store.archive_job).
-    "CREATE TABLE IF NOT EXISTS jobs_archive (" + ", ".join(f"{n} {_col_type(n)}" for n in _JOB_FIELDS)
+    "CREATE TABLE IF NOT EXISTS jobs_archive ("
+    + ", ".join(f"{n} {_col_type(n)}" for n in _JOB_FIELDS)
     + ", archived_time REAL)",
     "CREATE TABLE IF NOT EXISTS segments_archive (job_id INTEGER, submit_time REAL, restart_count INTEGER,"
     " start REAL, end REAL, source TEXT)",
     "CREATE TABLE IF NOT EXISTS samples_archive (job_id INTEGER, gpu_seconds REAL, time REAL)",
-    ("CREATE TABLE IF NOT EXISTS runs_archive (job_id INTEGER, restart_count INTEGER, model TEXT, gpus INTEGER,"
-     " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL)"),
+    (
+        "CREATE TABLE IF NOT EXISTS runs_archive (job_id INTEGER, restart_count INTEGER, model TEXT, gpus INTEGER,"
+        " nodes INTEGER, min_nodes INTEGER, skew REAL, median_step_s REAL, steps INTEGER, time REAL)"
+    ),
 ]
 
 
@@ -247,8 +287,7 @@ class StateStore:
             secure_file(self.path, modes, "state_db")
             try:
                 # One thread at a time uses a store; the demo builds it in one thread and runs it in another.
-                self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0,
-                                          check_same_thread=False)
+                self.db = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0, check_same_thread=False)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 # FULL: a journal row is on disk before the action it announces is enacted.
                 self.db.execute("PRAGMA synchronous=FULL")
@@ -314,8 +353,7 @@ class StateStore:
         kw = dict(zip(_JOB_FIELDS, row))
         kw["phase"] = Phase(kw["phase"])
         kw["planned"] = _placement_from_json(kw["planned"])
-        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note",
-                  "share_role"):
+        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note", "share_role"):
             kw[k] = kw[k] or ""
         kw["accumulation"] = kw["accumulation"] or 1  # NULL in rows written before sharing
         return JobRecord(**kw)
@@ -344,7 +382,7 @@ class StateStore:
         # fine and saves rewriting every running job every round.
         v = _GET_FIELDS(rec)
         lrs = v[_LRS]
-        return v if lrs is None else v[:_LRS] + (int(lrs // 15),) + v[_LRS + 1:]
+        return v if lrs is None else v[:_LRS] + (int(lrs // 15),) + v[_LRS + 1 :]
 
     def save_job(self, rec: JobRecord, *, force: bool = False) -> None:
         if not rec.cluster and self.cluster:
@@ -356,8 +394,10 @@ class StateStore:
         values = list(_GET_FIELDS(rec))
         values[_PHASE] = rec.phase.value
         values[_PLANNED] = _placement_to_json(rec.planned)
-        self.db.execute(f"INSERT OR REPLACE INTO jobs ({', '.join(_JOB_FIELDS)}) VALUES "
-                        f"({', '.join('?' * len(_JOB_FIELDS))})", values)
+        self.db.execute(
+            f"INSERT OR REPLACE INTO jobs ({', '.join(_JOB_FIELDS)}) VALUES ({', '.join('?' * len(_JOB_FIELDS))})",
+            values,
+        )
 
     def use_cluster(self, name: str) -> list[str]:
         """From now on this store serves Slurm cluster ``name``. Rows written
@@ -368,9 +408,14 @@ class StateStore:
             self.db.execute("UPDATE jobs SET cluster=? WHERE cluster IS NULL OR cluster=''", (name,))
         self.cluster = name
         self._saved.clear()
-        return [f"{n} active record(s) of Slurm cluster {c!r} left alone: this is cluster {name!r}"
-                for c, n in self.db.execute("SELECT cluster, COUNT(*) FROM jobs WHERE cluster != ? AND"
-                                            " phase != 'FINISHED' GROUP BY cluster ORDER BY cluster", (name,))]
+        return [
+            f"{n} active record(s) of Slurm cluster {c!r} left alone: this is cluster {name!r}"
+            for c, n in self.db.execute(
+                "SELECT cluster, COUNT(*) FROM jobs WHERE cluster != ? AND"
+                " phase != 'FINISHED' GROUP BY cluster ORDER BY cluster",
+                (name,),
+            )
+        ]
 
     def archive_job(self, job_id: int) -> JobRecord | None:
         """Move the record stored under ``job_id`` (with its segments, sample and
@@ -382,45 +427,60 @@ class StateStore:
         now = time.time()
         cols = ", ".join(_JOB_FIELDS)
         with self.transaction():
-            self.db.execute(f"INSERT INTO jobs_archive ({cols}, archived_time) SELECT {cols}, ? FROM jobs"
-                            " WHERE job_id=?", (now, job_id))
-            self.db.execute("INSERT INTO segments_archive SELECT job_id, ?, restart_count, start, end, source"
-                            " FROM segments WHERE job_id=?", (old.submit_time, job_id))
+            self.db.execute(
+                f"INSERT INTO jobs_archive ({cols}, archived_time) SELECT {cols}, ? FROM jobs WHERE job_id=?",
+                (now, job_id),
+            )
+            self.db.execute(
+                "INSERT INTO segments_archive SELECT job_id, ?, restart_count, start, end, source"
+                " FROM segments WHERE job_id=?",
+                (old.submit_time, job_id),
+            )
             self.db.execute("INSERT INTO samples_archive SELECT * FROM samples WHERE job_id=?", (job_id,))
-            self.db.execute(f"INSERT INTO runs_archive SELECT {', '.join(_RUN_FIELDS)} FROM runs WHERE job_id=?",
-                            (job_id,))
+            self.db.execute(
+                f"INSERT INTO runs_archive SELECT {', '.join(_RUN_FIELDS)} FROM runs WHERE job_id=?", (job_id,)
+            )
             for table in ("jobs", "segments", "samples", "runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
-            self.db.execute("UPDATE journal SET status='failed', done_time=? WHERE job_id=? AND status='pending'",
-                            (now, job_id))
+            self.db.execute(
+                "UPDATE journal SET status='failed', done_time=? WHERE job_id=? AND status='pending'", (now, job_id)
+            )
         self._saved.pop(job_id, None)
         return old
 
     def archived(self, job_id: int) -> list[JobRecord]:
         """Earlier jobs that had this id, oldest first."""
-        return [self._row_to_job(r) for r in self.db.execute(
-            f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs_archive WHERE job_id=? ORDER BY archived_time", (job_id,))]
+        return [
+            self._row_to_job(r)
+            for r in self.db.execute(
+                f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs_archive WHERE job_id=? ORDER BY archived_time", (job_id,)
+            )
+        ]
 
     # -------------------------------------------------------------- segments
     def add_segment(self, job_id: int, restart_count: int, start: float, end: float, source: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?)",
-                        (job_id, restart_count, start, end, source))
+        self.db.execute(
+            "INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?)", (job_id, restart_count, start, end, source)
+        )
 
     def segments(self, job_id: int) -> list[tuple[int, float, float, str]]:
-        return list(self.db.execute("SELECT restart_count, start, end, source FROM segments"
-                                    " WHERE job_id=? ORDER BY start", (job_id,)))
+        return list(
+            self.db.execute(
+                "SELECT restart_count, start, end, source FROM segments WHERE job_id=? ORDER BY start", (job_id,)
+            )
+        )
 
     # --------------------------------------------------------------- journal
     def journal_begin(self, job_id: int, action: str, restart_count: int, **args: Any) -> JournalEntry:
         now = time.time()
-        cur = self.db.execute("INSERT INTO journal (time, job_id, action, restart_count, args, status)"
-                              " VALUES (?, ?, ?, ?, ?, 'pending')",
-                              (now, job_id, action, restart_count, json.dumps(args)))
+        cur = self.db.execute(
+            "INSERT INTO journal (time, job_id, action, restart_count, args, status) VALUES (?, ?, ?, ?, ?, 'pending')",
+            (now, job_id, action, restart_count, json.dumps(args)),
+        )
         return JournalEntry(int(cur.lastrowid or 0), now, job_id, action, restart_count, args)
 
     def journal_finish(self, entry_id: int, status: JournalStatus = JournalStatus.DONE) -> None:
-        self.db.execute("UPDATE journal SET status=?, done_time=? WHERE id=?",
-                        (status.value, time.time(), entry_id))
+        self.db.execute("UPDATE journal SET status=?, done_time=? WHERE id=?", (status.value, time.time(), entry_id))
 
     def journal(self, status: JournalStatus | None = None, job_id: int | None = None) -> list[JournalEntry]:
         sql = "SELECT id, time, job_id, action, restart_count, args, status FROM journal WHERE 1=1"
@@ -431,47 +491,64 @@ class StateStore:
         if job_id is not None:
             sql += " AND job_id=?"
             params.append(job_id)
-        return [JournalEntry(i, t, j, a, rc, json.loads(args or "{}"), JournalStatus(s))
-                for i, t, j, a, rc, args, s in self.db.execute(sql + " ORDER BY id", params)]
+        return [
+            JournalEntry(i, t, j, a, rc, json.loads(args or "{}"), JournalStatus(s))
+            for i, t, j, a, rc, args, s in self.db.execute(sql + " ORDER BY id", params)
+        ]
 
     # --------------------------------------------------------------- samples
     def add_sample(self, job_id: int, gpu_seconds: float) -> None:
         self.db.execute("INSERT OR REPLACE INTO samples VALUES (?, ?, ?)", (job_id, gpu_seconds, time.time()))
 
     def samples(self) -> list[float]:
-        return [r[0] for r in self.db.execute("SELECT gpu_seconds, 0, job_id FROM samples_archive UNION ALL"
-                                              " SELECT gpu_seconds, 1, job_id FROM samples ORDER BY 2, 3")]
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT gpu_seconds, 0, job_id FROM samples_archive UNION ALL"
+                " SELECT gpu_seconds, 1, job_id FROM samples ORDER BY 2, 3"
+            )
+        ]
 
     def sample_count(self) -> int:
-        return int(self.db.execute("SELECT (SELECT COUNT(*) FROM samples)"
-                                   " + (SELECT COUNT(*) FROM samples_archive)").fetchone()[0])
+        return int(
+            self.db.execute(
+                "SELECT (SELECT COUNT(*) FROM samples) + (SELECT COUNT(*) FROM samples_archive)"
+            ).fetchone()[0]
+        )
 
     # ------------------------------------------------------------------ runs
     def measured_interference(self) -> dict[str, float]:
         """Model (job name, lower case) -> the latest xi measured live for it (docs/sjf-bsbf.md §9)."""
-        rows = self.db.execute("SELECT name, interference FROM jobs WHERE interference IS NOT NULL"
-                               " ORDER BY end_time, job_id")
+        rows = self.db.execute(
+            "SELECT name, interference FROM jobs WHERE interference IS NOT NULL ORDER BY end_time, job_id"
+        )
         return {str(name or "").strip().lower(): float(xi) for name, xi in rows}
 
     def add_run(self, run: RunOutcome) -> bool:
         """Keep a run's outcome once; False when that run is already stored."""
-        cur = self.db.execute(f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_FIELDS)}) VALUES "
-                              f"({', '.join('?' * len(_RUN_FIELDS))})",
-                              [getattr(run, f) for f in _RUN_FIELDS])
+        cur = self.db.execute(
+            f"INSERT OR IGNORE INTO runs ({', '.join(_RUN_FIELDS)}) VALUES ({', '.join('?' * len(_RUN_FIELDS))})",
+            [getattr(run, f) for f in _RUN_FIELDS],
+        )
         return cur.rowcount > 0
 
     def runs(self, latest: int | None = None) -> list[RunOutcome]:
         """Stored run outcomes, oldest first; only the ``latest`` ones when given."""
         cols = ", ".join(_RUN_FIELDS)
-        sql = (f"SELECT {cols} FROM runs UNION ALL SELECT {cols} FROM runs_archive"
-               " ORDER BY time DESC, job_id DESC, restart_count DESC")
-        rows = self.db.execute(sql + (" LIMIT ?" if latest is not None else ""),
-                               (latest,) if latest is not None else ())
+        sql = (
+            f"SELECT {cols} FROM runs UNION ALL SELECT {cols} FROM runs_archive"
+            " ORDER BY time DESC, job_id DESC, restart_count DESC"
+        )
+        rows = self.db.execute(
+            sql + (" LIMIT ?" if latest is not None else ""), (latest,) if latest is not None else ()
+        )
         return [RunOutcome(*row) for row in rows][::-1]
 
     def has_run(self, job_id: int, restart_count: int) -> bool:
-        return self.db.execute("SELECT 1 FROM runs WHERE job_id=? AND restart_count=?",
-                               (job_id, restart_count)).fetchone() is not None
+        return (
+            self.db.execute("SELECT 1 FROM runs WHERE job_id=? AND restart_count=?", (job_id, restart_count)).fetchone()
+            is not None
+        )
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: str | None = None) -> str | None:

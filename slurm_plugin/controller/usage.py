@@ -11,7 +11,6 @@ policy's ``Job.usage`` carries them. A job that does not run has none.
 
 from __future__ import annotations
 
-
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import JobUsage
 from teiresias.jobfiles import UsageSample, read_usage
@@ -56,8 +55,7 @@ def of_record(rec: JobRecord) -> JobUsage | None:
     """The policy-facing view of what the record holds."""
     if rec.usage_time is None or rec.cpu_percent is None or rec.rss_bytes is None:
         return None
-    return JobUsage(rec.usage_time, rec.gpu_util, rec.gpu_mem_used, rec.gpu_mem_total, rec.cpu_percent,
-                    rec.rss_bytes)
+    return JobUsage(rec.usage_time, rec.gpu_util, rec.gpu_mem_used, rec.gpu_mem_total, rec.cpu_percent, rec.rss_bytes)
 
 
 def read_for(rec: JobRecord) -> tuple[JobUsage, str] | None:

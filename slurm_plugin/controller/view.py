@@ -8,8 +8,9 @@ two controller rounds.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller import accounting
@@ -24,9 +25,9 @@ class QueueRow:
     user: str
     name: str
     gpus: int
-    state: str                 # the controller's phase (PENDING, STARTING, RUNNING, PREEMPTING, FINISHED)
-    slurm_state: str | None    # what Slurm says now (None when Slurm did not answer)
-    queue: str                 # Q1..QK
+    state: str  # the controller's phase (PENDING, STARTING, RUNNING, PREEMPTING, FINISHED)
+    slurm_state: str | None  # what Slurm says now (None when Slurm did not answer)
+    queue: str  # Q1..QK
     queue_index: int
     rank: int | None
     attained_gpu_seconds: float
@@ -51,8 +52,8 @@ class QueueRow:
     rss_bytes: int | None = None
     usage_time: float | None = None
     usage_note: str = ""
-    app: str = ""                   # its app (docs/themis.md), under any policy
-    rho: float | None = None        # its app's finish-time fairness at the last round (themis)
+    app: str = ""  # its app (docs/themis.md), under any policy
+    rho: float | None = None  # its app's finish-time fairness at the last round (themis)
     lease_ends: float | None = None  # when its GPU lease ends (themis, running jobs)
     # GPU sharing (docs/sjf-bsbf.md): the job sharing its GPUs now, its sub-batch
     # (None: its full batch) and gradient-accumulation steps.
@@ -70,11 +71,14 @@ class QueueRow:
         return asdict(self)
 
 
-def build_rows(records: Iterable[JobRecord], now: float,
-               slurm: Mapping[int, SlurmJob] | None = None,
-               themis: Mapping[str, Mapping[int, Any]] | None = None,
-               app_for: Callable[[JobRecord], str] | None = None,
-               gandiva: Mapping[int, Any] | None = None) -> list[QueueRow]:
+def build_rows(
+    records: Iterable[JobRecord],
+    now: float,
+    slurm: Mapping[int, SlurmJob] | None = None,
+    themis: Mapping[str, Mapping[int, Any]] | None = None,
+    app_for: Callable[[JobRecord], str] | None = None,
+    gandiva: Mapping[int, Any] | None = None,
+) -> list[QueueRow]:
     """Rows ordered like the policy ranks them: running first, then waiting jobs by rank.
 
     ``themis``: the last round's stored apps, rho and leases (controller/leases.py);
@@ -95,26 +99,59 @@ def build_rows(records: Iterable[JobRecord], now: float,
             alloc = []
         g = (gandiva or {}).get(r.job_id)
         group = list(g.group) if g is not None and r.active else []
-        rows.append(QueueRow(
-            job_id=r.job_id, user=r.user, name=r.name, gpus=r.gpus, state=r.phase.value,
-            slurm_state=sj.state if sj is not None else None, queue=f"Q{r.queue + 1}", queue_index=r.queue,
-            rank=r.rank, attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
-            executed_seconds=round(accounting.total_executed(r, now), 1), gittins_index=r.gittins,
-            preemptions=r.preemptions, placement=alloc, reason=r.reason, skew=r.skew,
-            app=t_apps.get(r.job_id) or (app_for(r) if app_for else "") or app_of(
-                Job(JobId(r.job_id), r.gpus, r.submit_time, user=r.user, account=r.account, model_name=r.name)),
-            rho=t_rho.get(r.job_id) if r.active else None,
-            lease_ends=t_leases.get(r.job_id) if r.phase in live else None,
-            submit_time=r.submit_time, first_start_time=r.first_start_time, end_time=r.end_time,
-            final_state=r.final_state, ckpt_seconds=r.ckpt_seconds, ckpt_bytes=r.ckpt_bytes,
-            gpu_util=r.gpu_util, gpu_mem_used=r.gpu_mem_used, gpu_mem_total=r.gpu_mem_total,
-            cpu_percent=r.cpu_percent, rss_bytes=r.rss_bytes, usage_time=r.usage_time, usage_note=r.usage_note,
-            shared_with=r.shared_with if r.shared_with is not None or not group else group[0],
-            sub_batch=r.sub_batch, accumulation=r.accumulation, colocated_with=group,
-            slices=g.slices if g is not None else 0, migrations=g.migrations if g is not None else 0,
-        ))
-    order = {Phase.RUNNING.value: 0, Phase.PREEMPTING.value: 0, Phase.STARTING.value: 1,
-             Phase.PENDING.value: 2, Phase.FINISHED.value: 3}
+        rows.append(
+            QueueRow(
+                job_id=r.job_id,
+                user=r.user,
+                name=r.name,
+                gpus=r.gpus,
+                state=r.phase.value,
+                slurm_state=sj.state if sj is not None else None,
+                queue=f"Q{r.queue + 1}",
+                queue_index=r.queue,
+                rank=r.rank,
+                attained_gpu_seconds=round(accounting.attained_gpu_seconds(r, now), 1),
+                executed_seconds=round(accounting.total_executed(r, now), 1),
+                gittins_index=r.gittins,
+                preemptions=r.preemptions,
+                placement=alloc,
+                reason=r.reason,
+                skew=r.skew,
+                app=t_apps.get(r.job_id)
+                or (app_for(r) if app_for else "")
+                or app_of(
+                    Job(JobId(r.job_id), r.gpus, r.submit_time, user=r.user, account=r.account, model_name=r.name)
+                ),
+                rho=t_rho.get(r.job_id) if r.active else None,
+                lease_ends=t_leases.get(r.job_id) if r.phase in live else None,
+                submit_time=r.submit_time,
+                first_start_time=r.first_start_time,
+                end_time=r.end_time,
+                final_state=r.final_state,
+                ckpt_seconds=r.ckpt_seconds,
+                ckpt_bytes=r.ckpt_bytes,
+                gpu_util=r.gpu_util,
+                gpu_mem_used=r.gpu_mem_used,
+                gpu_mem_total=r.gpu_mem_total,
+                cpu_percent=r.cpu_percent,
+                rss_bytes=r.rss_bytes,
+                usage_time=r.usage_time,
+                usage_note=r.usage_note,
+                shared_with=r.shared_with if r.shared_with is not None or not group else group[0],
+                sub_batch=r.sub_batch,
+                accumulation=r.accumulation,
+                colocated_with=group,
+                slices=g.slices if g is not None else 0,
+                migrations=g.migrations if g is not None else 0,
+            )
+        )
+    order = {
+        Phase.RUNNING.value: 0,
+        Phase.PREEMPTING.value: 0,
+        Phase.STARTING.value: 1,
+        Phase.PENDING.value: 2,
+        Phase.FINISHED.value: 3,
+    }
     rows.sort(key=lambda x: (order[x.state], x.rank if x.rank is not None else 1 << 30, x.job_id))
     return rows
 
@@ -140,24 +177,55 @@ def usage_cells(r: QueueRow) -> tuple[str, str]:
     if r.usage_time is None:
         return "-", "-"
     util = "n/a" if r.gpu_util is None else f"{r.gpu_util:.0f}%"
-    mem = "n/a" if r.gpu_mem_used is None else (
-        _fmt_bytes(r.gpu_mem_used) + (f"/{_fmt_bytes(r.gpu_mem_total)}" if r.gpu_mem_total else ""))
+    mem = (
+        "n/a"
+        if r.gpu_mem_used is None
+        else (_fmt_bytes(r.gpu_mem_used) + (f"/{_fmt_bytes(r.gpu_mem_total)}" if r.gpu_mem_total else ""))
+    )
     return util, mem
 
 
 def format_table(rows: list[QueueRow]) -> str:
     """squeue-like text table."""
-    head = ["JOBID", "USER", "NAME", "GPUS", "STATE", "QUEUE", "ATTAINED", "GITTINS", "PREEMPT", "NODES", "SKEW",
-            "GPU_UTIL", "GPU_MEM", "WHY"]
+    head = [
+        "JOBID",
+        "USER",
+        "NAME",
+        "GPUS",
+        "STATE",
+        "QUEUE",
+        "ATTAINED",
+        "GITTINS",
+        "PREEMPT",
+        "NODES",
+        "SKEW",
+        "GPU_UTIL",
+        "GPU_MEM",
+        "WHY",
+    ]
     lines = [head]
     for r in rows:
         nodes = ",".join(f"{p['node']}:{p['gpus']}" if p["gpus"] is not None else p["node"] for p in r.placement)
         state = r.state if r.final_state is None else r.final_state
-        lines.append([str(r.job_id), r.user[:10], r.name[:14], str(r.gpus), state, r.queue,
-                      _fmt_gpu_time(r.attained_gpu_seconds),
-                      "-" if r.gittins_index is None else f"{r.gittins_index:.3g}",
-                      str(r.preemptions), nodes or "-", "-" if r.skew is None else f"{r.skew:.2f}",
-                      *usage_cells(r), r.reason or ""])
+        lines.append(
+            [
+                str(r.job_id),
+                r.user[:10],
+                r.name[:14],
+                str(r.gpus),
+                state,
+                r.queue,
+                _fmt_gpu_time(r.attained_gpu_seconds),
+                "-" if r.gittins_index is None else f"{r.gittins_index:.3g}",
+                str(r.preemptions),
+                nodes or "-",
+                "-" if r.skew is None else f"{r.skew:.2f}",
+                *usage_cells(r),
+                r.reason or "",
+            ]
+        )
     widths = [max(len(row[i]) for row in lines) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1]
-                     for row in lines).rstrip() + "\n"
+    return (
+        "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in lines).rstrip()
+        + "\n"
+    )

@@ -6,5 +6,14 @@ from slurm_plugin.localcluster.cluster import ClusterStatus, LocalCluster, UpRes
 from slurm_plugin.localcluster.config import DEFAULT_DIR, DEFAULT_PORT_BASE, ClusterConfig
 from slurm_plugin.localcluster.errors import LocalClusterError
 
-__all__ = ["ClusterConfig", "ClusterStatus", "LocalCluster", "LocalClusterError", "UpResult",
-           "DEFAULT_DIR", "DEFAULT_PORT_BASE", "client_env", "config_from_dir"]
+__all__ = [
+    "ClusterConfig",
+    "ClusterStatus",
+    "LocalCluster",
+    "LocalClusterError",
+    "UpResult",
+    "DEFAULT_DIR",
+    "DEFAULT_PORT_BASE",
+    "client_env",
+    "config_from_dir",
+]

@@ -87,11 +87,19 @@ class LocalCluster:
         self.env = client_env(cfg.conf)
 
     # ------------------------------------------------------------ helpers
-    def _run(self, *cmd: str, timeout: float = 15.0, env: dict[str, str] | None = None,
-             check: bool = False) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, *cmd: str, timeout: float = 15.0, env: dict[str, str] | None = None, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         try:
-            r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout,
-                               env=env or self.env, stdin=subprocess.DEVNULL, check=False)
+            r = subprocess.run(
+                list(cmd),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env or self.env,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise LocalClusterError(f"{cmd[0]} did not finish in {timeout:.0f}s") from None
         if check and r.returncode != 0:
@@ -163,12 +171,14 @@ class LocalCluster:
         running, and return once every node accepts jobs."""
         t0 = time.monotonic()
         if os.geteuid() != 0:
-            raise LocalClusterError("the local cluster needs root (it starts slurmd as root and "
-                                    "makes fake GPU device nodes): run as root")
+            raise LocalClusterError(
+                "the local cluster needs root (it starts slurmd as root and makes fake GPU device nodes): run as root"
+            )
         installed = ensure_packages(restd, self.log, accounting=self.cfg.accounting)
         if self.cfg.job_submit_lua is not None and not JOB_SUBMIT_LUA_SO.exists():
-            raise LocalClusterError(f"--job-submit-lua needs {JOB_SUBMIT_LUA_SO} "
-                                    "(package slurm-wlm-basic-plugins), which is missing")
+            raise LocalClusterError(
+                f"--job-submit-lua needs {JOB_SUBMIT_LUA_SO} (package slurm-wlm-basic-plugins), which is missing"
+            )
         started: list[str] = []
         with self._locked():
             before = self._live_labels()
@@ -194,9 +204,15 @@ class LocalCluster:
                 except LocalClusterError as cleanup:
                     self.log(f"after the failed start: {cleanup}")
                 raise
-        return UpResult(conf=str(self.cfg.conf), dir=str(self.cfg.dir), changed=changed or bool(started),
-                        installed=installed, started=started, seconds=round(time.monotonic() - t0, 2),
-                        restd_socket=str(self.cfg.restd_socket) if restd else None)
+        return UpResult(
+            conf=str(self.cfg.conf),
+            dir=str(self.cfg.dir),
+            changed=changed or bool(started),
+            installed=installed,
+            started=started,
+            seconds=round(time.monotonic() - t0, 2),
+            restd_socket=str(self.cfg.restd_socket) if restd else None,
+        )
 
     def _write_config(self) -> bool:
         """Write etc/*; if it differs from what the live daemons run with,
@@ -237,10 +253,16 @@ class LocalCluster:
         for optional in ("job_submit.lua", "slurmdbd.conf", POKE_NAME):
             if optional not in files:
                 (cfg.etc / optional).unlink(missing_ok=True)
-        state = {"fingerprint": fp, "nodes": cfg.nodes, "gpus_per_node": cfg.gpus_per_node,
-                 "port_base": cfg.port_base, "partitions": list(cfg.partitions),
-                 "job_submit_lua": str(cfg.job_submit_lua) if cfg.job_submit_lua else None,
-                 "accounting": cfg.accounting, "events": cfg.events}
+        state = {
+            "fingerprint": fp,
+            "nodes": cfg.nodes,
+            "gpus_per_node": cfg.gpus_per_node,
+            "port_base": cfg.port_base,
+            "partitions": list(cfg.partitions),
+            "job_submit_lua": str(cfg.job_submit_lua) if cfg.job_submit_lua else None,
+            "accounting": cfg.accounting,
+            "events": cfg.events,
+        }
         state_path.write_text(json.dumps(state, indent=1) + "\n")
         return True
 
@@ -263,13 +285,27 @@ class LocalCluster:
             os.chmod(key, 0o600)
         if procs.pid_from_file(m / "munged.pid", "munged"):
             return False
-        self._run("munged", f"--key-file={key}", f"--socket={self.cfg.munge_socket}",
-                  f"--pid-file={m / 'munged.pid'}", f"--log-file={self.cfg.log / 'munged.log'}",
-                  f"--seed-file={m / 'munged.seed'}", "--force", check=True)
+        self._run(
+            "munged",
+            f"--key-file={key}",
+            f"--socket={self.cfg.munge_socket}",
+            f"--pid-file={m / 'munged.pid'}",
+            f"--log-file={self.cfg.log / 'munged.log'}",
+            f"--seed-file={m / 'munged.seed'}",
+            "--force",
+            check=True,
+        )
         self._wait_pidfile(m / "munged.pid", "munged", "munged.log")
-        ok = procs.wait_until(lambda: self._run("bash", "-c",
-                                                f"munge -n -S {self.cfg.munge_socket} | "
-                                                f"unmunge -S {self.cfg.munge_socket}").returncode == 0, 10, 0.1)
+        ok = procs.wait_until(
+            lambda: (
+                self._run(
+                    "bash", "-c", f"munge -n -S {self.cfg.munge_socket} | unmunge -S {self.cfg.munge_socket}"
+                ).returncode
+                == 0
+            ),
+            10,
+            0.1,
+        )
         if not ok:
             raise LocalClusterError(f"munged did not answer in 10s: {self._log_tail('munged.log')}")
         return True
@@ -300,8 +336,9 @@ class LocalCluster:
         return started
 
     def _mariadb_sql(self, sql: str, timeout: float = 15.0) -> subprocess.CompletedProcess[str]:
-        return self._run("mariadb", "--no-defaults", f"--socket={self.cfg.mysql_socket}", "-uroot",
-                         "-e", sql, timeout=timeout)
+        return self._run(
+            "mariadb", "--no-defaults", f"--socket={self.cfg.mysql_socket}", "-uroot", "-e", sql, timeout=timeout
+        )
 
     def _ensure_mariadb(self) -> bool:
         """A private MariaDB server: its own datadir, socket and 127.0.0.1 port,
@@ -312,25 +349,47 @@ class LocalCluster:
         started = False
         if procs.pid_from_file(pf, "mariadbd") is None:
             if procs.port_in_use(cfg.mysql_port):
-                raise LocalClusterError(f"port {cfg.mysql_port} (MariaDB) is already in use by another process: "
-                                        "choose another --port-base")
+                raise LocalClusterError(
+                    f"port {cfg.mysql_port} (MariaDB) is already in use by another process: choose another --port-base"
+                )
             if not (data / "mysql").is_dir():
-                r = self._run("mariadb-install-db", "--no-defaults", "--user=root", f"--datadir={data}",
-                              "--auth-root-authentication-method=socket", "--skip-test-db", timeout=180)
+                r = self._run(
+                    "mariadb-install-db",
+                    "--no-defaults",
+                    "--user=root",
+                    f"--datadir={data}",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                    timeout=180,
+                )
                 (cfg.log / "mariadb-install.log").write_text(r.stdout + r.stderr)
                 if r.returncode != 0:
-                    raise LocalClusterError(f"mariadb-install-db failed ({r.returncode}): "
-                                            f"{self._log_tail('mariadb-install.log', 1)}")
+                    raise LocalClusterError(
+                        f"mariadb-install-db failed ({r.returncode}): {self._log_tail('mariadb-install.log', 1)}"
+                    )
             pf.unlink(missing_ok=True)
             with open(cfg.log / "mariadb.log", "ab") as logf:
                 p = subprocess.Popen(
-                    ["mariadbd", "--no-defaults", "--user=root", f"--datadir={data}",
-                     f"--socket={cfg.mysql_socket}", f"--pid-file={pf}", "--bind-address=127.0.0.1",
-                     f"--port={cfg.mysql_port}", f"--log-error={cfg.log}/mariadb.err",
-                     # small: the accounting of a test cluster is a few hundred rows
-                     "--innodb-buffer-pool-size=32M", "--skip-name-resolve"],
-                    env=self.env, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                    start_new_session=True)
+                    [
+                        "mariadbd",
+                        "--no-defaults",
+                        "--user=root",
+                        f"--datadir={data}",
+                        f"--socket={cfg.mysql_socket}",
+                        f"--pid-file={pf}",
+                        "--bind-address=127.0.0.1",
+                        f"--port={cfg.mysql_port}",
+                        f"--log-error={cfg.log}/mariadb.err",
+                        # small: the accounting of a test cluster is a few hundred rows
+                        "--innodb-buffer-pool-size=32M",
+                        "--skip-name-resolve",
+                    ],
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             started = True
 
             def answers() -> bool:
@@ -345,11 +404,14 @@ class LocalCluster:
         grants = "; ".join(
             f"CREATE USER IF NOT EXISTS 'slurm'@'{h}' IDENTIFIED BY '{pw}'; "
             f"ALTER USER 'slurm'@'{h}' IDENTIFIED BY '{pw}'; "
-            f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{h}'" for h in ("127.0.0.1", "localhost"))
+            f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{h}'"
+            for h in ("127.0.0.1", "localhost")
+        )
         r = self._mariadb_sql(grants + "; FLUSH PRIVILEGES")
         if r.returncode != 0:
-            raise LocalClusterError(f"could not create slurmdbd's database user: "
-                                    f"{(r.stderr.strip() or 'no output').splitlines()[-1]}")
+            raise LocalClusterError(
+                f"could not create slurmdbd's database user: {(r.stderr.strip() or 'no output').splitlines()[-1]}"
+            )
         return started
 
     def _ensure_slurmdbd(self) -> bool:
@@ -357,8 +419,9 @@ class LocalCluster:
         if procs.pid_from_file(pf, "slurmdbd"):
             return False
         if procs.port_in_use(self.cfg.dbd_port):
-            raise LocalClusterError(f"port {self.cfg.dbd_port} (slurmdbd) is already in use by another process: "
-                                    "choose another --port-base")
+            raise LocalClusterError(
+                f"port {self.cfg.dbd_port} (slurmdbd) is already in use by another process: choose another --port-base"
+            )
         # slurmdbd reads slurmdbd.conf beside $SLURM_CONF, and daemonizes
         self._run("slurmdbd", check=True)
         self._wait_pidfile(pf, "slurmdbd", "slurmdbd.log")
@@ -370,8 +433,9 @@ class LocalCluster:
 
         # the first start creates the tables: several seconds on two cores
         if not procs.wait_until(listening, 90, 0.2):
-            raise LocalClusterError(f"slurmdbd did not listen on {self.cfg.dbd_port} in 90s: "
-                                    f"{self._log_tail('slurmdbd.log')}")
+            raise LocalClusterError(
+                f"slurmdbd did not listen on {self.cfg.dbd_port} in 90s: {self._log_tail('slurmdbd.log')}"
+            )
         return True
 
     def accounting_ok(self) -> bool:
@@ -385,8 +449,9 @@ class LocalCluster:
         started = False
         if self.ctld_pid() is None:
             if procs.port_in_use(self.cfg.port_base):
-                raise LocalClusterError(f"port {self.cfg.port_base} is already in use by another process: "
-                                        "choose another --port-base")
+                raise LocalClusterError(
+                    f"port {self.cfg.port_base} is already in use by another process: choose another --port-base"
+                )
             # -i: tolerate missing or stale state files (first start, changed node set)
             self._run("slurmctld", "-i", check=True)
             started = True
@@ -411,8 +476,9 @@ class LocalCluster:
             if procs.pid_from_file(self.cfg.run / f"slurmd-{name}.pid", "slurmd"):
                 continue
             if procs.port_in_use(self.cfg.node_port(i)):
-                raise LocalClusterError(f"port {self.cfg.node_port(i)} (node {name}) is already in use: "
-                                        "choose another --port-base")
+                raise LocalClusterError(
+                    f"port {self.cfg.node_port(i)} (node {name}) is already in use: choose another --port-base"
+                )
             self._run("slurmd", "-N", name, check=True)
             started.append(f"slurmd-{name}")
             self._wait_pidfile(self.cfg.run / f"slurmd-{name}.pid", "slurmd", f"slurmd-{name}.log")
@@ -436,24 +502,29 @@ class LocalCluster:
             states = self.node_states()
             # slurmctld restores node states from its state files before the
             # slurmd register, so a node also needs its slurmd listening
-            bad = {n for i, n in enumerate(self.cfg.node_names, start=1)
-                   if states.get(n) not in READY_STATES or not procs.port_in_use(self.cfg.node_port(i))}
+            bad = {
+                n
+                for i, n in enumerate(self.cfg.node_names, start=1)
+                if states.get(n) not in READY_STATES or not procs.port_in_use(self.cfg.node_port(i))
+            }
             if not bad:
                 return
-            resumable = sorted(n for n in bad if states.get(n, "").rstrip("*~#!%$@^-") in
-                               ("drain", "drng", "down", "fail", "failg"))
+            resumable = sorted(
+                n for n in bad if states.get(n, "").rstrip("*~#!%$@^-") in ("drain", "drng", "down", "fail", "failg")
+            )
             if resumable:
                 self._run("scontrol", "update", f"nodename={','.join(resumable)}", "state=resume")
             # after a slurmctld restart nodes may sit in UNKNOWN until the next
             # ping; a reconfigure makes them register now
-            if not kicked and time.monotonic() > kicked_at and any(
-                    states.get(n, "unk").startswith("unk") for n in bad):
+            if not kicked and time.monotonic() > kicked_at and any(states.get(n, "unk").startswith("unk") for n in bad):
                 self._run("scontrol", "reconfigure")
                 kicked = True
             time.sleep(0.2)
-        raise LocalClusterError(f"nodes not ready after {timeout:.0f}s: "
-                                + ", ".join(f"{n}={states.get(n, 'missing')}" for n in sorted(want))
-                                + f"; see {self.cfg.log}/slurmd-*.log")
+        raise LocalClusterError(
+            f"nodes not ready after {timeout:.0f}s: "
+            + ", ".join(f"{n}={states.get(n, 'missing')}" for n in sorted(want))
+            + f"; see {self.cfg.log}/slurmd-*.log"
+        )
 
     def _ensure_restd(self) -> bool:
         from slurm_plugin.backends.restd import unix_http  # only needed with --restd
@@ -465,15 +536,19 @@ class LocalCluster:
         sock.unlink(missing_ok=True)
         env = dict(self.env, SLURMRESTD_SECURITY="disable_user_check")
         with open(self.cfg.log / "slurmrestd.log", "ab") as logf:
-            p = subprocess.Popen(["slurmrestd", "-a", "rest_auth/local", "-s", "openapi/v0.0.38",
-                                  f"unix:{sock}"], env=env, stdin=subprocess.DEVNULL, stdout=logf,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+            p = subprocess.Popen(
+                ["slurmrestd", "-a", "rest_auth/local", "-s", "openapi/v0.0.38", f"unix:{sock}"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         pf.write_text(f"{p.pid}\n")
 
         def answers() -> bool:
             if p.poll() is not None:
-                raise LocalClusterError(f"slurmrestd exited ({p.returncode}): "
-                                        f"{self._log_tail('slurmrestd.log')}")
+                raise LocalClusterError(f"slurmrestd exited ({p.returncode}): {self._log_tail('slurmrestd.log')}")
             try:
                 status, body = unix_http(str(sock), "GET", "/slurm/v0.0.38/ping", timeout=2)
             except OSError:
@@ -576,8 +651,12 @@ def config_from_dir(directory: Path | str, **overrides) -> ClusterConfig:
     kwargs: dict = {"dir": directory}
     try:
         state = json.loads((directory / STATE_FILE).read_text())
-        kwargs.update(nodes=state["nodes"], gpus_per_node=state["gpus_per_node"],
-                      port_base=state["port_base"], partitions=tuple(state["partitions"]))
+        kwargs.update(
+            nodes=state["nodes"],
+            gpus_per_node=state["gpus_per_node"],
+            port_base=state["port_base"],
+            partitions=tuple(state["partitions"]),
+        )
         if state.get("job_submit_lua") and Path(state["job_submit_lua"]).is_file():
             kwargs["job_submit_lua"] = Path(state["job_submit_lua"])
         kwargs["accounting"] = bool(state.get("accounting", False))

@@ -18,8 +18,7 @@ JOB_SUBMIT_LUA_SO = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so"
 def missing_packages(names: tuple[str, ...]) -> list[str]:
     missing = []
     for name in names:
-        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name],
-                           capture_output=True, text=True, check=False)
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True, text=True, check=False)
         if "install ok installed" not in r.stdout:
             missing.append(name)
     return missing
@@ -35,19 +34,24 @@ def ensure_packages(restd: bool, log=lambda msg: None, accounting: bool = False)
     try:
         missing = missing_packages(wanted)
     except FileNotFoundError:
-        raise LocalClusterError("dpkg-query not found: the local cluster needs a Debian/Ubuntu host "
-                                "(install slurmctld slurmd slurm-client munge yourself elsewhere)") from None
+        raise LocalClusterError(
+            "dpkg-query not found: the local cluster needs a Debian/Ubuntu host "
+            "(install slurmctld slurmd slurm-client munge yourself elsewhere)"
+        ) from None
     if not missing:
         return []
     if os.geteuid() != 0:
-        raise LocalClusterError(f"missing packages {' '.join(missing)}: run as root, or "
-                                f"apt-get install {' '.join(missing)}")
+        raise LocalClusterError(
+            f"missing packages {' '.join(missing)}: run as root, or apt-get install {' '.join(missing)}"
+        )
     log(f"installing {' '.join(missing)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     # other sessions may run apt at the same moment: wait for the dpkg lock
     lock = ["-o", "DPkg::Lock::Timeout=300"]
-    for cmd in (["apt-get", *lock, "update", "-qq"],
-                ["apt-get", *lock, "install", "-y", "-qq", "--no-install-recommends", *missing]):
+    for cmd in (
+        ["apt-get", *lock, "update", "-qq"],
+        ["apt-get", *lock, "install", "-y", "-qq", "--no-install-recommends", *missing],
+    ):
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if r.returncode != 0:
             tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or ["no output"]

@@ -24,7 +24,7 @@ that only *contains* bad nodes is still split for its healthy parts (HiveD
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from teiresias.cells.model import Cell
 

@@ -19,9 +19,10 @@ into enough cells for the quotas of this level.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from teiresias import yamlconf
 from teiresias.cells.model import CellChain, CellLevel, CellType, TopCellSpec, Topology
@@ -192,13 +193,24 @@ def _parse_chains(types_raw: dict, tops_raw: Any, err) -> dict[str, CellChain]:
             spec = types_raw[n]
             if i > 0:
                 gpus *= spec["count"]
-            types.append(CellType(n, CellLevel(i + 1), spec.get("child"), spec.get("count", 1) if i > 0 else 1,
-                                  gpus, bool(spec.get("node", False))))
+            types.append(
+                CellType(
+                    n,
+                    CellLevel(i + 1),
+                    spec.get("child"),
+                    spec.get("count", 1) if i > 0 else 1,
+                    gpus,
+                    bool(spec.get("node", False)),
+                )
+            )
         node_types = [t.name for t in types if t.is_node]
         if len(node_types) != 1:
             what = "no type" if not node_types else f"{len(node_types)} types ({', '.join(node_types)})"
-            raise err(f"cell_types.{top}", f"chain {' -> '.join(path)} has {what} marked node: true;"
-                      " mark exactly the type whose cells are Slurm nodes")
+            raise err(
+                f"cell_types.{top}",
+                f"chain {' -> '.join(path)} has {what} marked node: true;"
+                " mark exactly the type whose cells are Slurm nodes",
+            )
         chains[top] = CellChain(tuple(types))
     return chains
 
@@ -228,21 +240,30 @@ def _parse_tops(tops_raw: Any, chains: dict[str, CellChain], cluster: Cluster | 
             raise err(f"{key}.nodes", f"bad hostlist {exc}; write e.g. gpu[01-04,07]") from None
         want = chain.top.gpus // chain.node_gpus
         if len(nodes) != want:
-            raise err(f"{key}.nodes", f"a {tname} cell holds {want} node(s) of type "
-                      f"{chain.type_at(chain.node_level).name} but {len(nodes)} are listed; "
-                      "fix the node list or the child counts")
+            raise err(
+                f"{key}.nodes",
+                f"a {tname} cell holds {want} node(s) of type "
+                f"{chain.type_at(chain.node_level).name} but {len(nodes)} are listed; "
+                "fix the node list or the child counts",
+            )
         for n in nodes:
             if n in seen:
                 raise err(f"{key}.nodes", f"node {n} is already in {seen[n]}; each node belongs to one cell")
             seen[n] = key
             if cluster is not None:
                 if n not in cluster:
-                    raise err(f"{key}.nodes", f"unknown node {n}: not in the Slurm cluster; "
-                              f"known nodes: {', '.join(x.name for x in cluster.nodes)}")
+                    raise err(
+                        f"{key}.nodes",
+                        f"unknown node {n}: not in the Slurm cluster; "
+                        f"known nodes: {', '.join(x.name for x in cluster.nodes)}",
+                    )
                 if cluster.node(n).gpus != chain.node_gpus:
-                    raise err(f"{key}.nodes", f"node {n} has {cluster.node(n).gpus} GPUs in Slurm but a "
-                              f"{chain.type_at(chain.node_level).name} cell holds {chain.node_gpus}; "
-                              "fix the child counts")
+                    raise err(
+                        f"{key}.nodes",
+                        f"node {n} has {cluster.node(n).gpus} GPUs in Slurm but a "
+                        f"{chain.type_at(chain.node_level).name} cell holds {chain.node_gpus}; "
+                        "fix the child counts",
+                    )
         name = t.get("name")
         if name is not None and not isinstance(name, str):
             raise err(f"{key}.name", "must be a string")
@@ -261,11 +282,15 @@ def _resolve_type(ref: str, chains: dict[str, CellChain], key: str, err) -> tupl
         return chain_name, lev
     hits = [(c, ch.level_of(ref)) for c, ch in chains.items() if ch.level_of(ref) is not None]
     if not hits:
-        raise err(key, f"unknown cell type {ref!r}; known: "
-                  f"{', '.join(sorted({t.name for ch in chains.values() for t in ch.types}))}")
+        raise err(
+            key,
+            f"unknown cell type {ref!r}; known: "
+            f"{', '.join(sorted({t.name for ch in chains.values() for t in ch.types}))}",
+        )
     if len(hits) > 1:
-        raise err(key, f"cell type {ref!r} is in several chains; write one of: "
-                  f"{', '.join(f'{c}/{ref}' for c, _ in hits)}")
+        raise err(
+            key, f"cell type {ref!r} is in several chains; write one of: {', '.join(f'{c}/{ref}' for c, _ in hits)}"
+        )
     return hits[0][0], CellLevel(hits[0][1])
 
 
@@ -310,10 +335,14 @@ def _check_feasible(chains: dict[str, CellChain], tops: list[TopCellSpec], vcs: 
         for level in range(chain.top.level, 0, -1):
             need = sum(q.count for vc in vcs for q in vc.quota if q.chain == cname and q.level == level)
             if need > have:
-                who = ", ".join(f"{vc.name}={q.count}" for vc in vcs for q in vc.quota
-                                if q.chain == cname and q.level == level)
-                raise err("virtual_clusters", f"quotas of {chain.type_at(level).name} cells in chain {cname} "
-                          f"({who}) need {need} but only {have} can be honoured at once after the quotas of "
-                          "larger cells; lower a quota or add physical cells")
+                who = ", ".join(
+                    f"{vc.name}={q.count}" for vc in vcs for q in vc.quota if q.chain == cname and q.level == level
+                )
+                raise err(
+                    "virtual_clusters",
+                    f"quotas of {chain.type_at(level).name} cells in chain {cname} "
+                    f"({who}) need {need} but only {have} can be honoured at once after the quotas of "
+                    "larger cells; lower a quota or add physical cells",
+                )
             if level > 1:
                 have = (have - need) * chain.type_at(level).child_count

@@ -19,15 +19,16 @@ silently absorbs all of it.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from teiresias.cells.buddy import BuddySpace
 from teiresias.cells.model import Cell, CellChain
 from teiresias.cells.vc import VirtualCell, VirtualCluster
 
 
-def bad_nodes_of(unavailable: Mapping[str, int], node_gpus: Mapping[str, int],
-                 explicit: Iterable[str] = ()) -> frozenset[str]:
+def bad_nodes_of(
+    unavailable: Mapping[str, int], node_gpus: Mapping[str, int], explicit: Iterable[str] = ()
+) -> frozenset[str]:
     """Nodes whose cells may not be newly bound: any GPU unavailable, or named explicitly.
 
     A node with only part of its GPUs unavailable (jobs outside the managed
@@ -47,8 +48,9 @@ def _healthy_counts(space: BuddySpace, c: Cell, counts: dict[int, int]) -> None:
         _healthy_counts(space, k, counts)
 
 
-def lost_guarantee(physical: BuddySpace, vcs: Iterable[VirtualCluster],
-                   chains: Mapping[str, CellChain]) -> list[VirtualCell]:
+def lost_guarantee(
+    physical: BuddySpace, vcs: Iterable[VirtualCluster], chains: Mapping[str, CellChain]
+) -> list[VirtualCell]:
     """Unbound virtual cells that cannot all be bound to healthy free cells at once."""
     vcs = list(vcs)
     lost: list[VirtualCell] = []

@@ -13,11 +13,10 @@ its tenant's quota is high-priority.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 
-def fragmentation(capacity: Mapping[str, int], high_used: Mapping[str, int],
-                  exclude: Iterable[str] = ()) -> float:
+def fragmentation(capacity: Mapping[str, int], high_used: Mapping[str, int], exclude: Iterable[str] = ()) -> float:
     """Share of nodes with 0 < GPUs held by high-priority jobs < node GPUs (0.0 for no nodes)."""
     skip = set(exclude)
     nodes = [n for n in capacity if n not in skip and capacity[n] > 0]

@@ -18,8 +18,9 @@ Rules that hold everywhere (see docs/cells.md):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, NewType
+from typing import NewType
 
 CellLevel = NewType("CellLevel", int)
 """1 = one GPU; level k+1 cells are made of level-k buddies."""
@@ -88,8 +89,16 @@ class Cell:
 
     __slots__ = ("index", "address", "chain", "level", "parent", "children", "node", "nodes", "gpus", "position")
 
-    def __init__(self, index: int, address: str, chain: CellChain, level: CellLevel,
-                 parent: "Cell | None", node: str | None, position: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        address: str,
+        chain: CellChain,
+        level: CellLevel,
+        parent: Cell | None,
+        node: str | None,
+        position: int,
+    ) -> None:
         self.index = index
         self.address = address
         self.chain = chain
@@ -109,27 +118,27 @@ class Cell:
     def is_leaf(self) -> bool:
         return not self.children
 
-    def leaves(self) -> Iterator["Cell"]:
+    def leaves(self) -> Iterator[Cell]:
         if not self.children:
             yield self
             return
         for c in self.children:
             yield from c.leaves()
 
-    def descendants_at(self, level: int) -> Iterator["Cell"]:
+    def descendants_at(self, level: int) -> Iterator[Cell]:
         if self.level == level:
             yield self
         elif self.level > level:
             for c in self.children:
                 yield from c.descendants_at(level)
 
-    def ancestor_at(self, level: int) -> "Cell | None":
+    def ancestor_at(self, level: int) -> Cell | None:
         c: Cell | None = self
         while c is not None and c.level < level:
             c = c.parent
         return c if c is not None and c.level == level else None
 
-    def contains(self, other: "Cell") -> bool:
+    def contains(self, other: Cell) -> bool:
         c: Cell | None = other
         while c is not None and c.level <= self.level:
             if c is self:
@@ -166,7 +175,7 @@ class Topology:
     node_cells: dict[str, Cell] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, chains: dict[str, CellChain], tops: list[TopCellSpec]) -> "Topology":
+    def build(cls, chains: dict[str, CellChain], tops: list[TopCellSpec]) -> Topology:
         """Build the forest; ``tops`` must already be validated (see config.py)."""
         topo = cls(chains=chains, roots=())
         roots: list[Cell] = []
@@ -181,8 +190,16 @@ class Topology:
         topo.roots = tuple(roots)
         return topo
 
-    def _grow(self, chain: CellChain, level: CellLevel, parent: Cell | None, address: str,
-              nodes: Iterator[str], node: str | None, position: int) -> Cell:
+    def _grow(
+        self,
+        chain: CellChain,
+        level: CellLevel,
+        parent: Cell | None,
+        address: str,
+        nodes: Iterator[str],
+        node: str | None,
+        position: int,
+    ) -> Cell:
         if level == chain.node_level:
             node = next(nodes)
             address = node

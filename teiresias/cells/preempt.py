@@ -14,7 +14,7 @@ only (Slurm picks GPU indices inside a node), but the counts are exact.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from teiresias.cells.model import Cell
 from teiresias.domain import JobId
@@ -81,8 +81,11 @@ class Occupancy:
         """Opportunistic jobs holding GPUs inside ``c``."""
         if not self.opp_gpus.get(c.index):
             return set()
-        return {self.owner[leaf.index] for leaf in c.leaves()
-                if leaf.index in self.owner and self.owner[leaf.index] in self.opportunistic}
+        return {
+            self.owner[leaf.index]
+            for leaf in c.leaves()
+            if leaf.index in self.owner and self.owner[leaf.index] in self.opportunistic
+        }
 
     def cost(self, c: Cell) -> tuple[int, int]:
         """Preemption cost of giving ``c`` to a guaranteed job: (jobs preempted, their GPUs).

@@ -66,16 +66,20 @@ class QuotaPolicy:
         rank = {j.job_id: k for k, j in enumerate(order)}
         caps = {n.name: n.gpus for n in snapshot.cluster.nodes}
         bad = bad_nodes_of(snapshot.unavailable, caps)
-        nodes = _Nodes({n: (0 if n in bad else g) for n, g in caps.items()},
-                       {n.name: i for i, n in enumerate(snapshot.cluster.nodes)}, {n: {} for n in caps})
+        nodes = _Nodes(
+            {n: (0 if n in bad else g) for n, g in caps.items()},
+            {n.name: i for i, n in enumerate(snapshot.cluster.nodes)},
+            {n: {} for n in caps},
+        )
         gpn = snapshot.cluster.max_gpus_per_node
 
         used: dict[str, int] = {}
         guaranteed: set[JobId] = set()
         placement: dict[JobId, Placement] = {}
-        running = sorted((j for j in snapshot.jobs if j.is_running and j.placement is not None),
-                         key=lambda j: (j.first_start_time if j.first_start_time is not None else snapshot.now,
-                                        j.job_id))
+        running = sorted(
+            (j for j in snapshot.jobs if j.is_running and j.placement is not None),
+            key=lambda j: (j.first_start_time if j.first_start_time is not None else snapshot.now, j.job_id),
+        )
         for j in running:
             placement[j.job_id] = j.placement  # type: ignore[assignment]
             nodes.hold(j.job_id, j.placement)  # type: ignore[arg-type]
@@ -102,8 +106,13 @@ class QuotaPolicy:
             # Over quota: evict this tenant's lower-ranked guaranteed jobs, lowest first.
             evicted: list[JobId] = []
             if used.get(vc, 0) + j.num_gpus > self.quota[vc]:
-                lower = [x for x in reversed(order) if x.job_id in guaranteed and rank[x.job_id] > rank[j.job_id]
-                         and self.config.vc_of_account(x.account) == vc]
+                lower = [
+                    x
+                    for x in reversed(order)
+                    if x.job_id in guaranteed
+                    and rank[x.job_id] > rank[j.job_id]
+                    and self.config.vc_of_account(x.account) == vc
+                ]
                 if self.quota[vc] - used.get(vc, 0) + sum(x.num_gpus for x in lower) < j.num_gpus:
                     reasons[j.job_id] = f"VC {vc}: {j.num_gpus} GPUs exceed its free quota"
                     continue
@@ -118,8 +127,9 @@ class QuotaPolicy:
                     nodes.hold(x, placement[x])
                     guaranteed.add(x)
                     used[vc] = used.get(vc, 0) + jobs[x].num_gpus
-                reasons[j.job_id] = (f"VC {vc}: within quota but no {min(j.num_gpus, gpn)}-GPU affinity free "
-                                     "(sharing anomaly)")
+                reasons[j.job_id] = (
+                    f"VC {vc}: within quota but no {min(j.num_gpus, gpn)}-GPU affinity free (sharing anomaly)"
+                )
                 continue
             pl, victims = got
             for x in evicted:
@@ -161,8 +171,9 @@ class QuotaPolicy:
         )
 
 
-def _place(gpus: int, gpn: int, nodes: _Nodes, preemptible, rank: dict[JobId, int]
-           ) -> tuple[Placement, list[JobId]] | None:
+def _place(
+    gpus: int, gpn: int, nodes: _Nodes, preemptible, rank: dict[JobId, int]
+) -> tuple[Placement, list[JobId]] | None:
     """Affinity placement on idle GPUs plus those of ``preemptible`` jobs, fewest victims, best fit.
 
     ``gpus // gpn`` whole nodes plus one node for the remainder; among nodes
@@ -170,6 +181,7 @@ def _place(gpus: int, gpn: int, nodes: _Nodes, preemptible, rank: dict[JobId, in
     fullest (best fit keeps whole nodes whole), then node order. Victims on a
     node are taken lowest rank first.
     """
+
     def option(n: str, need: int) -> tuple[int, int, int, list[JobId]] | None:
         idle = nodes.idle(n)
         if idle >= need:

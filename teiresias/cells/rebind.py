@@ -34,8 +34,9 @@ checkpoint/requeue path (they are preempted and started at their new cells).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from teiresias.cells.model import Cell
 from teiresias.domain import JobId
@@ -73,8 +74,9 @@ def translate(c: Cell, old_root: Cell, new_root: Cell) -> Cell:
     return y
 
 
-def plan_rebinding(world: "World", vc_name: str, job_cost: Callable[[JobId], tuple[int, int]],
-                   bad: frozenset[str]) -> Rebinding | None:
+def plan_rebinding(
+    world: World, vc_name: str, job_cost: Callable[[JobId], tuple[int, int]], bad: frozenset[str]
+) -> Rebinding | None:
     """A valid binding with the fewest moves found top-down; None when none exists.
 
     ``job_cost(job)`` is (migrations, re-placements) of moving that guaranteed
@@ -99,8 +101,14 @@ def _healthy(c: Cell, bad: frozenset[str]) -> bool:
     return not any(n in bad for n in c.nodes)
 
 
-def _place_chain(world: "World", chain: str, vc_name: str, everyone: bool,
-                 job_cost: Callable[[JobId], tuple[int, int]], bad: frozenset[str]) -> list[Move] | None:
+def _place_chain(
+    world: World,
+    chain: str,
+    vc_name: str,
+    everyone: bool,
+    job_cost: Callable[[JobId], tuple[int, int]],
+    bad: frozenset[str],
+) -> list[Move] | None:
     # Bound cells with the guaranteed jobs inside each (what moving it costs).
     bound: list[tuple[str, int, Cell]] = []
     jobs_in: dict[int, set[JobId]] = {}
@@ -117,8 +125,13 @@ def _place_chain(world: "World", chain: str, vc_name: str, everyone: bool,
             root = vc.bound_root_of(c)
             if root is not None and root.bound is not None and root.bound.index in jobs_in:
                 jobs_in[root.bound.index].add(job)
-    unbound = [(vc.name, v.number, v.level) for vc in world.vcs.values() if everyone or vc.name == vc_name
-               for v in vc.unbound_cells() if v.chain == chain]
+    unbound = [
+        (vc.name, v.number, v.level)
+        for vc in world.vcs.values()
+        if everyone or vc.name == vc_name
+        for v in vc.unbound_cells()
+        if v.chain == chain
+    ]
 
     placed: set[int] = set()  # physical cells taken by the new binding
 
@@ -150,12 +163,16 @@ def _place_chain(world: "World", chain: str, vc_name: str, everyone: bool,
                 placed.add(pc.index)  # stays where it is
         wants: list[tuple[str, int, Cell | None]] = [(n, k, pc) for n, k, pc in displaced]
         # The requesting VC's unbound cells before the others': they are what the request needs.
-        wants += [(n, k, None) for n, k, lv in sorted(unbound, key=lambda u: (u[0] != vc_name, u[0], u[1]))
-                  if lv == level]
+        wants += [
+            (n, k, None) for n, k, lv in sorted(unbound, key=lambda u: (u[0] != vc_name, u[0], u[1])) if lv == level
+        ]
         if not wants:
             continue
-        cands = [c for c in world.topology.cells
-                 if c.chain.name == chain and c.level == level and _healthy(c, bad) and not covered(c)]
+        cands = [
+            c
+            for c in world.topology.cells
+            if c.chain.name == chain and c.level == level and _healthy(c, bad) and not covered(c)
+        ]
         for name, number, old in wants:
             free = [c for c in cands if c.index not in placed]
             if not free:
@@ -167,7 +184,7 @@ def _place_chain(world: "World", chain: str, vc_name: str, everyone: bool,
     return moves
 
 
-def _moved_jobs(world: "World", moves: list[Move]) -> dict[JobId, list[Cell]]:
+def _moved_jobs(world: World, moves: list[Move]) -> dict[JobId, list[Cell]]:
     by_old = {m.old.index: m for m in moves}
     out: dict[JobId, list[Cell]] = {}
     for job in sorted(world.guaranteed):

@@ -61,7 +61,7 @@ class CellsReport:
         return asdict(self)
 
 
-def build_report(world: "World") -> CellsReport:
+def build_report(world: World) -> CellsReport:
     """The report of one round's cell state (also ``teiresias cells``); see faults.py for LOST."""
     lost = lost_guarantee(world.physical, world.vcs.values(), world.config.chains)
     lost_keys = {(v.vc, v.number) for v in lost}
@@ -74,8 +74,11 @@ def build_report(world: "World") -> CellsReport:
         if world.bad_nodes:
             for pool in vc.space.free.values():
                 for c in pool.values():
-                    g = (c.gpus if c.node in world.bad_nodes else 0) if c.node is not None else \
-                        sum(node_cells[n].gpus for n in c.nodes if n in world.bad_nodes)
+                    g = (
+                        (c.gpus if c.node in world.bad_nodes else 0)
+                        if c.node is not None
+                        else sum(node_cells[n].gpus for n in c.nodes if n in world.bad_nodes)
+                    )
                     v = vc.bound_root_of(c)
                     if g and v is not None:
                         bad_free[v.number] = bad_free.get(v.number, 0) + g
@@ -85,18 +88,35 @@ def build_report(world: "World") -> CellsReport:
             gpus = world.config.chains[q.chain].type_at(q.level).gpus
             whole = sum(1 for v in cells if (v.vc, v.number) in lost_keys)
             partly = [bad_free[v.number] for v in cells if v.number in bad_free]
-            qrows.append(QuotaRow(q.chain, q.type_name, q.level, gpus, q.count,
-                                  sum(1 for v in cells if v.bound is not None),
-                                  sum(used_by_number.get(v.number, 0) for v in cells),
-                                  whole + len(partly), whole * gpus + sum(partly)))
+            qrows.append(
+                QuotaRow(
+                    q.chain,
+                    q.type_name,
+                    q.level,
+                    gpus,
+                    q.count,
+                    sum(1 for v in cells if v.bound is not None),
+                    sum(used_by_number.get(v.number, 0) for v in cells),
+                    whole + len(partly),
+                    whole * gpus + sum(partly),
+                )
+            )
         jobs = [j for j, name in world.job_vc.items() if name == vc.name and j in world.job_cells]
         g = tuple(sorted(j for j in jobs if j in world.guaranteed))
         o = tuple(sorted(j for j in jobs if j not in world.guaranteed))
-        rows.append(VCRow(
-            vc.name, vc.spec.accounts, tuple(qrows), world.config.quota_gpus(vc.spec),
-            sum(sum(c.gpus for c in world.job_cells[j]) for j in g),
-            sum(sum(c.gpus for c in world.job_cells[j]) for j in o),
-            sum(r.lost_gpus for r in qrows), g, o))
+        rows.append(
+            VCRow(
+                vc.name,
+                vc.spec.accounts,
+                tuple(qrows),
+                world.config.quota_gpus(vc.spec),
+                sum(sum(c.gpus for c in world.job_cells[j]) for j in g),
+                sum(sum(c.gpus for c in world.job_cells[j]) for j in o),
+                sum(r.lost_gpus for r in qrows),
+                g,
+                o,
+            )
+        )
     capacity = {n: nc.gpus for n, nc in world.topology.node_cells.items()}
     frag = fragmentation(capacity, world.high_used_per_node(), exclude=world.bad_nodes)
     free: dict[str, int] = {}
@@ -105,5 +125,12 @@ def build_report(world: "World") -> CellsReport:
             key = f"{chain}/{world.config.chains[chain].type_at(level).name}"
             free[key] = free.get(key, 0) + len(pool)
     other = tuple(sorted(j for j, name in world.job_vc.items() if name is None and j in world.job_cells))
-    return CellsReport(tuple(rows), world.topology.total_gpus, len(world.topology.node_cells),
-                       tuple(sorted(world.bad_nodes)), frag, free, other)
+    return CellsReport(
+        tuple(rows),
+        world.topology.total_gpus,
+        len(world.topology.node_cells),
+        tuple(sorted(world.bad_nodes)),
+        frag,
+        free,
+        other,
+    )

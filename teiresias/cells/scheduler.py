@@ -30,8 +30,9 @@ as JSON, both through ``teiresias.policy.base.decide_round``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from teiresias.cells import rebind
 from teiresias.cells.config import CellsConfig
@@ -65,8 +66,9 @@ class CellsPolicy:
     # CarriesState (teiresias/policy/base.py): the binding, stored under this key.
     carry_key = META_KEY
 
-    def __init__(self, config: CellsConfig, ranker: SchedulingPolicy, bad_nodes: Iterable[str] = (),
-                 with_report: bool = True) -> None:
+    def __init__(
+        self, config: CellsConfig, ranker: SchedulingPolicy, bad_nodes: Iterable[str] = (), with_report: bool = True
+    ) -> None:
         self.config = config
         self.ranker = ranker
         self.name = f"cells+{ranker.name}"
@@ -91,7 +93,7 @@ class CellsPolicy:
         return CellsState.from_json(data)
 
     @classmethod
-    def from_file(cls, path: str, ranker: SchedulingPolicy, cluster=None) -> "CellsPolicy":
+    def from_file(cls, path: str, ranker: SchedulingPolicy, cluster=None) -> CellsPolicy:
         """The policy for a cells YAML file (validated against ``cluster`` when given)."""
         from teiresias.cells import config as cells_config
 
@@ -115,9 +117,10 @@ class CellsPolicy:
 
         prior = {jc.job_id: jc for jc in state.jobs} if state else {}
         bindings = {(b.vc, b.number): b.cell for b in state.bindings} if state else {}
-        running = sorted((j for j in snapshot.jobs if j.is_running),
-                         key=lambda j: (j.first_start_time if j.first_start_time is not None else snapshot.now,
-                                        j.job_id))
+        running = sorted(
+            (j for j in snapshot.jobs if j.is_running),
+            key=lambda j: (j.first_start_time if j.first_start_time is not None else snapshot.now, j.job_id),
+        )
         # Jobs the store says are guaranteed first: they own their cells.
         for j in sorted(running, key=lambda j: not (prior.get(j.job_id) and prior[j.job_id].guaranteed)):
             w.restore(j, prior.get(j.job_id), bindings)
@@ -193,9 +196,9 @@ class CellsPolicy:
         )
 
     @staticmethod
-    def _rebind_for(w: World, job: Job, start: dict[JobId, Placement],
-                    preempted: dict[JobId, str], migrate: dict[JobId, Placement]
-                    ) -> tuple[list[Cell], list[JobId]] | None:
+    def _rebind_for(
+        w: World, job: Job, start: dict[JobId, Placement], preempted: dict[JobId, str], migrate: dict[JobId, Placement]
+    ) -> tuple[list[Cell], list[JobId]] | None:
         """Cells for ``job`` after moving other bindings, when only their spread is in the way.
 
         Only when the VC's private view (its own bindings and jobs, nobody
@@ -229,8 +232,10 @@ class CellsPolicy:
             return None
         held, displaced = w.apply_rebinding(rb)
         for v in displaced:
-            preempted[v] = f"opportunistic job preempted: a guaranteed job moves onto its GPUs (VC bindings " \
-                           f"restored for guaranteed job {job.job_id} of VC {vc.name})"
+            preempted[v] = (
+                f"opportunistic job preempted: a guaranteed job moves onto its GPUs (VC bindings "
+                f"restored for guaranteed job {job.job_id} of VC {vc.name})"
+            )
             start.pop(v, None)
         for j, cells in rb.jobs.items():
             if j in start:
@@ -240,24 +245,35 @@ class CellsPolicy:
                     del start[j]
             else:
                 where = ",".join(f"{a.node}:{a.gpus}" for a in placement_of(cells).allocations)
-                preempted[j] = (f"migrated to {where}: its VC's cells are rebound so that guaranteed job "
-                                f"{job.job_id} of VC {vc.name} gets its quota")
+                preempted[j] = (
+                    f"migrated to {where}: its VC's cells are rebound so that guaranteed job "
+                    f"{job.job_id} of VC {vc.name} gets its quota"
+                )
                 if j in held:
                     migrate[j] = placement_of(cells)
         return w.try_guaranteed(job)
 
     @staticmethod
-    def _evict_for(w: World, job: Job, vc_running: list[Job], rank: dict[JobId, int],
-                   preempted: dict[JobId, str], start: dict[JobId, Placement],
-                   migrate: dict[JobId, Placement]) -> tuple[list[Cell], list[JobId]] | None:
+    def _evict_for(
+        w: World,
+        job: Job,
+        vc_running: list[Job],
+        rank: dict[JobId, int],
+        preempted: dict[JobId, str],
+        start: dict[JobId, Placement],
+        migrate: dict[JobId, Placement],
+    ) -> tuple[list[Cell], list[JobId]] | None:
         """Evict lower-ranked running guaranteed jobs of ``job``'s VC, lowest first, until it fits.
 
         ``vc_running``: the VC's running guaranteed jobs in rank order.
         """
         vc = w.vc_of(job)
         assert vc is not None
-        lower = [j for j in reversed(vc_running)
-                 if rank[j.job_id] > rank[job.job_id] and j.job_id in w.guaranteed and j.job_id not in preempted]
+        lower = [
+            j
+            for j in reversed(vc_running)
+            if rank[j.job_id] > rank[job.job_id] and j.job_id in w.guaranteed and j.job_id not in preempted
+        ]
         quota = w.config.quota_gpus(vc.spec)
         if job.num_gpus > quota - w.vc_used.get(vc.name, 0) + sum(j.num_gpus for j in lower):
             return None  # not even evicting them all would free enough of the quota

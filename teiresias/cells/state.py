@@ -51,20 +51,30 @@ class CellsState:
     def to_json(self) -> dict[str, Any]:
         return {
             "bindings": [{"vc": b.vc, "number": b.number, "cell": b.cell} for b in self.bindings],
-            "jobs": [{"job_id": int(j.job_id), "vc": j.vc, "guaranteed": j.guaranteed, "cells": list(j.cells)}
-                     for j in self.jobs],
+            "jobs": [
+                {"job_id": int(j.job_id), "vc": j.vc, "guaranteed": j.guaranteed, "cells": list(j.cells)}
+                for j in self.jobs
+            ],
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> "CellsState":
+    def from_json(cls, data: Any) -> CellsState:
         """Parse what ``to_json`` wrote; ConfigError (one line) on anything else."""
         try:
             return cls(
                 bindings=tuple(Binding(str(b["vc"]), int(b["number"]), str(b["cell"])) for b in data["bindings"]),
-                jobs=tuple(JobCells(JobId(int(j["job_id"])), None if j["vc"] is None else str(j["vc"]),
-                                    bool(j["guaranteed"]), tuple(str(c) for c in j["cells"]))
-                           for j in data["jobs"]),
+                jobs=tuple(
+                    JobCells(
+                        JobId(int(j["job_id"])),
+                        None if j["vc"] is None else str(j["vc"]),
+                        bool(j["guaranteed"]),
+                        tuple(str(c) for c in j["cells"]),
+                    )
+                    for j in data["jobs"]
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"cells binding state is malformed ({exc!r}); delete it and the policy rebuilds it "
-                              "from the running jobs") from None
+            raise ConfigError(
+                f"cells binding state is malformed ({exc!r}); delete it and the policy rebuilds it "
+                "from the running jobs"
+            ) from None

@@ -42,8 +42,9 @@ class VirtualCell:
 class VirtualCluster:
     """The runtime of one VC: its virtual cells, their bindings, and its buddy space."""
 
-    def __init__(self, spec: VCSpec, chains: dict[str, CellChain], bad_nodes: frozenset[str],
-                 node_cells: dict[str, Cell]) -> None:
+    def __init__(
+        self, spec: VCSpec, chains: dict[str, CellChain], bad_nodes: frozenset[str], node_cells: dict[str, Cell]
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.chains = chains
@@ -156,7 +157,8 @@ class VirtualCluster:
         out: dict[int, int] = {}
         for v in self.bound_cells():
             assert v.bound is not None
-            free = sum(c.gpus for (ch, _), pool in self.space.free.items() for c in pool.values()
-                       if v.bound.contains(c))
+            free = sum(
+                c.gpus for (ch, _), pool in self.space.free.items() for c in pool.values() if v.bound.contains(c)
+            )
             out[v.number] = v.bound.gpus - free
         return out

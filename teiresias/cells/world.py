@@ -13,8 +13,8 @@ one cell of the lowest level holding r GPUs, of which exactly r GPUs are used
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 from teiresias.cells.buddy import BuddySpace
 from teiresias.cells.config import CellsConfig
@@ -96,8 +96,9 @@ class World:
         self.physical = BuddySpace(self.topology.roots)
         self.physical.set_bad_nodes(self.bad_nodes, self.topology.node_cells)
         chains = dict(self.config.chains)
-        self.vcs = {s.name: VirtualCluster(s, chains, self.bad_nodes, self.topology.node_cells)
-                    for s in self.config.vcs}
+        self.vcs = {
+            s.name: VirtualCluster(s, chains, self.bad_nodes, self.topology.node_cells) for s in self.config.vcs
+        }
         self.occ = Occupancy()
         self.job_cells = {}
         self.job_vc = {}
@@ -123,8 +124,13 @@ class World:
             self.foreign.add(job.job_id)
             return
         cells = self._stored_cells(job, prior)
-        if cells is not None and prior is not None and prior.guaranteed and vc is not None \
-                and self._restore_guaranteed(vc, cells, bindings):
+        if (
+            cells is not None
+            and prior is not None
+            and prior.guaranteed
+            and vc is not None
+            and self._restore_guaranteed(vc, cells, bindings)
+        ):
             self._hold(job.job_id, cells, guaranteed=True)
             return
         if cells is None:
@@ -147,8 +153,9 @@ class World:
             return None
         return got
 
-    def _restore_guaranteed(self, vc: VirtualCluster, cells: list[Cell],
-                            bindings: Mapping[tuple[str, int], str]) -> bool:
+    def _restore_guaranteed(
+        self, vc: VirtualCluster, cells: list[Cell], bindings: Mapping[tuple[str, int], str]
+    ) -> bool:
         done: list[Cell] = []
         for c in cells:
             if vc.bound_root_of(c) is None:
@@ -216,7 +223,8 @@ class World:
         for jc in sorted(state.jobs, key=lambda jc: not jc.guaranteed):
             cells = [self.topology.by_address.get(a) for a in jc.cells]
             if any(c is None for c in cells) or any(
-                    leaf.index in self.occ.owner for c in cells if c is not None for leaf in c.leaves()):
+                leaf.index in self.occ.owner for c in cells if c is not None for leaf in c.leaves()
+            ):
                 skipped.append(jc.job_id)
                 continue
             got = [c for c in cells if c is not None]
@@ -298,12 +306,15 @@ class World:
             return False
         chains = [self.config.chains[c] for c in dict.fromkeys(v.chain for v in vc.cells)]
         # The first cell a request takes is its largest; without a free one even the private view fails.
-        if not any(vc.can_fit(ch.name, max(lv for lv, _ in request_levels(ch, job.num_gpus)))
-                   for ch in chains if job.num_gpus > 0):
+        if not any(
+            vc.can_fit(ch.name, max(lv for lv, _ in request_levels(ch, job.num_gpus)))
+            for ch in chains
+            if job.num_gpus > 0
+        ):
             return False
         return self.alone(vc.name).try_guaranteed(job) is not None
 
-    def alone(self, vc_name: str) -> "World":
+    def alone(self, vc_name: str) -> World:
         """This world with only VC ``vc_name``'s bindings and guaranteed jobs: its private view.
 
         A request that fits here but not in the real world waits only because
@@ -325,11 +336,13 @@ class World:
 
     def hard_bad_nodes(self) -> frozenset[str]:
         """Bad nodes that Slurm will not use at all (not merely some GPUs busy outside teiresias)."""
-        return frozenset(n for n in self.bad_nodes
-                         if self.unavailable.get(n, 0) >= self.topology.node_cells[n].gpus
-                         or n not in self.unavailable)
+        return frozenset(
+            n
+            for n in self.bad_nodes
+            if self.unavailable.get(n, 0) >= self.topology.node_cells[n].gpus or n not in self.unavailable
+        )
 
-    def apply_rebinding(self, rb: "Rebinding") -> tuple[dict[JobId, list[Cell]], list[JobId]]:
+    def apply_rebinding(self, rb: Rebinding) -> tuple[dict[JobId, list[Cell]], list[JobId]]:
         """Move bound cells and their guaranteed jobs as ``rb`` says.
 
         Returns the jobs now held at their new cells, and the opportunistic
@@ -396,8 +409,9 @@ class World:
         for chain in self.config.chains.values():
             nodes = [nc for nc in self.topology.node_cells.values() if nc.chain is chain]
             n_whole, r = divmod(job.num_gpus, chain.node_gpus)
-            whole = sorted((nc for nc in nodes if avail(nc) == nc.gpus),
-                           key=lambda nc: (self._bound_anywhere(nc), nc.index))
+            whole = sorted(
+                (nc for nc in nodes if avail(nc) == nc.gpus), key=lambda nc: (self._bound_anywhere(nc), nc.index)
+            )
             if len(whole) < n_whole:
                 continue
             chosen = whole[:n_whole]
@@ -407,8 +421,7 @@ class World:
                 rest = [nc for nc in nodes if nc.index not in taken and avail(nc) >= r]
                 if not rest:
                     continue
-                best = min(rest, key=lambda nc: (self._bound_anywhere(nc), avail(nc) == nc.gpus,
-                                                 avail(nc), nc.index))
+                best = min(rest, key=lambda nc: (self._bound_anywhere(nc), avail(nc) == nc.gpus, avail(nc), nc.index))
                 cells += self._idle_leaves_cells(best, r)
             return cells
         return None
@@ -421,10 +434,16 @@ class World:
     # -- summaries ------------------------------------------------------------------
 
     def to_state(self) -> CellsState:
-        bindings = tuple(Binding(vc.name, v.number, v.bound.address)
-                         for vc in self.vcs.values() for v in vc.bound_cells() if v.bound is not None)
-        jobs = tuple(JobCells(j, self.job_vc.get(j), j in self.guaranteed, tuple(c.address for c in cells))
-                     for j, cells in sorted(self.job_cells.items()))
+        bindings = tuple(
+            Binding(vc.name, v.number, v.bound.address)
+            for vc in self.vcs.values()
+            for v in vc.bound_cells()
+            if v.bound is not None
+        )
+        jobs = tuple(
+            JobCells(j, self.job_vc.get(j), j in self.guaranteed, tuple(c.address for c in cells))
+            for j, cells in sorted(self.job_cells.items())
+        )
         return CellsState(bindings, jobs)
 
     def high_used_per_node(self) -> dict[str, int]:

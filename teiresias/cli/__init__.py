@@ -39,7 +39,6 @@ class LazyGroup(click.Group):
         except (ImportError, AttributeError) as exc:
             raise click.ClickException(f"subcommand {name!r} is unavailable: {exc}") from exc
 
-
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # A part that fails to import is listed as such instead of breaking --help.
         rows = []

@@ -26,36 +26,86 @@ def trace() -> None:
 
 
 @trace.command()
-@click.option("-k", "--kind", type=click.Choice(["testbed", "philly"]), default="testbed", show_default=True,
-              help="testbed: Tiresias §5.1's 480-job mix; philly: GPU-time drawn from --samples.")
+@click.option(
+    "-k",
+    "--kind",
+    type=click.Choice(["testbed", "philly"]),
+    default="testbed",
+    show_default=True,
+    help="testbed: Tiresias §5.1's 480-job mix; philly: GPU-time drawn from --samples.",
+)
 @click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
 @click.option("-n", "--jobs", "num_jobs", type=int, default=1000, show_default=True, help="philly: number of jobs.")
-@click.option("-S", "--samples", default=None, metavar="FILE",
-              help="philly: job GPU-time samples, CSV column 'duration' (e.g. yarn-gput10000.csv).")
-@click.option("-c", "--cluster", "cluster_path", default=None, metavar="SPEC",
-              help="Cluster the trace is for: no job asks more GPUs than it has (testbed: larger jobs ask "
-                   "for all of them); philly: its GPU count also sets the load.")
+@click.option(
+    "-S",
+    "--samples",
+    default=None,
+    metavar="FILE",
+    help="philly: job GPU-time samples, CSV column 'duration' (e.g. yarn-gput10000.csv).",
+)
+@click.option(
+    "-c",
+    "--cluster",
+    "cluster_path",
+    default=None,
+    metavar="SPEC",
+    help="Cluster the trace is for: no job asks more GPUs than it has (testbed: larger jobs ask "
+    "for all of them); philly: its GPU count also sets the load.",
+)
 @click.option("-G", "--cluster-gpus", type=int, default=None, help="GPU count instead of --cluster.")
-@click.option("-l", "--load", type=float, default=0.9, show_default=True,
-              help="philly: offered load (asked GPU-seconds per second / GPUs).")
+@click.option(
+    "-l",
+    "--load",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="philly: offered load (asked GPU-seconds per second / GPUs).",
+)
 @click.option("-r", "--arrival-rate", type=float, default=None, help="philly: jobs per second (overrides --load).")
-@click.option("--gpu-mix", default=None, metavar="G:W,...",
-              help="philly: GPU-count weights. [default: the testbed mix 1:240,2:40,4:80,8:90,16:25,32:5]")
+@click.option(
+    "--gpu-mix",
+    default=None,
+    metavar="G:W,...",
+    help="philly: GPU-count weights. [default: the testbed mix 1:240,2:40,4:80,8:90,16:25,32:5]",
+)
 @click.option("--min-duration", type=float, default=None, help="Shortest job, seconds. [testbed 120, philly 60]")
-@click.option("--max-duration", type=float, default=None,
-              help="Longest job, seconds; 0 = no cap. [testbed 7200, philly 604800 (7 days)]")
+@click.option(
+    "--max-duration",
+    type=float,
+    default=None,
+    help="Longest job, seconds; 0 = no cap. [testbed 7200, philly 604800 (7 days)]",
+)
 @click.option("--max-gpus", type=int, default=None, help="philly: drop GPU sizes above this.")
 @click.option("--mean-interarrival", type=float, default=30.0, show_default=True, help="testbed: mean gap, s.")
 @click.option("-s", "--seed", type=int, default=0, show_default=True)
-@click.option("-A", "--apps", "num_apps", type=int, default=None, metavar="N",
-              help="Group the jobs into N apps (an 'app' column for themis): each app a run of "
-                   "consecutive submissions (a search), of random sizes. [default: no app column]")
+@click.option(
+    "-A",
+    "--apps",
+    "num_apps",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Group the jobs into N apps (an 'app' column for themis): each app a run of "
+    "consecutive submissions (a search), of random sizes. [default: no app column]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of the trace on stdout.")
 def synth(
-    kind: str, output: str, num_jobs: int, samples: str | None, cluster_path: str | None,
-    cluster_gpus: int | None, load: float, arrival_rate: float | None, gpu_mix: str | None,
-    min_duration: float | None, max_duration: float | None, max_gpus: int | None,
-    mean_interarrival: float, seed: int, as_json: bool, num_apps: int | None = None,
+    kind: str,
+    output: str,
+    num_jobs: int,
+    samples: str | None,
+    cluster_path: str | None,
+    cluster_gpus: int | None,
+    load: float,
+    arrival_rate: float | None,
+    gpu_mix: str | None,
+    min_duration: float | None,
+    max_duration: float | None,
+    max_gpus: int | None,
+    mean_interarrival: float,
+    seed: int,
+    as_json: bool,
+    num_apps: int | None = None,
 ) -> None:
     """Write a synthetic Tiresias-format trace (seeded: same flags, same file).
 
@@ -77,7 +127,8 @@ def synth(
 
             cap = load_cluster(cluster_path).total_gpus
         jobs = testbed_mix(
-            seed=seed, mean_interarrival=mean_interarrival,
+            seed=seed,
+            mean_interarrival=mean_interarrival,
             min_duration=120.0 if min_duration is None else min_duration,
             max_duration=7200.0 if max_duration is None else max_duration,
             max_gpus=cap,
@@ -98,7 +149,10 @@ def synth(
 
         dist = ServiceDistribution.from_samples_file(samples)
         params = PhillyParams(
-            num_jobs=num_jobs, cluster_gpus=gpus, load=load, arrival_rate=arrival_rate,
+            num_jobs=num_jobs,
+            cluster_gpus=gpus,
+            load=load,
+            arrival_rate=arrival_rate,
             gpu_mix=parse_gpu_mix(gpu_mix) if gpu_mix else None,
             min_duration=60.0 if min_duration is None else min_duration,
             max_duration=PhillyParams.max_duration if max_duration is None else (max_duration or None),
@@ -121,8 +175,8 @@ def synth(
         click.echo(json.dumps({"kind": kind, "output": output, "seed": seed, **summary}), err=output == "-")
     elif output != "-":
         click.echo(
-            f"wrote {output}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, "
-            f"span {summary['span']:.0f} s", err=True,
+            f"wrote {output}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s",
+            err=True,
         )
 
 
@@ -140,8 +194,9 @@ def _describe(jobs) -> dict:
 
 @trace.command()
 @click.argument("trace_path", metavar="TRACE.csv")
-@click.option("-c", "--cluster", "cluster_path", default=None, metavar="SPEC",
-              help="Also reject jobs larger than this cluster.")
+@click.option(
+    "-c", "--cluster", "cluster_path", default=None, metavar="SPEC", help="Also reject jobs larger than this cluster."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def check(trace_path: str, cluster_path: str | None, as_json: bool) -> None:
     """Validate a trace; print its size. Exit 2 with FILE:LINE: problem if it is bad.
@@ -163,19 +218,33 @@ def check(trace_path: str, cluster_path: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"trace": trace_path, **summary}))
     else:
         mix = ", ".join(f"{v}x{k}" for k, v in summary["gpus"].items())
-        click.echo(f"{trace_path}: ok, {summary['jobs']} jobs ({mix} GPUs), "
-                   f"{summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s")
+        click.echo(
+            f"{trace_path}: ok, {summary['jobs']} jobs ({mix} GPUs), "
+            f"{summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s"
+        )
 
 
 @trace.command("from-sacct")
 @click.argument("sacct_path", metavar="SACCT_OUTPUT")
 @click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
-@click.option("-r", "--requeued", type=click.Choice(["sum", "last"]), default="sum", show_default=True,
-              help="Run time of a requeued job: all its runs added (checkpointing jobs) or its last run "
-                   "alone (jobs that restart from scratch).")
-@click.option("-S", "--samples", "samples_out", default=None, metavar="OUT.csv",
-              help="Also write the jobs' GPU-times (GPUs x run time) as a 'duration' column, the "
-                   "samples simulate's --gittins-samples reads (best from an earlier period).")
+@click.option(
+    "-r",
+    "--requeued",
+    type=click.Choice(["sum", "last"]),
+    default="sum",
+    show_default=True,
+    help="Run time of a requeued job: all its runs added (checkpointing jobs) or its last run "
+    "alone (jobs that restart from scratch).",
+)
+@click.option(
+    "-S",
+    "--samples",
+    "samples_out",
+    default=None,
+    metavar="OUT.csv",
+    help="Also write the jobs' GPU-times (GPUs x run time) as a 'duration' column, the "
+    "samples simulate's --gittins-samples reads (best from an earlier period).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (jobs, skipped and why, origin).")
 def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | None, as_json: bool) -> None:
     """Convert Slurm accounting (sacct --json or --parsable2 output) into a trace.
@@ -223,14 +292,30 @@ def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | N
     summary = _describe(conv.jobs)
     origin = datetime.fromtimestamp(conv.origin, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     if as_json:
-        click.echo(json.dumps({"input": sacct_path, "output": output, "format": conv.format,
-                               "records": conv.records, "skipped": conv.skipped,
-                               "requeued_jobs": conv.requeued_jobs, "renumbered": conv.renumbered,
-                               "origin": conv.origin, "origin_time": origin, **summary}), err=output == "-")
+        click.echo(
+            json.dumps(
+                {
+                    "input": sacct_path,
+                    "output": output,
+                    "format": conv.format,
+                    "records": conv.records,
+                    "skipped": conv.skipped,
+                    "requeued_jobs": conv.requeued_jobs,
+                    "renumbered": conv.renumbered,
+                    "origin": conv.origin,
+                    "origin_time": origin,
+                    **summary,
+                }
+            ),
+            err=output == "-",
+        )
         return
     skipped = ", ".join(f"{v} {k}" for k, v in conv.skipped.items()) or "none"
     where = f"wrote {output}" if output != "-" else "trace on stdout"
-    click.echo(f"{where}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s "
-               f"from {origin}{'' if conv.format == 'json' else ' (sacct local time)'}; "
-               f"{conv.requeued_jobs} requeued job(s) merged; left out: {skipped}"
-               + ("; job ids renumbered (not unique across clusters)" if conv.renumbered else ""), err=True)
+    click.echo(
+        f"{where}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s "
+        f"from {origin}{'' if conv.format == 'json' else ' (sacct local time)'}; "
+        f"{conv.requeued_jobs} requeued job(s) merged; left out: {skipped}"
+        + ("; job ids renumbered (not unique across clusters)" if conv.renumbered else ""),
+        err=True,
+    )

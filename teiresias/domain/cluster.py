@@ -60,7 +60,7 @@ class Cluster:
         num_cpu_p_node: int = 0,
         mem_p_node: float = 0.0,
         node_names: list[str] | None = None,
-    ) -> "Cluster":
+    ) -> Cluster:
         """Build the uniform cluster of Tiresias' ``cluster_spec.csv``.
 
         Nodes are named ``s{switch}n{node}`` unless ``node_names`` (e.g. the

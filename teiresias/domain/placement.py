@@ -28,6 +28,6 @@ class Placement:
         return sum(a.gpus for a in self.allocations)
 
     @classmethod
-    def of(cls, counts: dict[str, int] | list[tuple[str, int]]) -> "Placement":
+    def of(cls, counts: dict[str, int] | list[tuple[str, int]]) -> Placement:
         items = counts.items() if isinstance(counts, dict) else counts
         return cls(tuple(Allocation(n, g) for n, g in items if g > 0))

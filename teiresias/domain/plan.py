@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 from teiresias.domain.job import JobId
 from teiresias.domain.placement import Placement
@@ -105,7 +106,7 @@ class Plan:
     order: tuple[JobId, ...] = ()
     reasons: Mapping[JobId, str] = field(default_factory=dict)
     index: Mapping[JobId, float] = field(default_factory=dict)
-    sharing: Mapping[JobId, "Sharing"] = field(default_factory=dict)
+    sharing: Mapping[JobId, Sharing] = field(default_factory=dict)
     leases: Mapping[JobId, float] = field(default_factory=dict)
     rho: Mapping[JobId, float] = field(default_factory=dict)
     suspend: tuple[JobId, ...] = ()
@@ -121,5 +122,14 @@ class Plan:
     @property
     def is_empty(self) -> bool:
         """True when the plan changes nothing (``notes`` alone change nothing)."""
-        return not (self.start or self.preempt or self.promote or self.suspend or self.resume
-                    or self.pack or self.unpack or self.migrate or self.resize)
+        return not (
+            self.start
+            or self.preempt
+            or self.promote
+            or self.suspend
+            or self.resume
+            or self.pack
+            or self.unpack
+            or self.migrate
+            or self.resize
+        )

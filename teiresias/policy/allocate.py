@@ -37,8 +37,8 @@ simulator uses this to leave the running majority out of most rounds
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from teiresias.domain import Job, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.policy.base import PlacementPolicy

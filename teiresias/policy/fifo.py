@@ -43,8 +43,12 @@ class FifoPolicy:
     def decide(self, snapshot: Snapshot) -> Plan:
         ranked = sorted(snapshot.jobs, key=fifo_key)
         w = walk(
-            snapshot, ranked, self.placement,
-            preemptive=False, head_of_line_blocking=self.blocking, policy_name=self.name,
+            snapshot,
+            ranked,
+            self.placement,
+            preemptive=False,
+            head_of_line_blocking=self.blocking,
+            policy_name=self.name,
         )
         return to_plan(ranked, w)
 

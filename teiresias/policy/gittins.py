@@ -193,8 +193,7 @@ class ServiceDistribution:
         if points is not None:
             grid = self._grids.get(points)
             if grid is None:
-                grid = self._grids[points] = np.unique(
-                    np.quantile(s, np.arange(1, points) / points, method="lower"))
+                grid = self._grids[points] = np.unique(np.quantile(s, np.arange(1, points) / points, method="lower"))
             k = np.searchsorted(grid, a, side="right")
             a = np.where(k > 0, grid[np.maximum(k - 1, 0)], 0.0)
         i = np.searchsorted(s, a, side="right")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from teiresias.domain import Job, JobState, Plan, Snapshot
 from teiresias.errors import ConfigError
@@ -80,10 +80,18 @@ class GittinsPolicy:
             raise ConfigError(f"last queue points {last_queue_points} must be >= 2 (or None: every sample)")
         self.last_queue_points = last_queue_points
 
-    def with_distribution(self, distribution: ServiceDistribution) -> "GittinsPolicy":
+    def with_distribution(self, distribution: ServiceDistribution) -> GittinsPolicy:
         """The same policy over a new distribution (the controller learns from completed jobs)."""
-        return GittinsPolicy(self.placement, distribution, self.thresholds, self.promote_knob, self.continuous,
-                             self.last_queue, self.preempt_cost, self.last_queue_points)
+        return GittinsPolicy(
+            self.placement,
+            distribution,
+            self.thresholds,
+            self.promote_knob,
+            self.continuous,
+            self.last_queue,
+            self.preempt_cost,
+            self.last_queue_points,
+        )
 
     def _last_index(self, attained):
         return self.distribution.residual_indices(attained, self.last_queue_points)
@@ -94,17 +102,27 @@ class GittinsPolicy:
         dist = self.distribution
         if self.continuous:
             return [((-dist.index(j.attained_service), j.job_id), now) for j in jobs]
-        keyed = mlfq_keys(jobs, self.thresholds, self.promote_knob, now, dist.indices,
-                          self._last_index if self.last_queue == "gittins" else None, self.preempt_cost,
-                          dist.finish_probabilities)
+        keyed = mlfq_keys(
+            jobs,
+            self.thresholds,
+            self.promote_knob,
+            now,
+            dist.indices,
+            self._last_index if self.last_queue == "gittins" else None,
+            self.preempt_cost,
+            dist.finish_probabilities,
+        )
         if self.last_queue != "gittins":
             return keyed
         # A running job's last-queue index (last, -g, start, submit, id) holds until its
         # attained service reaches the next grid point: the index is snapped to the grid,
         # and its preemption cost depends only on the job being running.
         last, by_id = len(self.thresholds), {j.job_id: j for j in jobs}
-        at = [i for i, (k, _) in enumerate(keyed) if len(k) == 5 and k[0] == last
-              and by_id[k[-1]].state is JobState.RUNNING and by_id[k[-1]].num_gpus > 0]
+        at = [
+            i
+            for i, (k, _) in enumerate(keyed)
+            if len(k) == 5 and k[0] == last and by_id[k[-1]].state is JobState.RUNNING and by_id[k[-1]].num_gpus > 0
+        ]
         if at:
             held = [by_id[keyed[i][0][-1]] for i in at]
             attained = [j.attained_service for j in held]
@@ -122,8 +140,13 @@ class GittinsPolicy:
             return to_plan(ranked, w, index=index)
 
         ranked, queues, promoted, indices = rank_mlfq(
-            jobs, self.thresholds, self.promote_knob, snapshot.now, dist.indices,
-            self._last_index if self.last_queue == "gittins" else None, self.preempt_cost,
+            jobs,
+            self.thresholds,
+            self.promote_knob,
+            snapshot.now,
+            dist.indices,
+            self._last_index if self.last_queue == "gittins" else None,
+            self.preempt_cost,
             dist.finish_probabilities,
         )
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)

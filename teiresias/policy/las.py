@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from teiresias.domain import Job, Plan, Snapshot
 from teiresias.policy.allocate import to_plan, walk

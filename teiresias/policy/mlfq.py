@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from teiresias.domain import Job, JobId, JobState
 
@@ -69,8 +69,9 @@ def rank_mlfq(
     Lean on purpose: the simulator ranks every job on every event.
     Returns (ranked, queues, promoted, indices).
     """
-    keyed, queues, promoted, indices = _keyed(jobs, thresholds, promote_knob, now, index, last_index,
-                                              restart_cost, finish_prob)
+    keyed, queues, promoted, indices = _keyed(
+        jobs, thresholds, promote_knob, now, index, last_index, restart_cost, finish_prob
+    )
     keyed.sort()
     return [t[-1] for t in keyed], queues, promoted, indices
 
@@ -204,8 +205,7 @@ def _with_cost(g: float, p: float, cost: float, j: Job) -> float:
     return g
 
 
-def mlfq_quiet_until(jobs: Sequence[Job], thresholds: Sequence[float], promote_knob: float | None,
-                     now: float) -> float:
+def mlfq_quiet_until(jobs: Sequence[Job], thresholds: Sequence[float], promote_knob: float | None, now: float) -> float:
     """The earliest time after ``now`` at which ``rank_mlfq`` may rank ``jobs`` differently.
 
     For the same jobs in the same states, with t_J growing at rate 1 while a

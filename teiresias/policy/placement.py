@@ -21,7 +21,7 @@ Every tie is broken by node order in the Cluster, so results are deterministic.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from teiresias.domain import Allocation, Cluster, Job, Node, Placement
 
@@ -224,7 +224,7 @@ class ProfilePlacement:
         return inner.place(job, free, cluster)
 
 
-def _best_single_node(need: int, free: Mapping[str, int], topo: "_Topology") -> Placement | None:
+def _best_single_node(need: int, free: Mapping[str, int], topo: _Topology) -> Placement | None:
     """The node with the fewest free GPUs that still holds ``need``, ties by node order.
 
     Written with list operations that run in C: placements are tried for

@@ -13,7 +13,19 @@ if TYPE_CHECKING:
     from teiresias.policy.gittins import ServiceDistribution
     from teiresias.policy.sjf_bsbf.model import SharingModel
 
-POLICY_NAMES = ("fifo", "best-effort", "sjf", "srtf", "srsf", "las", "gittins", "themis", "sjf-bsbf", "sjf-ffs", "gandiva")
+POLICY_NAMES = (
+    "fifo",
+    "best-effort",
+    "sjf",
+    "srtf",
+    "srsf",
+    "las",
+    "gittins",
+    "themis",
+    "sjf-bsbf",
+    "sjf-ffs",
+    "gandiva",
+)
 PLACEMENT_NAMES = ("consolidate", "spread", "profile")
 # Oracles: they read Job.duration, which only the simulator knows. A live
 # controller should refuse them at start-up rather than fail every round.
@@ -47,18 +59,18 @@ class PolicyParams:
 
     queues: tuple[float, ...] = (3600.0,)
     promote_knob: float | None = None
-    distribution: "ServiceDistribution | None" = None
+    distribution: ServiceDistribution | None = None
     placement: str = "consolidate"
     packlimit: float = 0.5
     continuous: bool = False
     last_queue: str = "fifo"
     preempt_cost: float = 0.0
     # sjf-bsbf / sjf-ffs: the interference and memory model (None: SharingModel's defaults).
-    sharing: "SharingModel | None" = None
+    sharing: SharingModel | None = None
     lease: float = 600.0
     fairness_knob: float = 0.8
     seed: int = 0
-    gandiva: "GandivaParams | None" = None
+    gandiva: GandivaParams | None = None
 
     def __post_init__(self) -> None:
         qs = tuple(float(q) for q in self.queues)
@@ -124,8 +136,13 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
         from teiresias.policy.gittins_policy import GittinsPolicy
 
         return GittinsPolicy(
-            placement, params.distribution, params.queues, params.promote_knob, params.continuous,
-            params.last_queue, params.preempt_cost,
+            placement,
+            params.distribution,
+            params.queues,
+            params.promote_knob,
+            params.continuous,
+            params.last_queue,
+            params.preempt_cost,
         )
     if name == "themis":
         from teiresias.policy.themis.policy import ThemisPolicy

@@ -1,11 +1,12 @@
 """Tiny builders for policy tests, examples and benchmarks (no test framework needed).
 
-    snap(cluster(2, 4), pending(1, gpus=4), running(2, gpus=2, on={"s0n0": 2}))
+snap(cluster(2, 4), pending(1, gpus=4), running(2, gpus=2, on={"s0n0": 2}))
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
 

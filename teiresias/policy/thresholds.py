@@ -97,8 +97,7 @@ def _score(m: _Moments, thresholds: tuple[float, ...], load: float) -> float:
     return total
 
 
-def fit_thresholds(dist: ServiceDistribution, load: float = 0.95, max_queues: int = 4,
-                   grid: int = 40) -> ThresholdFit:
+def fit_thresholds(dist: ServiceDistribution, load: float = 0.95, max_queues: int = 4, grid: int = 40) -> ThresholdFit:
     """The thresholds (K - 1 of them, K <= ``max_queues``) minimising ``expected_jct`` at ``load``.
 
     Ties go to fewer queues, then lower thresholds (itertools order), so the

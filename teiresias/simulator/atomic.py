@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from teiresias.errors import ConfigError
 
@@ -95,7 +96,7 @@ class StagedOutputs:
             tmp.unlink(missing_ok=True)
         self._staged.clear()
 
-    def __enter__(self) -> "StagedOutputs":
+    def __enter__(self) -> StagedOutputs:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -9,7 +9,8 @@ same loop can pace a live controller.
 from __future__ import annotations
 
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 
 class Clock(Protocol):

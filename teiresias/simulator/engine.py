@@ -45,9 +45,8 @@ import heapq
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from collections.abc import Callable
-from typing import Sequence
 
 from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.domain.plan import Sharing
@@ -177,8 +176,7 @@ class Simulator:
         self._base_quiet: float | None = None  # the policy's quiet_until at the base (lazy)
         # Extending the base needs a preemptive policy with quiet_until whose placement's
         # feasibility is monotone in the free GPUs (more free GPUs never make a job unplaceable).
-        self._extend = (self._idle_first and self._preemptive and self._quiet is not None
-                        and monotone_placement(policy))
+        self._extend = self._idle_first and self._preemptive and self._quiet is not None and monotone_placement(policy)
         self.extended_rounds = 0
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
         self._active: dict[JobId, SimJob] = {}  # arrival order
@@ -329,8 +327,10 @@ class Simulator:
 
     def _preempt(self, j: SimJob, now: float) -> None:
         if j.shared_with is not None:
-            raise SimulationError(f"policy {self.policy.name} preempted job {j.job_id}, which shares GPUs"
-                                  " (sharing policies are non-preemptive)")
+            raise SimulationError(
+                f"policy {self.policy.name} preempted job {j.job_id}, which shares GPUs"
+                " (sharing policies are non-preemptive)"
+            )
         self._stop(j, now)
         if j.work_left < j.work_at_start:
             self._last_progress = now
@@ -412,12 +412,15 @@ class Simulator:
         host = self._running.get(sh.partner)
         name = self.policy.name
         if host is None or host.shared_with is not None or host.placement is None:
-            raise SimulationError(f"policy {name} shared job {j.job_id} with job {sh.partner}, which is not"
-                                  " running alone")
+            raise SimulationError(
+                f"policy {name} shared job {j.job_id} with job {sh.partner}, which is not running alone"
+            )
         on = {a.node: a.gpus for a in host.placement.allocations}
         if placement.num_gpus != j.num_gpus or any(a.gpus > on.get(a.node, 0) for a in placement.allocations):
-            raise SimulationError(f"policy {name} placed job {j.job_id} on GPUs its partner {sh.partner} does not hold"
-                                  f" ({j.num_gpus} needed)")
+            raise SimulationError(
+                f"policy {name} placed job {j.job_id} on GPUs its partner {sh.partner} does not hold"
+                f" ({j.num_gpus} needed)"
+            )
         if min(sh.slowdown, sh.partner_slowdown, sh.alone_slowdown) <= 0:
             raise SimulationError(f"policy {name} gave job {j.job_id} a non-positive slowdown")
         self._pending_gpus -= j.num_gpus
@@ -708,8 +711,9 @@ class Simulator:
         if plan.suspend or plan.resume or plan.pack or plan.unpack or plan.migrate or plan.resize:
             self._mech.enact(plan, now)
         if self._wake_at is not None:
-            self._wake = self._wake_at(Snapshot(now, self.cluster, list(active.values()),
-                                                idle_since=self._mech.changed))
+            self._wake = self._wake_at(
+                Snapshot(now, self.cluster, list(active.values()), idle_since=self._mech.changed)
+            )
         # Every job's queue_index now reads from this mapping (SimJob.queue_index): O(1).
         self._time.queues = self._queues
         if self._quiet is not None and not plan.start and not plan.preempt and not plan.promote:
@@ -731,8 +735,9 @@ class Simulator:
             return None
         from tqdm import tqdm
 
-        return tqdm(total=len(self.trace), desc=f"simulate {self.policy.name}", unit="job", file=sys.stderr,
-                    delay=delay)
+        return tqdm(
+            total=len(self.trace), desc=f"simulate {self.policy.name}", unit="job", file=sys.stderr, delay=delay
+        )
 
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()
@@ -851,8 +856,12 @@ class Simulator:
         return GandivaFigures(
             avg_load=m.demand_integral / (total * span) if span > 0 and total > 0 else 0.0,
             peak_load=m.peak_demand / total if total > 0 else 0.0,
-            max_height=max(m.max_height, 1 if self._records else 0), suspensions=m.suspensions,
-            migrations=m.migrations, packs=m.packs, unpacks=m.unpacks, resizes=m.resizes,
+            max_height=max(m.max_height, 1 if self._records else 0),
+            suspensions=m.suspensions,
+            migrations=m.migrations,
+            packs=m.packs,
+            unpacks=m.unpacks,
+            resizes=m.resizes,
         )
 
     def _check_livelock(self, now: float) -> None:

@@ -124,11 +124,14 @@ class Mechanisms:
         name = sim.policy.name
         partners = [sim._running.get(p) for p in co.partners]
         if not co.partners or any(p is None or p.placement != placement for p in partners):
-            raise sim.error(f"policy {name} colocated job {j.job_id} with job(s) {list(co.partners)}, which are"
-                            " not all running on exactly its GPUs")
+            raise sim.error(
+                f"policy {name} colocated job {j.job_id} with job(s) {list(co.partners)}, which are"
+                " not all running on exactly its GPUs"
+            )
         if placement.num_gpus != j.num_gpus:
-            raise sim.error(f"policy {name} colocated job {j.job_id} on {placement.num_gpus} GPUs, it needs"
-                            f" {j.num_gpus}")
+            raise sim.error(
+                f"policy {name} colocated job {j.job_id} on {placement.num_gpus} GPUs, it needs {j.num_gpus}"
+            )
         sim._pending_gpus -= j.num_gpus
         j.settle()
         del sim._pending[j.job_id]
@@ -233,8 +236,10 @@ class Mechanisms:
             need = a.gpus - own.get(a.node, 0)
             left = sim._free.get(a.node)
             if left is None or left < need:
-                raise sim.error(f"policy {sim.policy.name} {what} job {j.job_id} onto {a.gpus} GPUs of node"
-                                f" {a.node!r}, which has {left if left is not None else 'no such node'} free")
+                raise sim.error(
+                    f"policy {sim.policy.name} {what} job {j.job_id} onto {a.gpus} GPUs of node"
+                    f" {a.node!r}, which has {left if left is not None else 'no such node'} free"
+                )
 
     def _move_gpus(self, j: SimJob, old: Placement | None, to: Placement, now: float) -> None:
         sim = self.sim
@@ -270,8 +275,10 @@ class Mechanisms:
     def _migrate(self, j: SimJob, to: Placement, now: float) -> None:
         sim = self.sim
         if to.num_gpus != j.num_gpus:
-            raise sim.error(f"policy {sim.policy.name} migrated job {j.job_id} to {to.num_gpus} GPUs, it holds"
-                            f" {j.num_gpus} (a migration keeps the size; resize changes it)")
+            raise sim.error(
+                f"policy {sim.policy.name} migrated job {j.job_id} to {to.num_gpus} GPUs, it holds"
+                f" {j.num_gpus} (a migration keeps the size; resize changes it)"
+            )
         self._take(j, to, None, "migrated")
         old = j.placement
         shared = self.leave_group(j, now)
@@ -287,8 +294,10 @@ class Mechanisms:
         name = sim.policy.name
         lo, hi = j.elastic if j.elastic is not None else (j.num_gpus, j.num_gpus)
         if j.colocated_with or not lo <= to.num_gpus <= hi or to.num_gpus == j.num_gpus:
-            raise sim.error(f"policy {name} resized job {j.job_id} to {to.num_gpus} GPUs; it is"
-                            f" {'colocated' if j.colocated_with else f'elastic {lo}-{hi} at {j.num_gpus}'}")
+            raise sim.error(
+                f"policy {name} resized job {j.job_id} to {to.num_gpus} GPUs; it is"
+                f" {'colocated' if j.colocated_with else f'elastic {lo}-{hi} at {j.num_gpus}'}"
+            )
         self._take(j, to, j.placement, "resized")
         old = j.placement
         self._move_gpus(j, old, to, now)

@@ -19,8 +19,9 @@ import base64
 import html
 import io
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, Sequence
+from typing import IO
 
 import numpy as np
 
@@ -78,13 +79,16 @@ def per_app(result: SimulationResult, trace: Sequence[TraceJob], column: str) ->
     rows = []
     for app in sorted(groups):
         pairs = groups[app]
-        rows.append(AppRow(
-            app=app, jobs=len(pairs),
-            gpu_seconds=float(sum(j.num_gpus * j.duration for _, j in pairs)),
-            avg_jct=float(np.mean([r.jct for r, _ in pairs])),
-            avg_queue_delay=float(np.mean([r.queue_delay for r, _ in pairs])),
-            mean_slowdown=float(np.mean([r.jct / j.duration if j.duration > 0 else 1.0 for r, j in pairs])),
-        ))
+        rows.append(
+            AppRow(
+                app=app,
+                jobs=len(pairs),
+                gpu_seconds=float(sum(j.num_gpus * j.duration for _, j in pairs)),
+                avg_jct=float(np.mean([r.jct for r, _ in pairs])),
+                avg_queue_delay=float(np.mean([r.queue_delay for r, _ in pairs])),
+                mean_slowdown=float(np.mean([r.jct / j.duration if j.duration > 0 else 1.0 for r, j in pairs])),
+            )
+        )
     return rows
 
 
@@ -94,7 +98,7 @@ def jain_index(values: Sequence[float]) -> float:
     x = np.asarray(values, dtype=float)
     if len(x) == 0 or not np.any(x):
         return 1.0
-    return float(x.sum() ** 2 / (len(x) * (x ** 2).sum()))
+    return float(x.sum() ** 2 / (len(x) * (x**2).sum()))
 
 
 def preemption_counts(result: SimulationResult) -> dict[int, int]:
@@ -163,8 +167,7 @@ def _utilization_figure(results: Sequence[SimulationResult]) -> str:
     return _svg_img(fig, "GPU utilisation over time")
 
 
-def _grouped_bars(labels: Sequence[str], series: dict[str, Sequence[float]], xlabel: str, ylabel: str,
-                  alt: str) -> str:
+def _grouped_bars(labels: Sequence[str], series: dict[str, Sequence[float]], xlabel: str, ylabel: str, alt: str) -> str:
     fig, ax = _figure(8.0, 3.2)
     n = max(len(series), 1)
     width = 0.8 / n
@@ -210,19 +213,49 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], best: set[tuple[i
 
 
 def _policy_section(results: Sequence[SimulationResult]) -> str:
-    head = ("policy", "jobs", "avg JCT (s)", "median JCT", "p95 JCT", "avg queue (s)", "median queue",
-            "p95 queue", "makespan (s)", "preemptions", "GPU util")
+    head = (
+        "policy",
+        "jobs",
+        "avg JCT (s)",
+        "median JCT",
+        "p95 JCT",
+        "avg queue (s)",
+        "median queue",
+        "p95 queue",
+        "makespan (s)",
+        "preemptions",
+        "GPU util",
+    )
     rows = []
     for r in results:
         s = r.summary
-        rows.append((s.policy, str(s.jobs), f"{s.avg_jct:.1f}", f"{s.median_jct:.1f}", f"{s.p95_jct:.1f}",
-                     f"{s.avg_queue_delay:.1f}", f"{s.median_queue_delay:.1f}", f"{s.p95_queue_delay:.1f}",
-                     f"{s.makespan:.0f}", str(s.preemptions), f"{100 * s.gpu_utilization:.1f}%"))
+        rows.append(
+            (
+                s.policy,
+                str(s.jobs),
+                f"{s.avg_jct:.1f}",
+                f"{s.median_jct:.1f}",
+                f"{s.p95_jct:.1f}",
+                f"{s.avg_queue_delay:.1f}",
+                f"{s.median_queue_delay:.1f}",
+                f"{s.p95_queue_delay:.1f}",
+                f"{s.makespan:.0f}",
+                str(s.preemptions),
+                f"{100 * s.gpu_utilization:.1f}%",
+            )
+        )
     best: set[tuple[int, int]] = set()
     if len(results) > 1:
         # Lowest of each time column in bold: the reader's first question.
-        for col, key in ((2, "avg_jct"), (3, "median_jct"), (4, "p95_jct"), (5, "avg_queue_delay"),
-                         (6, "median_queue_delay"), (7, "p95_queue_delay"), (8, "makespan")):
+        for col, key in (
+            (2, "avg_jct"),
+            (3, "median_jct"),
+            (4, "p95_jct"),
+            (5, "avg_queue_delay"),
+            (6, "median_queue_delay"),
+            (7, "p95_queue_delay"),
+            (8, "makespan"),
+        ):
             low = min(getattr(r.summary, key) for r in results)
             best |= {(i, col) for i, r in enumerate(results) if getattr(r.summary, key) == low}
     parts = [_table(head, rows, best)]
@@ -233,12 +266,24 @@ def _policy_section(results: Sequence[SimulationResult]) -> str:
         def ratio(x: float, y: float) -> str:
             return f"{x / y:.2f}x" if y > 0 else "n/a"
 
-        parts.append(f"<p>JCT normalised to <b>{html.escape(base.policy)}</b> (Tiresias Table 5: "
-                     f"above 1.00x means {html.escape(base.policy)} is better):</p>")
-        parts.append(_table(("policy", "average", "median", "95th"),
-                            [(r.policy, ratio(r.summary.avg_jct, b.avg_jct),
-                              ratio(r.summary.median_jct, b.median_jct), ratio(r.summary.p95_jct, b.p95_jct))
-                             for r in results]))
+        parts.append(
+            f"<p>JCT normalised to <b>{html.escape(base.policy)}</b> (Tiresias Table 5: "
+            f"above 1.00x means {html.escape(base.policy)} is better):</p>"
+        )
+        parts.append(
+            _table(
+                ("policy", "average", "median", "95th"),
+                [
+                    (
+                        r.policy,
+                        ratio(r.summary.avg_jct, b.avg_jct),
+                        ratio(r.summary.median_jct, b.median_jct),
+                        ratio(r.summary.p95_jct, b.p95_jct),
+                    )
+                    for r in results
+                ],
+            )
+        )
     return "\n".join(parts)
 
 
@@ -253,53 +298,90 @@ def _preemption_section(results: Sequence[SimulationResult]) -> str:
     rows = []
     for r in results:
         p = [rec.preemptions for rec in r.records]
-        rows.append((r.policy, str(sum(1 for x in p if x)), str(sum(p)), str(max(p) if p else 0),
-                     f"{r.summary.preemption_overhead:.0f}"))
-    return fig + "\n" + _table(("policy", "jobs preempted", "preemptions", "most for one job",
-                                "overhead charged (s)"), rows)
+        rows.append(
+            (
+                r.policy,
+                str(sum(1 for x in p if x)),
+                str(sum(p)),
+                str(max(p) if p else 0),
+                f"{r.summary.preemption_overhead:.0f}",
+            )
+        )
+    return (
+        fig
+        + "\n"
+        + _table(("policy", "jobs preempted", "preemptions", "most for one job", "overhead charged (s)"), rows)
+    )
 
 
 def _fairness_section(results: Sequence[SimulationResult], trace: Sequence[TraceJob]) -> str:
     column = app_column(trace)
     if column is None:
-        return ("<p>The trace names no apps (its <code>account</code> and <code>user</code> columns are "
-                "absent or hold one value), so there is nothing to compare between apps.</p>")
+        return (
+            "<p>The trace names no apps (its <code>account</code> and <code>user</code> columns are "
+            "absent or hold one value), so there is nothing to compare between apps.</p>"
+        )
     per = {r.policy: per_app(r, trace, column) for r in results}
     apps = [row.app for row in next(iter(per.values()))]
-    fig = _grouped_bars(apps, {p: [row.mean_slowdown for row in rows] for p, rows in per.items()},
-                        f"app (trace column {column})", "mean slowdown (JCT / run time alone)",
-                        "mean slowdown per app")
-    jain = _table(("policy", "Jain's index of per-app mean slowdown"),
-                  [(p, f"{jain_index([row.mean_slowdown for row in rows]):.3f}") for p, rows in per.items()])
-    detail = _table(("policy", "app", "jobs", "GPU-hours asked", "avg JCT (s)", "avg queue (s)", "mean slowdown"),
-                    [(p, row.app, str(row.jobs), f"{row.gpu_seconds / 3600:.1f}", f"{row.avg_jct:.1f}",
-                      f"{row.avg_queue_delay:.1f}", f"{row.mean_slowdown:.2f}")
-                     for p, rows in per.items() for row in rows])
-    return (f"<p>Apps are the trace's <code>{column}</code> values. Slowdown is a job's JCT over its run "
-            "time alone; Jain's index is 1.000 when every app is slowed alike.</p>\n" + fig + "\n" + jain
-            + "\n" + detail)
+    fig = _grouped_bars(
+        apps,
+        {p: [row.mean_slowdown for row in rows] for p, rows in per.items()},
+        f"app (trace column {column})",
+        "mean slowdown (JCT / run time alone)",
+        "mean slowdown per app",
+    )
+    jain = _table(
+        ("policy", "Jain's index of per-app mean slowdown"),
+        [(p, f"{jain_index([row.mean_slowdown for row in rows]):.3f}") for p, rows in per.items()],
+    )
+    detail = _table(
+        ("policy", "app", "jobs", "GPU-hours asked", "avg JCT (s)", "avg queue (s)", "mean slowdown"),
+        [
+            (
+                p,
+                row.app,
+                str(row.jobs),
+                f"{row.gpu_seconds / 3600:.1f}",
+                f"{row.avg_jct:.1f}",
+                f"{row.avg_queue_delay:.1f}",
+                f"{row.mean_slowdown:.2f}",
+            )
+            for p, rows in per.items()
+            for row in rows
+        ],
+    )
+    return (
+        f"<p>Apps are the trace's <code>{column}</code> values. Slowdown is a job's JCT over its run "
+        "time alone; Jain's index is 1.000 when every app is slowed alike.</p>\n" + fig + "\n" + jain + "\n" + detail
+    )
 
 
 def write_html(fh: IO[str], results: Sequence[SimulationResult], trace: Sequence[TraceJob], info: RunInfo) -> None:
     """The whole page; ``results`` need their timelines (``record_timeline``)."""
     title = f"teiresias simulate: {info.trace_name}"
-    meta = (f"{info.jobs} jobs on {info.nodes} nodes / {info.gpus} GPUs; scheduling interval "
-            f"{info.interval:g} s; preemption overhead {info.preempt_overhead:g} s; placement {info.placement}"
-            + (f"; teiresias {info.version}" if info.version else ""))
+    meta = (
+        f"{info.jobs} jobs on {info.nodes} nodes / {info.gpus} GPUs; scheduling interval "
+        f"{info.interval:g} s; preemption overhead {info.preempt_overhead:g} s; placement {info.placement}"
+        + (f"; teiresias {info.version}" if info.version else "")
+    )
     body = {
         "policies": ("Policies", _policy_section(results)),
         "jct": ("Job completion time (CDF)", _cdf_figure(results, "jct", "JCT (seconds, log scale)", None)),
-        "queueing": ("Queueing delay (CDF)",
-                     _cdf_figure(results, "queue_delay", "queueing delay (seconds, log scale)", _LOG_FLOOR)
-                     + f'<p class="note">Time a job held no GPUs: the first wait plus every wait after a '
-                       f"preemption. Delays under {_f(_LOG_FLOOR)} s are drawn at {_f(_LOG_FLOOR)} s.</p>"),
+        "queueing": (
+            "Queueing delay (CDF)",
+            _cdf_figure(results, "queue_delay", "queueing delay (seconds, log scale)", _LOG_FLOOR)
+            + f'<p class="note">Time a job held no GPUs: the first wait plus every wait after a '
+            f"preemption. Delays under {_f(_LOG_FLOOR)} s are drawn at {_f(_LOG_FLOOR)} s.</p>",
+        ),
         "utilization": ("GPU utilisation over time", _utilization_figure(results)),
         "preemptions": ("Preemptions per job", _preemption_section(results)),
         "fairness": ("Per-app fairness", _fairness_section(results, trace)),
     }
-    fh.write("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-             f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-             f"<h1>{html.escape(title)}</h1>\n<p class=\"meta\">{html.escape(meta)}</p>\n")
+    fh.write(
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f'<h1>{html.escape(title)}</h1>\n<p class="meta">{html.escape(meta)}</p>\n'
+    )
     for sid in SECTIONS:
         heading, content = body[sid]
         fh.write(f'<section id="{sid}">\n<h2>{html.escape(heading)}</h2>\n{content}\n</section>\n')

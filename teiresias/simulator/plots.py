@@ -9,8 +9,9 @@ is sharing incentive).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -31,8 +32,9 @@ def plot_format(path: str | Path) -> str:
     if suffix in formats:
         return suffix
     found = f"unknown image format '.{suffix}'" if suffix else "no suffix to name the image format"
-    raise ConfigError(f"--plot {path}: {found}; end the name with one of: "
-                      f"{', '.join('.' + f for f in sorted(formats))}")
+    raise ConfigError(
+        f"--plot {path}: {found}; end the name with one of: {', '.join('.' + f for f in sorted(formats))}"
+    )
 
 
 def _smoothed_utilisation(res: SimulationResult, bins: int = 400) -> tuple[np.ndarray, np.ndarray]:
@@ -69,8 +71,9 @@ def plot_results(fh: BinaryIO, results: Sequence[SimulationResult], title: str =
             ax2.plot((t - t[0]) / 3600.0, 100 * np.asarray(u), label=res.policy, linewidth=1)
         rho = np.sort(np.asarray(list(res.summary.app_rho.values()), dtype=float))
         if len(rho):
-            ax3.step(rho, np.arange(1, len(rho) + 1) / len(rho), where="post",
-                     label=f"{res.policy} (max {rho[-1]:.2f})")
+            ax3.step(
+                rho, np.arange(1, len(rho) + 1) / len(rho), where="post", label=f"{res.policy} (max {rho[-1]:.2f})"
+            )
     ax1.set_xscale("log")
     ax1.set_xlabel("JCT (seconds, log scale)")
     ax1.set_ylabel("fraction of jobs")

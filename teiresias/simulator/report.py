@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import csv
 import json
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from teiresias.simulator.metrics import SimulationResult
 
 JOB_COLUMNS = (
-    "policy", "job_id", "gpus", "model", "submit", "start", "end", "jct", "queue_delay",
-    "preemptions", "overhead", "slowed", "nodes",
+    "policy",
+    "job_id",
+    "gpus",
+    "model",
+    "submit",
+    "start",
+    "end",
+    "jct",
+    "queue_delay",
+    "preemptions",
+    "overhead",
+    "slowed",
+    "nodes",
 )
 
 
@@ -25,32 +37,81 @@ def _f(x: float) -> str:
 
 def summary_table(results: Sequence[SimulationResult]) -> str:
     """Absolute figures, one row per policy (seconds)."""
-    head = ("policy", "jobs", "avg JCT", "med JCT", "p95 JCT", "avg queue", "med queue", "p95 queue",
-            "makespan", "preempt", "overhead", "GPU util", "wall s")
+    head = (
+        "policy",
+        "jobs",
+        "avg JCT",
+        "med JCT",
+        "p95 JCT",
+        "avg queue",
+        "med queue",
+        "p95 queue",
+        "makespan",
+        "preempt",
+        "overhead",
+        "GPU util",
+        "wall s",
+    )
     rows = [head]
     for r in results:
         s = r.summary
-        rows.append((
-            s.policy, str(s.jobs), f"{s.avg_jct:.1f}", f"{s.median_jct:.1f}", f"{s.p95_jct:.1f}",
-            f"{s.avg_queue_delay:.1f}", f"{s.median_queue_delay:.1f}", f"{s.p95_queue_delay:.1f}",
-            f"{s.makespan:.0f}", str(s.preemptions), f"{s.preemption_overhead:.0f}",
-            f"{100 * s.gpu_utilization:.1f}%", f"{s.wall_seconds:.2f}",
-        ))
+        rows.append(
+            (
+                s.policy,
+                str(s.jobs),
+                f"{s.avg_jct:.1f}",
+                f"{s.median_jct:.1f}",
+                f"{s.p95_jct:.1f}",
+                f"{s.avg_queue_delay:.1f}",
+                f"{s.median_queue_delay:.1f}",
+                f"{s.p95_queue_delay:.1f}",
+                f"{s.makespan:.0f}",
+                str(s.preemptions),
+                f"{s.preemption_overhead:.0f}",
+                f"{100 * s.gpu_utilization:.1f}%",
+                f"{s.wall_seconds:.2f}",
+            )
+        )
     return _grid(rows)
 
 
 def gandiva_table(results: Sequence[SimulationResult]) -> str:
     """Gandiva's figures per policy (docs/gandiva.md, "Metrics"): early feedback, useful
     utilisation, load and height, and how often each mechanism ran."""
-    rows = [("policy", "avg feedback", "med feedback", "p95 feedback", "useful util", "avg load", "max height",
-             "suspend", "migrate", "pack", "unpack", "resize")]
+    rows = [
+        (
+            "policy",
+            "avg feedback",
+            "med feedback",
+            "p95 feedback",
+            "useful util",
+            "avg load",
+            "max height",
+            "suspend",
+            "migrate",
+            "pack",
+            "unpack",
+            "resize",
+        )
+    ]
     for r in results:
         s = r.summary
-        rows.append((
-            s.policy, f"{s.avg_feedback:.1f}", f"{s.median_feedback:.1f}", f"{s.p95_feedback:.1f}",
-            f"{100 * s.useful_utilization:.1f}%", f"{s.avg_load:.2f}", str(s.max_height), str(s.suspensions),
-            str(s.migrations), str(s.packs), str(s.unpacks), str(s.resizes),
-        ))
+        rows.append(
+            (
+                s.policy,
+                f"{s.avg_feedback:.1f}",
+                f"{s.median_feedback:.1f}",
+                f"{s.p95_feedback:.1f}",
+                f"{100 * s.useful_utilization:.1f}%",
+                f"{s.avg_load:.2f}",
+                str(s.max_height),
+                str(s.suspensions),
+                str(s.migrations),
+                str(s.packs),
+                str(s.unpacks),
+                str(s.resizes),
+            )
+        )
     return _grid(rows)
 
 
@@ -59,19 +120,23 @@ def fairness_table(results: Sequence[SimulationResult]) -> str:
     rows = [("policy", "apps", "max rho", "Jain rho", "rho<=1")]
     for r in results:
         s = r.summary
-        rows.append((s.policy, str(len(s.app_rho)), f"{s.max_rho:.2f}", f"{s.jain_rho:.3f}",
-                     f"{100 * s.share_rho_le_1:.0f}%"))
+        rows.append(
+            (s.policy, str(len(s.app_rho)), f"{s.max_rho:.2f}", f"{s.jain_rho:.3f}", f"{100 * s.share_rho_le_1:.0f}%")
+        )
     return _grid(rows)
 
 
 def app_rho_table(results: Sequence[SimulationResult], limit: int = 20) -> str:
     """rho of each app (rows) under each policy (columns), the ``limit`` apps with the highest max first."""
-    apps = sorted({a for r in results for a in r.summary.app_rho},
-                  key=lambda a: (-max(r.summary.app_rho.get(a, 0.0) for r in results), a))
+    apps = sorted(
+        {a for r in results for a in r.summary.app_rho},
+        key=lambda a: (-max(r.summary.app_rho.get(a, 0.0) for r in results), a),
+    )
     rows = [("app", *(r.policy for r in results))]
     for a in apps[:limit]:
-        rows.append((a or "(none)", *(f"{r.summary.app_rho[a]:.2f}" if a in r.summary.app_rho else "-"
-                                      for r in results)))
+        rows.append(
+            (a or "(none)", *(f"{r.summary.app_rho[a]:.2f}" if a in r.summary.app_rho else "-" for r in results))
+        )
     return _grid(rows)
 
 
@@ -86,8 +151,9 @@ def normalised_table(results: Sequence[SimulationResult], baseline: str = "las")
     rows = [(f"normalised to {base.policy}", "Average", "Median", "95th")]
     for r in results:
         s = r.summary
-        rows.append((s.policy, ratio(s.avg_jct, b.avg_jct), ratio(s.median_jct, b.median_jct),
-                     ratio(s.p95_jct, b.p95_jct)))
+        rows.append(
+            (s.policy, ratio(s.avg_jct, b.avg_jct), ratio(s.median_jct, b.median_jct), ratio(s.p95_jct, b.p95_jct))
+        )
     return _grid(rows)
 
 
@@ -108,10 +174,23 @@ def write_jobs_csv(fh: IO[str], results: Sequence[SimulationResult]) -> None:
     w.writerow(JOB_COLUMNS)
     for res in results:
         for j in res.records:
-            w.writerow((
-                res.policy, j.job_id, j.gpus, j.model, _f(j.submit), _f(j.start), _f(j.end), _f(j.jct),
-                _f(j.queue_delay), j.preemptions, _f(j.overhead), int(j.slowed), "+".join(j.nodes),
-            ))
+            w.writerow(
+                (
+                    res.policy,
+                    j.job_id,
+                    j.gpus,
+                    j.model,
+                    _f(j.submit),
+                    _f(j.start),
+                    _f(j.end),
+                    _f(j.jct),
+                    _f(j.queue_delay),
+                    j.preemptions,
+                    _f(j.overhead),
+                    int(j.slowed),
+                    "+".join(j.nodes),
+                )
+            )
 
 
 def write_json(fh: IO[str], results: Sequence[SimulationResult], extra: dict | None = None) -> None:

@@ -145,20 +145,22 @@ def _json_records(data: Any, source: str) -> list[SacctRecord]:
         t = job.get("time") if isinstance(job.get("time"), Mapping) else {}
         tres = job.get("tres") if isinstance(job.get("tres"), Mapping) else {}
         assoc = job.get("association") if isinstance(job.get("association"), Mapping) else {}
-        out.append(SacctRecord(
-            cluster=str(job.get("cluster") or assoc.get("cluster") or ""),
-            job_id=job["job_id"],
-            name=str(job.get("name") or ""),
-            user=str(job.get("user") or assoc.get("user") or ""),
-            account=str(job.get("account") or assoc.get("account") or ""),
-            state=_json_state(job.get("state")),
-            submit=_json_number(t.get("submission")),
-            start=_json_number(t.get("start")),
-            end=_json_number(t.get("end")),
-            elapsed=_json_number(t.get("elapsed")),
-            gpus=_json_gpus(tres.get("allocated")),
-            where=f"{source}: job {job['job_id']}",
-        ))
+        out.append(
+            SacctRecord(
+                cluster=str(job.get("cluster") or assoc.get("cluster") or ""),
+                job_id=job["job_id"],
+                name=str(job.get("name") or ""),
+                user=str(job.get("user") or assoc.get("user") or ""),
+                account=str(job.get("account") or assoc.get("account") or ""),
+                state=_json_state(job.get("state")),
+                submit=_json_number(t.get("submission")),
+                start=_json_number(t.get("start")),
+                end=_json_number(t.get("end")),
+                elapsed=_json_number(t.get("elapsed")),
+                gpus=_json_gpus(tres.get("allocated")),
+                where=f"{source}: job {job['job_id']}",
+            )
+        )
     return out
 
 
@@ -218,12 +220,14 @@ def _parsable_records(text: str, source: str) -> tuple[list[SacctRecord], int]:
     if "JobIDRaw" not in header and "JobID" not in header:
         missing.insert(0, "JobIDRaw")
     if missing:
-        raise _fail(f"{source}:{first + 1}", f"missing sacct field {', '.join(missing)}; run sacct -a -X -D --parsable2 "
-                                   f"-o {SACCT_PARSABLE_FIELDS}")
+        raise _fail(
+            f"{source}:{first + 1}",
+            f"missing sacct field {', '.join(missing)}; run sacct -a -X -D --parsable2 -o {SACCT_PARSABLE_FIELDS}",
+        )
     idx = {c: i for i, c in enumerate(header)}
     id_col = "JobIDRaw" if "JobIDRaw" in idx else "JobID"
     out, steps = [], 0
-    for n, line in enumerate(lines[first + 1:], start=first + 2):
+    for n, line in enumerate(lines[first + 1 :], start=first + 2):
         if not line.strip():
             continue
         row = line.split("|")
@@ -248,12 +252,22 @@ def _parsable_records(text: str, source: str) -> tuple[list[SacctRecord], int]:
         except ValueError as exc:
             raise TraceError(f"{where}: AllocTRES item {exc} has no number") from None
         state = get("State").split()
-        out.append(SacctRecord(
-            cluster=get("Cluster"), job_id=int(m.group(1)), name=get("JobName"), user=get("User"),
-            account=get("Account"), state=state[0].upper() if state else "",
-            submit=_time(get("Submit"), "Submit", where), start=_time(get("Start"), "Start", where),
-            end=_time(get("End"), "End", where), elapsed=elapsed, gpus=gpus, where=where,
-        ))
+        out.append(
+            SacctRecord(
+                cluster=get("Cluster"),
+                job_id=int(m.group(1)),
+                name=get("JobName"),
+                user=get("User"),
+                account=get("Account"),
+                state=state[0].upper() if state else "",
+                submit=_time(get("Submit"), "Submit", where),
+                start=_time(get("Start"), "Start", where),
+                end=_time(get("End"), "End", where),
+                elapsed=elapsed,
+                gpus=gpus,
+                where=where,
+            )
+        )
     return out, steps
 
 
@@ -274,7 +288,7 @@ def _group(records: Iterable[SacctRecord]) -> tuple[list[list[SacctRecord]], int
     jobs, unfinished = [], 0
     for recs in by_id.values():
         # stable: sacct lists a job's runs in order; never-started records sort by submit
-        recs.sort(key=lambda r: (r.start if r.start is not None else (r.submit or 0.0)))
+        recs.sort(key=lambda r: r.start if r.start is not None else (r.submit or 0.0))
         runs: list[SacctRecord] = []
         for r in recs:
             runs.append(r)
@@ -286,8 +300,9 @@ def _group(records: Iterable[SacctRecord]) -> tuple[list[list[SacctRecord]], int
     return jobs, unfinished
 
 
-def convert_records(records: list[SacctRecord], fmt: str, source: str, requeued: str = "sum",
-                    steps: int = 0) -> SacctTrace:
+def convert_records(
+    records: list[SacctRecord], fmt: str, source: str, requeued: str = "sum", steps: int = 0
+) -> SacctTrace:
     if requeued not in REQUEUED_CHOICES:
         raise TraceError(f"requeued must be one of {', '.join(REQUEUED_CHOICES)}, got {requeued!r}")
     groups, unfinished = _group(records)
@@ -312,22 +327,36 @@ def convert_records(records: list[SacctRecord], fmt: str, source: str, requeued:
     skipped = {k: v for k, v in skipped.items() if v}
     if not kept:
         left = ", ".join(f"{v} {k}" for k, v in skipped.items()) or "no jobs at all"
-        raise _fail(source, f"no finished GPU jobs to convert ({left}); give sacct a time range "
-                            "with GPU jobs (-S/-E) and all users (-a)")
+        raise _fail(
+            source,
+            f"no finished GPU jobs to convert ({left}); give sacct a time range "
+            "with GPU jobs (-S/-E) and all users (-a)",
+        )
     kept.sort(key=lambda k: (k[1], k[0][-1].job_id))
     origin = kept[0][1]
     ids = [runs[-1].job_id for runs, _, _ in kept]
     renumbered = len(set(ids)) != len(ids)
     jobs = [
         TraceJob(
-            job_id=(n if renumbered else runs[-1].job_id), num_gpus=runs[-1].gpus,
-            submit_time=submit - origin, duration=duration, model_name=runs[-1].name,
-            user=runs[-1].user, account=runs[-1].account,
+            job_id=(n if renumbered else runs[-1].job_id),
+            num_gpus=runs[-1].gpus,
+            submit_time=submit - origin,
+            duration=duration,
+            model_name=runs[-1].name,
+            user=runs[-1].user,
+            account=runs[-1].account,
         )
         for n, (runs, submit, duration) in enumerate(kept, start=1)
     ]
-    return SacctTrace(jobs=jobs, format=fmt, origin=origin, records=len(records), skipped=skipped,
-                      requeued_jobs=sum(1 for runs, _, _ in kept if len(runs) > 1), renumbered=renumbered)
+    return SacctTrace(
+        jobs=jobs,
+        format=fmt,
+        origin=origin,
+        records=len(records),
+        skipped=skipped,
+        requeued_jobs=sum(1 for runs, _, _ in kept if len(runs) > 1),
+        renumbered=renumbered,
+    )
 
 
 def parse_sacct(text: str, source: str, requeued: str = "sum") -> SacctTrace:
@@ -345,7 +374,10 @@ def parse_sacct(text: str, source: str, requeued: str = "sum") -> SacctTrace:
     lines = text.splitlines()
     n, first = next((n, line) for n, line in enumerate(lines, start=1) if line.strip())
     if "|" not in first:
-        raise _fail(f"{source}:{n}", "not sacct output: expected sacct --json, or sacct --parsable2 with its "
-                                   f"header line (-o {SACCT_PARSABLE_FIELDS})")
+        raise _fail(
+            f"{source}:{n}",
+            "not sacct output: expected sacct --json, or sacct --parsable2 with its "
+            f"header line (-o {SACCT_PARSABLE_FIELDS})",
+        )
     records, steps = _parsable_records(text, source)
     return convert_records(records, "parsable2", source, requeued, steps)

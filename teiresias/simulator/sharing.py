@@ -23,8 +23,9 @@ def _profile(path: Path, where: str, raw: object, base: SharingProfile) -> Shari
     kw: dict = {}
     for key in _PROFILE_KEYS:
         if key in prof:
-            v = yamlconf.number(path, f"{where}.{key}", prof[key], minimum=1.0 if key in ("batch", "overlap",
-                                                                                           "interference") else 0.0)
+            v = yamlconf.number(
+                path, f"{where}.{key}", prof[key], minimum=1.0 if key in ("batch", "overlap", "interference") else 0.0
+            )
             if key == "batch":
                 if v != int(v):
                     raise ConfigError(f"{path}: {where}.batch: must be a whole number of samples, got {v!r}")
@@ -66,5 +67,4 @@ def load_sharing_model(path: str | Path) -> SharingModel:
         pairs[(str(ms[0]).strip().lower(), str(ms[1]).strip().lower())] = (xa, xb)
     gpu_mem = yamlconf.number(p, "gpu_memory_gb", doc.get("gpu_memory_gb", 0.0), minimum=0.0)
     floor = yamlconf.number(p, "min_sub_batch", doc.get("min_sub_batch", 1), minimum=1.0)
-    return SharingModel(profiles=models, default=default, pairs=pairs, gpu_memory_gb=gpu_mem,
-                        min_sub_batch=int(floor))
+    return SharingModel(profiles=models, default=default, pairs=pairs, gpu_memory_gb=gpu_mem, min_sub_batch=int(floor))

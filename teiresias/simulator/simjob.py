@@ -18,7 +18,7 @@ To the policy a SimJob is a plain :class:`teiresias.domain.Job`.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from teiresias.domain import Job, JobId, JobState
 from teiresias.simulator.trace import TraceJob
@@ -48,9 +48,25 @@ class SimJob(Job):
     """
 
     __slots__ = (
-        "_t", "_since", "_exec", "_wait", "_total", "_q", "trace", "work_left", "restore_left", "rate",
-        "version", "needs_restore", "held_time", "overhead", "slowed", "nodes", "work_at_start",
-        "feedback_work", "feedback_at",
+        "_t",
+        "_since",
+        "_exec",
+        "_wait",
+        "_total",
+        "_q",
+        "trace",
+        "work_left",
+        "restore_left",
+        "rate",
+        "version",
+        "needs_restore",
+        "held_time",
+        "overhead",
+        "slowed",
+        "nodes",
+        "work_at_start",
+        "feedback_work",
+        "feedback_at",
     )
 
     def __init__(self, trace: TraceJob, t: SimTime, skew: float | None) -> None:

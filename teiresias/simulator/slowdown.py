@@ -11,9 +11,9 @@ the two equal).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from teiresias import yamlconf
 from teiresias.errors import ConfigError
@@ -64,7 +64,7 @@ class SlowdownTable:
         return self.models.get(model_name.strip().lower(), self.default)
 
     @classmethod
-    def none(cls) -> "SlowdownTable":
+    def none(cls) -> SlowdownTable:
         """No model is sensitive and no skew is known: placement never slows a job."""
         return cls(models={}, default=ModelProfile(None, 1.0))
 
@@ -89,8 +89,10 @@ def load_slowdown(path: str | Path) -> SlowdownTable:
     p = Path(path)
     doc = yamlconf.load_yaml(p, "slowdown table")
     if not isinstance(doc, dict):
-        raise ConfigError(f"{p}: expected a mapping with 'models:' (model name -> {{skew, slowdown}}) "
-                          "and optionally 'default:'; see etc/slowdown.yaml")
+        raise ConfigError(
+            f"{p}: expected a mapping with 'models:' (model name -> {{skew, slowdown}}) "
+            "and optionally 'default:'; see etc/slowdown.yaml"
+        )
     yamlconf.check_keys(p, doc, _TOP_KEYS)
     models_raw = yamlconf.mapping(p, "models", doc.get("models") or {})
     models = {str(k).lower(): _profile(p, f"models.{k}", v) for k, v in models_raw.items()}

@@ -43,16 +43,29 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from teiresias import yamlconf
 from teiresias.errors import ConfigError, TeiresiasError
 
-_KEYS = ("cluster", "traces", "synth", "gittins_samples", "policies", "queues", "last_queue", "promote_knob",
-         "preempt_overhead", "preempt_cost", "interval", "placement")
+_KEYS = (
+    "cluster",
+    "traces",
+    "synth",
+    "gittins_samples",
+    "policies",
+    "queues",
+    "last_queue",
+    "promote_knob",
+    "preempt_overhead",
+    "preempt_cost",
+    "interval",
+    "placement",
+)
 _SYNTH_KEYS = ("samples", "jobs", "loads", "seeds", "max_duration")
 # Policies that read queues / promote_knob; only gittins reads last_queue.
 _MLFQ = ("las", "gittins")
@@ -159,8 +172,10 @@ def load_spec(path: str | Path) -> SweepSpec:
         synth = SynthSpec(
             samples=_file(src, "synth.samples", s["samples"]),
             jobs=int(jobs),
-            loads=tuple(yamlconf.number(src, f"synth.loads[{i}]", x, minimum=1e-9)
-                        for i, x in enumerate(_nonempty(src, "synth.loads", s["loads"]))),
+            loads=tuple(
+                yamlconf.number(src, f"synth.loads[{i}]", x, minimum=1e-9)
+                for i, x in enumerate(_nonempty(src, "synth.loads", s["loads"]))
+            ),
             seeds=tuple(seeds),
             max_duration=yamlconf.number(src, "synth.max_duration", s.get("max_duration", 86400.0), minimum=1),
         )
@@ -192,22 +207,43 @@ def load_spec(path: str | Path) -> SweepSpec:
         if x not in ("fifo", "gittins"):
             raise ConfigError(f"{src}: last_queue[{i}]: must be fifo or gittins, got {x!r}")
         last.append(x)
-    knobs = [None if k is None else yamlconf.number(src, f"promote_knob[{i}]", k, minimum=0)
-             for i, k in enumerate(_nonempty(src, "promote_knob", data.get("promote_knob", [None])))]
-    costs = [yamlconf.number(src, f"preempt_cost[{i}]", x, minimum=0)
-             for i, x in enumerate(_nonempty(src, "preempt_cost", data.get("preempt_cost", [0])))]
-    overheads = [yamlconf.number(src, f"preempt_overhead[{i}]", x, minimum=0)
-                 for i, x in enumerate(_nonempty(src, "preempt_overhead", data.get("preempt_overhead", [0])))]
+    knobs = [
+        None if k is None else yamlconf.number(src, f"promote_knob[{i}]", k, minimum=0)
+        for i, k in enumerate(_nonempty(src, "promote_knob", data.get("promote_knob", [None])))
+    ]
+    costs = [
+        yamlconf.number(src, f"preempt_cost[{i}]", x, minimum=0)
+        for i, x in enumerate(_nonempty(src, "preempt_cost", data.get("preempt_cost", [0])))
+    ]
+    overheads = [
+        yamlconf.number(src, f"preempt_overhead[{i}]", x, minimum=0)
+        for i, x in enumerate(_nonempty(src, "preempt_overhead", data.get("preempt_overhead", [0])))
+    ]
     interval = yamlconf.number(src, "interval", data.get("interval", 60.0), minimum=0)
     placement = data.get("placement", "consolidate")
     if placement not in PLACEMENT_NAMES:
         raise ConfigError(f"{src}: placement: must be one of {', '.join(PLACEMENT_NAMES)}, got {placement!r}")
     samples = _file(src, "gittins_samples", data["gittins_samples"]) if data.get("gittins_samples") else None
     if samples is None and ("gittins" in policies or "auto" in queues):
-        raise ConfigError(f"{src}: gittins_samples: missing; gittins and queues: auto need job GPU-time samples "
-                          "(a CSV with a 'duration' column)")
-    return SweepSpec(src, cluster, traces, synth, samples, tuple(policies), tuple(queues), tuple(last),
-                     tuple(costs), tuple(knobs), tuple(overheads), interval, placement)
+        raise ConfigError(
+            f"{src}: gittins_samples: missing; gittins and queues: auto need job GPU-time samples "
+            "(a CSV with a 'duration' column)"
+        )
+    return SweepSpec(
+        src,
+        cluster,
+        traces,
+        synth,
+        samples,
+        tuple(policies),
+        tuple(queues),
+        tuple(last),
+        tuple(costs),
+        tuple(knobs),
+        tuple(overheads),
+        interval,
+        placement,
+    )
 
 
 # -- expanding it into runs -----------------------------------------------------
@@ -232,9 +268,17 @@ def expand(spec: SweepSpec, workdir: Path) -> list[SweepRun]:
         (workdir / "traces").mkdir(parents=True, exist_ok=True)
         for load in spec.synth.loads:
             for seed in spec.synth.seeds:
-                jobs = philly_like(samples, PhillyParams(num_jobs=spec.synth.jobs, cluster_gpus=cluster.total_gpus,
-                                                         load=load, max_duration=spec.synth.max_duration,
-                                                         max_gpus=cluster.total_gpus), seed=seed)
+                jobs = philly_like(
+                    samples,
+                    PhillyParams(
+                        num_jobs=spec.synth.jobs,
+                        cluster_gpus=cluster.total_gpus,
+                        load=load,
+                        max_duration=spec.synth.max_duration,
+                        max_gpus=cluster.total_gpus,
+                    ),
+                    seed=seed,
+                )
                 p = workdir / "traces" / f"philly-n{spec.synth.jobs}-load{load:g}-seed{seed}.csv"
                 write_trace(p, jobs)
                 traces.append((str(p.resolve()), p.stem))
@@ -249,12 +293,23 @@ def expand(spec: SweepSpec, workdir: Path) -> list[SweepRun]:
             spec.promote_knob if mlfq else (None,),
             spec.preempt_overhead,
         ):
-            runs.append(SweepRun(
-                index=len(runs), trace=trace, trace_label=label, cluster=str(spec.cluster.resolve()),
-                policy=policy, queues=queues, last_queue=last, preempt_cost=cost, promote_knob=knob,
-                preempt_overhead=ovh, interval=spec.interval, placement=spec.placement,
-                gittins_samples=samples_path if policy == "gittins" or queues == "auto" else None,
-            ))
+            runs.append(
+                SweepRun(
+                    index=len(runs),
+                    trace=trace,
+                    trace_label=label,
+                    cluster=str(spec.cluster.resolve()),
+                    policy=policy,
+                    queues=queues,
+                    last_queue=last,
+                    preempt_cost=cost,
+                    promote_knob=knob,
+                    preempt_overhead=ovh,
+                    interval=spec.interval,
+                    placement=spec.placement,
+                    gittins_samples=samples_path if policy == "gittins" or queues == "auto" else None,
+                )
+            )
     return runs
 
 
@@ -276,10 +331,17 @@ def run_one(run: SweepRun) -> dict:
 
         assert dist is not None  # load_spec requires gittins_samples for auto
         queues = fit_thresholds(dist).thresholds
-    params = PolicyParams(queues=queues, promote_knob=run.promote_knob, distribution=dist,
-                          placement=run.placement, last_queue=run.last_queue, preempt_cost=run.preempt_cost)
-    opt = SimulationOptions(interval=run.interval, preempt_overhead=run.preempt_overhead, progress=False,
-                            record_timeline=False)
+    params = PolicyParams(
+        queues=queues,
+        promote_knob=run.promote_knob,
+        distribution=dist,
+        placement=run.placement,
+        last_queue=run.last_queue,
+        preempt_cost=run.preempt_cost,
+    )
+    opt = SimulationOptions(
+        interval=run.interval, preempt_overhead=run.preempt_overhead, progress=False, record_timeline=False
+    )
     s = Simulator(trace, cluster, build_policy(run.policy, params), opt).run().summary
     row = {k: v for k, v in asdict(run).items() if k not in ("cluster", "gittins_samples")}
     row["queues"] = list(queues)
@@ -324,8 +386,17 @@ def array_task(workdir: Path, index: int) -> Path:
 def sbatch_command(workdir: Path, n: int, partition: str | None, extra: Iterable[str] = ()) -> list[str]:
     """The sbatch line of the array: one task per run, ``--wait`` so sbatch returns when all ended."""
     task = f"{shlex.quote(sys.executable)} -m teiresias.simulator.sweep {shlex.quote(str(workdir))}"
-    cmd = ["sbatch", "--parsable", "--wait", f"--array=0-{n - 1}", "--job-name=teiresias-sweep",
-           "--ntasks=1", "--cpus-per-task=1", f"--output={workdir}/logs/%a.out", f"--chdir={workdir}"]
+    cmd = [
+        "sbatch",
+        "--parsable",
+        "--wait",
+        f"--array=0-{n - 1}",
+        "--job-name=teiresias-sweep",
+        "--ntasks=1",
+        "--cpus-per-task=1",
+        f"--output={workdir}/logs/%a.out",
+        f"--chdir={workdir}",
+    ]
     if partition:
         cmd.append(f"--partition={partition}")
     cmd.extend(extra)
@@ -333,8 +404,13 @@ def sbatch_command(workdir: Path, n: int, partition: str | None, extra: Iterable
     return cmd
 
 
-def run_on_slurm(runs: Sequence[SweepRun], workdir: Path, partition: str | None = None,
-                 extra: Iterable[str] = (), env: dict[str, str] | None = None) -> tuple[str, list[dict]]:
+def run_on_slurm(
+    runs: Sequence[SweepRun],
+    workdir: Path,
+    partition: str | None = None,
+    extra: Iterable[str] = (),
+    env: dict[str, str] | None = None,
+) -> tuple[str, list[dict]]:
     """Every run as one task of a Slurm job array; returns (array job id, rows in run order).
 
     sbatch ``--wait`` blocks until every task has ended (the array's exit
@@ -359,17 +435,40 @@ def run_on_slurm(runs: Sequence[SweepRun], workdir: Path, partition: str | None 
         if not p.is_file():
             log = workdir / "logs" / f"{r.index}.out"
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else ["no log"]
-            raise SweepError(f"--on-slurm: array task {job_id}_{r.index} left no result "
-                             f"({tail[0] if tail else 'empty log'}); see {log}")
+            raise SweepError(
+                f"--on-slurm: array task {job_id}_{r.index} left no result "
+                f"({tail[0] if tail else 'empty log'}); see {log}"
+            )
         rows.append(json.loads(p.read_text(encoding="utf-8")))
     return job_id, rows
 
 
 # -- merging ----------------------------------------------------------------------
-COLUMNS = ("index", "trace_label", "policy", "queues", "queues_auto", "last_queue", "preempt_cost", "promote_knob",
-           "preempt_overhead",
-           "interval", "placement", "jobs", "avg_jct", "median_jct", "p95_jct", "avg_queue_delay", "makespan",
-           "preemptions", "preemptions_per_job", "gpu_utilization", "avg_jct_vs_srsf", "wall_seconds", "trace")
+COLUMNS = (
+    "index",
+    "trace_label",
+    "policy",
+    "queues",
+    "queues_auto",
+    "last_queue",
+    "preempt_cost",
+    "promote_knob",
+    "preempt_overhead",
+    "interval",
+    "placement",
+    "jobs",
+    "avg_jct",
+    "median_jct",
+    "p95_jct",
+    "avg_queue_delay",
+    "makespan",
+    "preemptions",
+    "preemptions_per_job",
+    "gpu_utilization",
+    "avg_jct_vs_srsf",
+    "wall_seconds",
+    "trace",
+)
 
 
 def add_ratios(rows: list[dict]) -> list[dict]:
@@ -387,8 +486,12 @@ def write_csv(fh, rows: Sequence[dict]) -> None:
     w = csv.writer(fh)
     w.writerow(COLUMNS)
     for r in rows:
-        w.writerow([" ".join(f"{q:g}" for q in r["queues"]) if k == "queues" else
-                    ("" if r.get(k) is None else r.get(k)) for k in COLUMNS])
+        w.writerow(
+            [
+                " ".join(f"{q:g}" for q in r["queues"]) if k == "queues" else ("" if r.get(k) is None else r.get(k))
+                for k in COLUMNS
+            ]
+        )
 
 
 def label(r: dict) -> str:
@@ -412,8 +515,10 @@ def table(rows: Sequence[dict]) -> str:
     lines = [head]
     for r in rows:
         ratio = f"{r['avg_jct_vs_srsf']:.2f}x" if r.get("avg_jct_vs_srsf") else "-"
-        lines.append(f"{r['trace_label'][:28]:<28} {label(r)[:34]:<34} {r['avg_jct']:>9.0f} {r['p95_jct']:>9.0f} "
-                     f"{ratio:>7} {r['preemptions_per_job']:>11.2f}")
+        lines.append(
+            f"{r['trace_label'][:28]:<28} {label(r)[:34]:<34} {r['avg_jct']:>9.0f} {r['p95_jct']:>9.0f} "
+            f"{ratio:>7} {r['preemptions_per_job']:>11.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -426,8 +531,9 @@ def plot(fh, rows: Sequence[dict], fmt: str = "png") -> None:
 
     traces = list(dict.fromkeys(r["trace_label"] for r in rows))
     per = max(len([r for r in rows if r["trace_label"] == t]) for t in traces)
-    fig, axes = plt.subplots(len(traces), 1, figsize=(8, 0.6 + 0.28 * per * len(traces) + 0.5 * len(traces)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(traces), 1, figsize=(8, 0.6 + 0.28 * per * len(traces) + 0.5 * len(traces)), squeeze=False
+    )
     for ax, t in zip(axes[:, 0], traces):
         mine = [r for r in rows if r["trace_label"] == t]
         ax.barh([label(r) for r in mine], [r["avg_jct"] for r in mine], color="#4c72b0")
@@ -445,8 +551,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m teiresias.simulator.sweep WORKDIR``: the body of one array task (SLURM_ARRAY_TASK_ID)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or "SLURM_ARRAY_TASK_ID" not in os.environ:
-        print("usage: python -m teiresias.simulator.sweep WORKDIR (inside a Slurm array task; "
-              "teiresias simulate --sweep SPEC --on-slurm submits it)", file=sys.stderr)
+        print(
+            "usage: python -m teiresias.simulator.sweep WORKDIR (inside a Slurm array task; "
+            "teiresias simulate --sweep SPEC --on-slurm submits it)",
+            file=sys.stderr,
+        )
         return 2
     try:
         array_task(Path(args[0]), int(os.environ["SLURM_ARRAY_TASK_ID"]))

@@ -25,8 +25,8 @@ same arguments, same trace, byte for byte.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -37,12 +37,28 @@ from teiresias.simulator.trace import TraceJob
 # duration/iterations of each model in the reference simulator's 60-job
 # trace; only used to fill the ``iterations`` column plausibly.
 MODELS: tuple[str, ...] = (
-    "vgg19", "vgg16", "vgg11", "alexnet", "resnet152",
-    "resnet101", "resnet50", "inception4", "inception3", "googlenet",
+    "vgg19",
+    "vgg16",
+    "vgg11",
+    "alexnet",
+    "resnet152",
+    "resnet101",
+    "resnet50",
+    "inception4",
+    "inception3",
+    "googlenet",
 )
 ITERATION_SECONDS: dict[str, float] = {
-    "vgg19": 0.57, "vgg16": 0.55, "vgg11": 0.51, "alexnet": 0.21, "resnet152": 0.53,
-    "resnet101": 0.38, "resnet50": 0.24, "inception4": 0.66, "inception3": 0.35, "googlenet": 0.14,
+    "vgg19": 0.57,
+    "vgg16": 0.55,
+    "vgg11": 0.51,
+    "alexnet": 0.21,
+    "resnet152": 0.53,
+    "resnet101": 0.38,
+    "resnet50": 0.24,
+    "inception4": 0.66,
+    "inception3": 0.35,
+    "googlenet": 0.14,
 }
 # §5.1: "240 single-GPU jobs; 40 2-GPU, 80 4-GPU, 90 8-GPU, 25 16-GPU, 5 32-GPU".
 TESTBED_GPU_MIX: dict[int, int] = {1: 240, 2: 40, 4: 80, 8: 90, 16: 25, 32: 5}
@@ -66,9 +82,7 @@ class PhillyParams:
     max_gpus: int | None = None  # drop GPU sizes above this (e.g. a small cluster)
 
 
-def _finish(
-    gpus: Sequence[int], durations: Sequence[float], models: Sequence[str], gaps: np.ndarray
-) -> list[TraceJob]:
+def _finish(gpus: Sequence[int], durations: Sequence[float], models: Sequence[str], gaps: np.ndarray) -> list[TraceJob]:
     submits = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
     jobs = []
     for i, (g, d, m, t, gap) in enumerate(zip(gpus, durations, models, submits, gaps)):
@@ -90,7 +104,10 @@ def _finish(
 
 
 def testbed_mix(
-    seed: int = 0, mean_interarrival: float = 30.0, min_duration: float = 120.0, max_duration: float = 7200.0,
+    seed: int = 0,
+    mean_interarrival: float = 30.0,
+    min_duration: float = 120.0,
+    max_duration: float = 7200.0,
     max_gpus: int | None = None,
 ) -> list[TraceJob]:
     """The 480-job testbed workload of Tiresias §5.1 (see module docstring).
@@ -204,5 +221,5 @@ def with_apps(jobs: Sequence[TraceJob], num_apps: int, seed: int = 0) -> list[Tr
     bounds = [0, *sorted(rng.sample(range(1, len(ordered)), n - 1)), len(ordered)] if ordered else [0]
     out: list[TraceJob] = []
     for a in range(len(bounds) - 1):
-        out.extend(replace(j, app=f"app{a}") for j in ordered[bounds[a]:bounds[a + 1]])
+        out.extend(replace(j, app=f"app{a}") for j in ordered[bounds[a] : bounds[a + 1]])
     return out

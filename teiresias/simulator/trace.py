@@ -22,9 +22,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO
 
 from teiresias import yamlconf
 from teiresias.domain import Cluster
@@ -94,9 +95,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
         cols = [h.strip() for h in header]
         missing = [c for c in TRACE_COLUMNS if c not in cols]
         if missing:
-            raise TraceError(
-                f"{p}:1: missing column {', '.join(missing)}; expected header {','.join(TRACE_COLUMNS)}"
-            )
+            raise TraceError(f"{p}:1: missing column {', '.join(missing)}; expected header {','.join(TRACE_COLUMNS)}")
         idx = {c: cols.index(c) for c in (*TRACE_COLUMNS, *OPTIONAL_COLUMNS) if c in cols}
         seen: dict[int, int] = {}
         total = cluster.total_gpus if cluster is not None else None
@@ -121,15 +120,19 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
             submit = _num(p, line, "submit_time", get("submit_time"), integer=False, minimum=0, strict=False)
             duration = _num(p, line, "duration", get("duration"), integer=False, minimum=0, strict=True)
             iters_raw = get("iterations").strip()
-            iterations = int(_num(p, line, "iterations", iters_raw, integer=True, minimum=0, strict=False)) if iters_raw else 0
+            iterations = (
+                int(_num(p, line, "iterations", iters_raw, integer=True, minimum=0, strict=False)) if iters_raw else 0
+            )
             ivl_raw = get("interval").strip()
             interval = _num(p, line, "interval", ivl_raw, integer=False, minimum=0, strict=False) if ivl_raw else 0.0
             elastic = row[idx["elastic"]].strip() if "elastic" in idx else ""
             if elastic:
                 lo, dash, hi = elastic.partition("-")
                 if not (dash and lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= gpus <= int(hi)):
-                    raise TraceError(f"{p}:{line}: elastic {elastic!r}: expected MIN-MAX GPUs with MIN <= num_gpu"
-                                     f" ({gpus}) <= MAX, e.g. 1-4, or empty for a fixed-size job")
+                    raise TraceError(
+                        f"{p}:{line}: elastic {elastic!r}: expected MIN-MAX GPUs with MIN <= num_gpu"
+                        f" ({gpus}) <= MAX, e.g. 1-4, or empty for a fixed-size job"
+                    )
             jobs.append(
                 TraceJob(
                     job_id=job_id,
@@ -163,8 +166,16 @@ def write_trace_to(fh: IO[str], jobs: Iterable[TraceJob]) -> None:
     w.writerow([*TRACE_COLUMNS, *extra])
     for j in jobs:
         w.writerow(
-            [j.job_id, j.num_gpus, _fmt(j.submit_time), j.iterations, j.model_name,
-             _fmt(j.duration), _fmt(j.interval), *(getattr(j, c) for c in extra)]
+            [
+                j.job_id,
+                j.num_gpus,
+                _fmt(j.submit_time),
+                j.iterations,
+                j.model_name,
+                _fmt(j.duration),
+                _fmt(j.interval),
+                *(getattr(j, c) for c in extra),
+            ]
         )
 
 

@@ -114,8 +114,14 @@ def test_model_bucket_skew_stands_in_only_when_traffic_cannot_tell() -> None:
 
 def coll(sizes: np.ndarray, times: np.ndarray, marks: list[float] = (), startup: float | None = None) -> Collectives:
     # NCCL-like sizes (gradient_factor 1): a collective's size is its gradient bytes.
-    return Collectives(sizes=sizes, times=times, per_rank_sent=float(sizes.sum()), layer="nccl",
-                       startup_broadcast=startup, marks=np.array(marks, dtype=float))
+    return Collectives(
+        sizes=sizes,
+        times=times,
+        per_rank_sent=float(sizes.sum()),
+        layer="nccl",
+        startup_broadcast=startup,
+        marks=np.array(marks, dtype=float),
+    )
 
 
 BLOCK = [4.0, 4.0, 4.0, 1024.0]

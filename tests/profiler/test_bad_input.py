@@ -17,16 +17,15 @@ import pytest
 
 from profiler.aggregate import aggregate_dir
 from profiler.env import ProfileWindow, profile_dir
-from profiler.records import (FileState, RecordFileError, read_record_file,
-                              record_files)
-
+from profiler.records import FileState, RecordFileError, read_record_file, record_files
 from tests.profiler.conftest import FIXTURES, profiled_env, run
 
 DRIVER = FIXTURES / "nccl_driver.py"
 
 
-def drive(fake_nccl: Path, jobdir: Path, rank: int, world: int, iters: int,
-          window: ProfileWindow = ProfileWindow(seconds=60)) -> None:
+def drive(
+    fake_nccl: Path, jobdir: Path, rank: int, world: int, iters: int, window: ProfileWindow = ProfileWindow(seconds=60)
+) -> None:
     env = profiled_env(jobdir, window, RANK=str(rank), WORLD_SIZE=str(world))
     run([sys.executable, str(DRIVER), str(fake_nccl), str(iters)], env, timeout=60)
 
@@ -98,8 +97,9 @@ def test_too_few_iterations(fake_nccl: Path, tmp_path: Path) -> None:
 def test_job_killed_mid_profile(fake_nccl: Path, tmp_path: Path) -> None:
     drive(fake_nccl, tmp_path, 1, 2, 8)
     env = profiled_env(tmp_path, ProfileWindow(seconds=60), RANK="0", WORLD_SIZE="2")
-    proc = subprocess.Popen([sys.executable, str(DRIVER), str(fake_nccl), "10", "--forever"],
-                            env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(DRIVER), str(fake_nccl), "10", "--forever"], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()  # blocks until 10 iterations are recorded
         assert json.loads(line)["ready"]
@@ -176,8 +176,9 @@ def test_requeued_job_uses_its_latest_run(fake_nccl: Path, tmp_path: Path) -> No
     # requeued (SLURM_RESTART_COUNT=1) and profiled again into the same folder.
     drive_env(fake_nccl, tmp_path, 8, RANK="1", WORLD_SIZE="2", SLURM_RESTART_COUNT="0")
     env = profiled_env(tmp_path, ProfileWindow(seconds=60), RANK="0", WORLD_SIZE="2", SLURM_RESTART_COUNT="0")
-    proc = subprocess.Popen([sys.executable, str(DRIVER), str(fake_nccl), "5", "--forever"],
-                            env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(DRIVER), str(fake_nccl), "5", "--forever"], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert json.loads(proc.stdout.readline())["ready"]
     finally:

@@ -21,22 +21,25 @@ from profiler.aggregate import Profile, aggregate_dir
 from profiler.env import ProfileWindow, profile_dir
 from profiler.packlimit import DEFAULT_PACKLIMIT, should_consolidate
 from teiresias.cli import cli
-
 from tests.profiler.conftest import FIXTURES, profiled_env, torchrun
 
 pytestmark = pytest.mark.torch
 TRAIN = FIXTURES / "train_ddp.py"
 
 
-def job(tmp: Path, model: str, bucket: str, iters: int, hook: bool = True,
-        seconds: float = 120, linger: float = 0.0) -> tuple[Profile, dict]:
+def job(
+    tmp: Path, model: str, bucket: str, iters: int, hook: bool = True, seconds: float = 120, linger: float = 0.0
+) -> tuple[Profile, dict]:
     # hook=True: the wrapper's sitecustomize installs the model hook; without
     # it the profile rests on the traffic alone (a job run with --no-checkpoint).
     extra = {"PYTHONPATH": str(FIXTURES / "site")} if hook else {}
     env = profiled_env(tmp, ProfileWindow(seconds=seconds), **extra)
     out = tmp / "truth.json"
-    torchrun(TRAIN, ["--model", model, "--bucket", bucket, "--iters", str(iters), "--out", str(out),
-                     "--linger", str(linger)], env)
+    torchrun(
+        TRAIN,
+        ["--model", model, "--bucket", bucket, "--iters", str(iters), "--out", str(out), "--linger", str(linger)],
+        env,
+    )
     return aggregate_dir(profile_dir(tmp)), json.loads(out.read_text())
 
 

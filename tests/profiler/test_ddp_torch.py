@@ -23,7 +23,6 @@ from profiler.aggregate import Profile, aggregate_dir
 from profiler.env import ProfileWindow, profile_dir
 from profiler.packlimit import DEFAULT_PACKLIMIT, should_consolidate
 from profiler.records import FileState, read_record_file, record_files
-
 from tests.profiler.conftest import FIXTURES, profiled_env, torchrun
 
 pytestmark = pytest.mark.torch
@@ -32,8 +31,7 @@ TRAIN = FIXTURES / "train_ddp.py"
 
 def job(tmp: Path, model: str, bucket: str, iters: int, window_iters: int = 0) -> tuple[Profile, dict, Path]:
     # The wrapper's sitecustomize installs the model hook (profiler/model_hook.py).
-    env = profiled_env(tmp, ProfileWindow(seconds=120, iterations=window_iters),
-                       PYTHONPATH=str(FIXTURES / "site"))
+    env = profiled_env(tmp, ProfileWindow(seconds=120, iterations=window_iters), PYTHONPATH=str(FIXTURES / "site"))
     out = tmp / "truth.json"
     torchrun(TRAIN, ["--model", model, "--bucket", bucket, "--iters", str(iters), "--out", str(out)], env)
     return aggregate_dir(profile_dir(tmp)), json.loads(out.read_text()), profile_dir(tmp)

@@ -13,7 +13,6 @@ import pytest
 from profiler.aggregate import aggregate_dir
 from profiler.env import ProfileWindow, profile_dir
 from profiler.records import FileState, Kind, read_record_file, record_files
-
 from tests.profiler.conftest import FIXTURES, profiled_env, run
 
 DRIVER = FIXTURES / "nccl_driver.py"
@@ -63,8 +62,7 @@ def test_nccl_profile_of_two_ranks(fake_nccl: Path, tmp_path: Path) -> None:
 def test_missing_libnccl_is_reported_not_crashed(lib: Path, tmp_path: Path) -> None:
     # A process that calls ncclAllReduce through the interposer with no libnccl
     # loaded at all gets ncclInternalError (3) and a one-line warning.
-    code = ("import ctypes; f = ctypes.CDLL(None).ncclAllReduce; "
-            "print(f(None, None, 1, 7, 0, None, None))")
+    code = "import ctypes; f = ctypes.CDLL(None).ncclAllReduce; print(f(None, None, 1, 7, 0, None, None))"
     env = profiled_env(tmp_path, TEIRESIAS_NCCL_LIB="libnccl-absent.so.2")
     proc = run([sys.executable, "-c", code], env)
     assert proc.stdout.strip() == "3"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from profiler.env import profile_dir
 from profiler.records import FLAG_HEADER, FileState, Kind, read_record_file, record_files
-
 from tests.profiler.conftest import FIXTURES, free_port, profiled_env, run
 
 
@@ -34,8 +33,12 @@ def test_noise_filtered_and_data_counted(tmp_path: Path) -> None:
     by_slot = {}
     for rec in sends:
         by_slot[int(rec["slot"])] = by_slot.get(int(rec["slot"]), 0) + int(rec["bytes"])
-    assert by_slot == {(0x04 << 56) | (10 << 24): 1000, (0x04 << 56) | (11 << 24): 20000,
-                       (0x04 << 56) | (12 << 24): 4000, (0x04 << 56) | (99 << 24): 7000}
+    assert by_slot == {
+        (0x04 << 56) | (10 << 24): 1000,
+        (0x04 << 56) | (11 << 24): 20000,
+        (0x04 << 56) | (12 << 24): 4000,
+        (0x04 << 56) | (99 << 24): 7000,
+    }
     # Receives: one header record per message, payload bytes attributed to its slot.
     assert int((recvs["flags"] & FLAG_HEADER).astype(bool).sum()) == 4
     assert int(recvs["bytes"].sum()) == 1000 + 20000 + 4000 + 7000
@@ -53,14 +56,27 @@ def test_stale_fd_cache_is_reset_when_a_socket_reuses_the_number(tmp_path: Path)
 
 def test_processes_that_never_communicate_leave_no_file(tmp_path: Path) -> None:
     env = profiled_env(tmp_path)
-    run([sys.executable, "-c", "import socket; socket.getaddrinfo('localhost', 80); print(open('/etc/hostname').read())"], env)
+    run(
+        [
+            sys.executable,
+            "-c",
+            "import socket; socket.getaddrinfo('localhost', 80); print(open('/etc/hostname').read())",
+        ],
+        env,
+    )
     run(["sh", "-c", "ls / >/dev/null; cat /etc/hosts >/dev/null"], env)
     assert not profile_dir(tmp_path).exists() or record_files(profile_dir(tmp_path)) == []
 
 
 def test_inert_without_profile_dir(lib: Path, tmp_path: Path) -> None:
     # LD_PRELOAD alone (no TEIRESIAS_PROFILE_DIR) must change nothing.
-    out = subprocess.run([sys.executable, "-c", "print('ok')"], env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", "print('ok')"],
+        env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok"
     assert list(tmp_path.iterdir()) == []

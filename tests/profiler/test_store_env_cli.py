@@ -16,9 +16,21 @@ from profiler.store import ProfileStore, model_key
 from teiresias.cli import cli
 from teiresias.errors import ConfigError
 
-GOOD = Profile(valid=True, layer="gloo", ranks=2, iterations=10, collectives_per_iteration=10,
-               bytes_per_iteration=755240.0, model_bytes=755240.0, period_s=0.02, intensity_bps=3.7e7,
-               skew=0.694, skew_source="traffic", traffic_skew=0.694, traffic_skew_valid=True)
+GOOD = Profile(
+    valid=True,
+    layer="gloo",
+    ranks=2,
+    iterations=10,
+    collectives_per_iteration=10,
+    bytes_per_iteration=755240.0,
+    model_bytes=755240.0,
+    period_s=0.02,
+    intensity_bps=3.7e7,
+    skew=0.694,
+    skew_source="traffic",
+    traffic_skew=0.694,
+    traffic_skew_valid=True,
+)
 
 
 def test_store_reuses_valid_profiles_by_model(tmp_path: Path) -> None:
@@ -47,7 +59,9 @@ def test_store_rejects_bad_keys(tmp_path: Path) -> None:
 
 
 def test_profiling_env(tmp_path: Path) -> None:
-    env = profiling_env(tmp_path / "job", ProfileWindow(seconds=5, iterations=20), base_env={"LD_PRELOAD": "/x/other.so"})
+    env = profiling_env(
+        tmp_path / "job", ProfileWindow(seconds=5, iterations=20), base_env={"LD_PRELOAD": "/x/other.so"}
+    )
     lib = str(profiler.library_path())
     assert env["LD_PRELOAD"] == f"{lib}:/x/other.so"
     assert env["TEIRESIAS_PROFILE_DIR"] == str((tmp_path / "job" / "profile").resolve())

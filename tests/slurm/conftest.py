@@ -101,8 +101,7 @@ class SlurmTestCluster:
     def job(self, job_id: int) -> SlurmJob:
         return self.backend.job(job_id)
 
-    def wait_for(self, job_id: int, states: str | Iterable[str], timeout: float = 30.0,
-                 where=None) -> SlurmJob:
+    def wait_for(self, job_id: int, states: str | Iterable[str], timeout: float = 30.0, where=None) -> SlurmJob:
         """Poll until the job is in one of ``states`` (and ``where(job)`` holds,
         if given); returns it. Fails at once if the job ends in another state,
         and after ``timeout`` seconds with the last state seen."""
@@ -117,8 +116,10 @@ class SlurmTestCluster:
             if last is not None and last.state in wanted and (where is None or where(last)):
                 return last
             if last is not None and last.state in FINISHED_STATES and last.state not in wanted:
-                raise AssertionError(f"job {job_id} ended {last.state} ({last.state_reason}) while waiting "
-                                     f"for {sorted(wanted)}; output: {self.output(job_id)[-500:]!r}")
+                raise AssertionError(
+                    f"job {job_id} ended {last.state} ({last.state_reason}) while waiting "
+                    f"for {sorted(wanted)}; output: {self.output(job_id)[-500:]!r}"
+                )
             if time.monotonic() >= deadline:
                 seen = f"{last.state} ({last.state_reason})" if last else "unknown to Slurm"
                 raise AssertionError(f"job {job_id} not {sorted(wanted)} after {timeout:.0f}s: {seen}")
@@ -159,7 +160,7 @@ class SlurmTestCluster:
         return self.cfg.restd_socket
 
     @contextmanager
-    def reconfigured(self, **changes) -> Iterator["SlurmTestCluster"]:
+    def reconfigured(self, **changes) -> Iterator[SlurmTestCluster]:
         """Run with a changed configuration (e.g. ``job_submit_lua=PATH``), then
         restore the test configuration. Each switch restarts the daemons (~1 s)."""
         self.clean()

@@ -15,9 +15,9 @@ import yaml
 
 from slurm_plugin.controller.audit import read_audit
 from slurm_plugin.controller.state import JobRecord, StateStore
+from tests.conftest import REPO
 from tests.helpers import PROTOCOL_JOB
 from wrappers.protocol import format_comment
-from tests.conftest import REPO
 
 LUA = REPO / "etc" / "job_submit.lua"
 TEIRESIAS = [sys.executable, "-m", "teiresias"]
@@ -50,11 +50,15 @@ class ControllerProc:
         self.log = tmp / "controller.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, *args: str) -> "ControllerProc":
+    def start(self, *args: str) -> ControllerProc:
         """``args``: extra `controller run` options (e.g. ``--standby``)."""
-        self.proc = subprocess.Popen([*TEIRESIAS, "controller", "run", "-c", str(self.config), *args],
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
-                                     env={**self.cluster.env, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [*TEIRESIAS, "controller", "run", "-c", str(self.config), *args],
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            env={**self.cluster.env, "PYTHONUNBUFFERED": "1"},
+            cwd=REPO,
+        )
         return self
 
     def kill9(self) -> None:
@@ -88,20 +92,40 @@ class ControllerProc:
         return self.records().get(job_id)
 
     def audit(self, job: int | None = None, action: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in read_audit(self.tmp / "audit.jsonl")
-                if (job is None or e["job"] == job) and (action is None or e["action"] == action)]
+        return [
+            e
+            for e in read_audit(self.tmp / "audit.jsonl")
+            if (job is None or e["job"] == job) and (action is None or e["action"] == action)
+        ]
 
     def logtext(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def submit_protocol_job(cluster, tmp: Path, gpus: int, *, ack: bool = True, run_for: int = 600,
-                        name: str = "pj", extra: tuple[str, ...] = ()) -> int:
+def submit_protocol_job(
+    cluster,
+    tmp: Path,
+    gpus: int,
+    *,
+    ack: bool = True,
+    run_for: int = 600,
+    name: str = "pj",
+    extra: tuple[str, ...] = (),
+) -> int:
     base = tmp / "jobs"
     base.mkdir(exist_ok=True)
-    return cluster.submit(PROTOCOL_JOB, "-p", "gpu", f"--gpus={gpus}", "-t", "10", f"--job-name={name}",
-                          f"--comment={format_comment({'dir': str(base)})}", *extra,
-                          env={"JOBBASE": str(base), "ACK": "1" if ack else "0", "RUN_FOR": str(run_for)})
+    return cluster.submit(
+        PROTOCOL_JOB,
+        "-p",
+        "gpu",
+        f"--gpus={gpus}",
+        "-t",
+        "10",
+        f"--job-name={name}",
+        f"--comment={format_comment({'dir': str(base)})}",
+        *extra,
+        env={"JOBBASE": str(base), "ACK": "1" if ack else "0", "RUN_FOR": str(run_for)},
+    )
 
 
 def submit_sleep(cluster, gpus: int, seconds: int = 600, partition: str = "gpu", *extra: str) -> int:

@@ -65,10 +65,12 @@ def test_scontrol_poll_reads_the_same_jobs_as_squeue_json(clean_slurm):
     # The two polls name the reason of a requeued-held job differently
     # (JobHeldUser vs job_requeued_in_held_state); every other field agrees.
     assert by_json[requeued].held and by_scontrol[requeued].held
-    assert {j: replace(v, state_reason="") for j, v in by_scontrol.items()} == \
-        {j: replace(v, state_reason="") for j, v in by_json.items()}
-    assert {j: v.state_reason for j, v in by_scontrol.items() if j != requeued} == \
-        {j: v.state_reason for j, v in by_json.items() if j != requeued}
+    assert {j: replace(v, state_reason="") for j, v in by_scontrol.items()} == {
+        j: replace(v, state_reason="") for j, v in by_json.items()
+    }
+    assert {j: v.state_reason for j, v in by_scontrol.items() if j != requeued} == {
+        j: v.state_reason for j, v in by_json.items() if j != requeued
+    }
     assert by_json[multi].gpus == 4 and by_json[single].gpus == 3
 
 
@@ -178,16 +180,25 @@ def test_cancel_and_cancel_again(clean_slurm):
 def test_unknown_job_is_job_vanished(slurm_cluster):
     b = slurm_cluster.backend
     gone = 987654
-    for op in (b.hold, b.release, b.cancel, b.job, b.clear_begin_time, b.requeue,
-               lambda j: b.set_priority(j, 5), lambda j: b.signal(j, "USR1"),
-               lambda j: b.set_nodelist(j, ("node1",))):
+    for op in (
+        b.hold,
+        b.release,
+        b.cancel,
+        b.job,
+        b.clear_begin_time,
+        b.requeue,
+        lambda j: b.set_priority(j, 5),
+        lambda j: b.signal(j, "USR1"),
+        lambda j: b.set_nodelist(j, ("node1",)),
+    ):
         with pytest.raises(JobVanished):
             op(gone)
 
 
 def _conf_with_port(slurm_cluster, tmp_path, port: int):
-    text = slurm_cluster.conf.read_text().replace(f"SlurmctldPort={slurm_cluster.cfg.port_base}",
-                                                  f"SlurmctldPort={port}")
+    text = slurm_cluster.conf.read_text().replace(
+        f"SlurmctldPort={slurm_cluster.cfg.port_base}", f"SlurmctldPort={port}"
+    )
     conf = tmp_path / "slurm.conf"
     # clients retry an absent slurmctld for ~MessageTimeout (10 s by default): keep it short here
     conf.write_text(text + "MessageTimeout=2\n")
@@ -231,8 +242,7 @@ def test_silent_slurmctld_is_unreachable_after_timeout(slurm_cluster, tmp_path):
     t = threading.Thread(target=accept, daemon=True)
     t.start()
     try:
-        b = CliBackend(env=slurm_cluster.env, slurm_conf=_conf_with_port(slurm_cluster, tmp_path, port),
-                       timeout=1.5)
+        b = CliBackend(env=slurm_cluster.env, slurm_conf=_conf_with_port(slurm_cluster, tmp_path, port), timeout=1.5)
         t0 = time.monotonic()
         with pytest.raises(SlurmUnreachable, match="did not answer"):
             b.jobs()

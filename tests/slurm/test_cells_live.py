@@ -30,19 +30,24 @@ from teiresias.cells.scheduler import CellsPolicy
 from teiresias.cells.state import META_KEY as CELLS_META_KEY
 from teiresias.cells.state import CellsState
 from teiresias.errors import SlurmUnreachable
+from tests.conftest import REPO
 from tests.helpers import PROTOCOL_JOB, poll
 from wrappers.protocol import format_comment
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.slurm
 
 
 CELLS = {
-    "cell_types": {"gpu": {}, "gpu-pair": {"child": "gpu", "count": 2},
-                   "node": {"child": "gpu-pair", "count": 2, "node": True}},
+    "cell_types": {
+        "gpu": {},
+        "gpu-pair": {"child": "gpu", "count": 2},
+        "node": {"child": "gpu-pair", "count": 2, "node": True},
+    },
     "physical_cells": [{"type": "node", "nodes": [f"node{i}"]} for i in range(1, 5)],
-    "virtual_clusters": {"vc-a": {"accounts": ["team-a"], "quota": {"node": 1}},
-                         "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 1}}},
+    "virtual_clusters": {
+        "vc-a": {"accounts": ["team-a"], "quota": {"node": 1}},
+        "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 1}},
+    },
 }
 
 
@@ -52,10 +57,17 @@ class CellsController:
     def __init__(self, cluster, tmp: Path, cells: dict = CELLS) -> None:
         # The VCs come in through the controller config's `cells` key, as on a site.
         (tmp / "cells.yaml").write_text(yaml.safe_dump(cells))
-        cfg = {"partitions": ["gpu"], "policy": {"name": "las", "queues": [100000]}, "poll_interval": 1,
-               "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
-               "state_db": str(tmp / "state.db"), "audit_log": str(tmp / "audit.jsonl"),
-               "backend": "cli", "slurm_conf": str(cluster.conf), "cells": "cells.yaml"}
+        cfg = {
+            "partitions": ["gpu"],
+            "policy": {"name": "las", "queues": [100000]},
+            "poll_interval": 1,
+            "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
+            "state_db": str(tmp / "state.db"),
+            "audit_log": str(tmp / "audit.jsonl"),
+            "backend": "cli",
+            "slurm_conf": str(cluster.conf),
+            "cells": "cells.yaml",
+        }
         (tmp / "teiresias.yaml").write_text(yaml.safe_dump(cfg))
         self.config = load_config(tmp / "teiresias.yaml")
         self.store = StateStore(self.config.state_db)
@@ -94,7 +106,7 @@ class CellsController:
                         why = self.plan.reasons.get(job) if self.plan is not None else None
                     raise AssertionError(f"{exc}; {self.rounds} rounds ran, policy says: {why}") from None
 
-    def start(self) -> "CellsController":
+    def start(self) -> CellsController:
         self._thread.start()
         return self
 
@@ -111,9 +123,17 @@ class CellsController:
 def submit(cluster, tmp: Path, gpus: int, account: str, run_for: int = 600) -> int:
     base = tmp / "jobs"
     base.mkdir(exist_ok=True)
-    return cluster.submit(PROTOCOL_JOB, "-p", "gpu", f"--gpus={gpus}", "-t", "10", f"--account={account}",
-                          f"--comment={format_comment({'dir': str(base)})}",
-                          env={"JOBBASE": str(base), "RUN_FOR": str(run_for)})
+    return cluster.submit(
+        PROTOCOL_JOB,
+        "-p",
+        "gpu",
+        f"--gpus={gpus}",
+        "-t",
+        "10",
+        f"--account={account}",
+        f"--comment={format_comment({'dir': str(base)})}",
+        env={"JOBBASE": str(base), "RUN_FOR": str(run_for)},
+    )
 
 
 def test_guaranteed_job_gets_a_whole_node_and_drain_moves_the_binding(cluster, tmp_path):
@@ -139,8 +159,13 @@ def test_guaranteed_job_gets_a_whole_node_and_drain_moves_the_binding(cluster, t
         assert not ctl.errors, ctl.errors
 
         # Set A's node DRAIN while a1 runs: a1 goes on and keeps its binding.
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=cells-test"],
-                       env=cluster.env, check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            ["scontrol", "update", f"nodename={node}", "state=drain", "reason=cells-test"],
+            env=cluster.env,
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
         poll("a1 still running on the drained node", lambda: cluster.job(a1).state == "RUNNING", 10)
         # a1 ends; A's next job is bound to another, healthy node (B's jobs there are requeued).
         cluster.wait_for(a1, "COMPLETED", timeout=60)
@@ -169,8 +194,13 @@ def test_a_recovered_node_restores_the_binding_by_migrating_a_guaranteed_job(clu
     4-GPU job must not wait for b: one of b's jobs is requeued through the
     checkpoint path and started again on the node list of b's new binding.
     """
-    cells = {**CELLS, "virtual_clusters": {"vc-a": {"accounts": ["team-a"], "quota": {"node": 2}},
-                                           "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 4}}}}
+    cells = {
+        **CELLS,
+        "virtual_clusters": {
+            "vc-a": {"accounts": ["team-a"], "quota": {"node": 2}},
+            "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 4}},
+        },
+    }
     ctl = CellsController(cluster, tmp_path, cells).start()
     try:
         b_jobs = [submit(cluster, tmp_path, 2, "team-b") for _ in range(4)]
@@ -203,9 +233,16 @@ def test_a_recovered_node_restores_the_binding_by_migrating_a_guaranteed_job(clu
         assert again.nodes == (target,) and again.required_nodes == (target,)
         assert (Path(tmp_path / "jobs" / str(moved) / "ack.json")).exists(), "it was checkpointed (Ack)"
         assert cluster.job(stays if moved == b5 else b5).restart_count == 0, "only one job moved"
-        poll("b's binding follows its jobs", lambda: {c.split("/")[0] for c in ctl.binding("vc-b")}
-             == {n for j in (stays, b5, *[x for x in b_jobs if x not in (gone, stays)])
-                 for n in cluster.job(j).nodes}, 20)
+        poll(
+            "b's binding follows its jobs",
+            lambda: (
+                {c.split("/")[0] for c in ctl.binding("vc-b")}
+                == {
+                    n for j in (stays, b5, *[x for x in b_jobs if x not in (gone, stays)]) for n in cluster.job(j).nodes
+                }
+            ),
+            20,
+        )
         assert {a1_node, a2_node}.isdisjoint({c.split("/")[0] for c in ctl.binding("vc-b")})
         assert not ctl.errors, ctl.errors
     finally:
@@ -224,8 +261,14 @@ def test_cells_command_reads_drained_nodes_from_slurm_and_counts_partial_loss(cl
         ctl.stop()
     scontrol(cluster, "update", f"nodename={node}", "state=drain", "reason=cells-item-21")
     env = {**cluster.env, "TEIRESIAS_CONFIG": str(tmp_path / "teiresias.yaml")}
-    cmd = [str(REPO / ".venv" / "bin" / "teiresias"), "cells", "-c", str(tmp_path / "cells.yaml"),
-           "-s", str(tmp_path / "state.db")]
+    cmd = [
+        str(REPO / ".venv" / "bin" / "teiresias"),
+        "cells",
+        "-c",
+        str(tmp_path / "cells.yaml"),
+        "-s",
+        str(tmp_path / "state.db"),
+    ]
     out = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rep = json.loads(out.stdout)

@@ -72,8 +72,13 @@ def test_up_status_down_leaves_nothing(contract_cluster):
 
     # a running job gives slurmd a slurmstepd: down must cancel it and leave none behind
     env = dict(os.environ, SLURM_CONF=str(conf))
-    job = subprocess.run(["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
-                         capture_output=True, text=True, env=env, check=True).stdout.strip()
+    job = subprocess.run(
+        ["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout.strip()
     assert procs.wait_until(lambda: procs.pids_with_cwd_under("slurmstepd", DIR), 20), "job never started"
     steps = procs.pids_with_cwd_under("slurmstepd", DIR)
     pids = daemon_pids()
@@ -102,8 +107,13 @@ def test_up_is_idempotent_and_a_changed_config_restarts_keeping_state(contract_c
 
     conf = DIR / "etc" / "slurm.conf"
     env = dict(os.environ, SLURM_CONF=str(conf))
-    held = subprocess.run(["sbatch", "--parsable", "-H", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
-                          capture_output=True, text=True, env=env, check=True).stdout.strip()
+    held = subprocess.run(
+        ["sbatch", "--parsable", "-H", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout.strip()
 
     changed = up("--partitions", "gpu,other,extra")
     assert changed["changed"] and "slurmctld" in changed["started"]
@@ -117,9 +127,11 @@ def test_up_is_idempotent_and_a_changed_config_restarts_keeping_state(contract_c
 
 
 def test_bad_input_one_line_exit_2(tmp_path):
-    for args, needle in ((["--nodes", "0"], "--nodes"),
-                         (["--job-submit-lua", str(tmp_path / "missing.lua")], "missing.lua"),
-                         (["--partitions", "gpu,bad name"], "partition")):
+    for args, needle in (
+        (["--nodes", "0"], "--nodes"),
+        (["--job-submit-lua", str(tmp_path / "missing.lua")], "missing.lua"),
+        (["--partitions", "gpu,bad name"], "partition"),
+    ):
         r = cli("up", "--dir", str(tmp_path / "c"), *args, check=False)
         assert r.returncode == 2, (args, r.stderr)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -130,16 +142,23 @@ def test_bad_input_one_line_exit_2(tmp_path):
 def test_job_submit_lua_is_installed_and_runs(contract_cluster, tmp_path):
     lua = tmp_path / "job_submit.lua"
     # tags every job's comment, so the test can see the plugin ran
-    lua.write_text('function slurm_job_submit(job_desc, part_list, submit_uid)\n'
-                   '  job_desc.comment = "lua-was-here"\n  return slurm.SUCCESS\nend\n'
-                   'function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)\n'
-                   '  return slurm.SUCCESS\nend\n')
+    lua.write_text(
+        "function slurm_job_submit(job_desc, part_list, submit_uid)\n"
+        '  job_desc.comment = "lua-was-here"\n  return slurm.SUCCESS\nend\n'
+        "function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)\n"
+        "  return slurm.SUCCESS\nend\n"
+    )
     up("--job-submit-lua", str(lua))
     assert "JobSubmitPlugins=lua" in (DIR / "etc" / "slurm.conf").read_text()
     assert (DIR / "etc" / "job_submit.lua").read_text() == lua.read_text()
     env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
-    job = subprocess.run(["sbatch", "--parsable", "-H", f"--chdir={DIR}/jobs", "--wrap", "true"],
-                         capture_output=True, text=True, env=env, check=True).stdout.strip()
+    job = subprocess.run(
+        ["sbatch", "--parsable", "-H", f"--chdir={DIR}/jobs", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout.strip()
     show = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, env=env).stdout
     assert "Comment=lua-was-here" in show
     # back without the plugin: restarts, and the lua file is gone
@@ -170,8 +189,14 @@ def test_down_after_slurmctld_died_still_stops_jobs(contract_cluster):
     # down must stop the slurmstepd of this cluster and the job under it
     up()
     env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
-    subprocess.run(["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
-                   capture_output=True, text=True, env=env, check=True)
+    subprocess.run(
+        ["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+
     def job_procs() -> list[int]:
         return [p for s in procs.pids_with_cwd_under("slurmstepd", DIR) for p in procs.descendants(s)]
 
@@ -193,13 +218,26 @@ def test_down_stops_a_job_process_that_left_its_process_tree(contract_cluster):
     env = dict(os.environ, SLURM_CONF=str(DIR / "etc" / "slurm.conf"))
     mark = DIR / "jobs" / "escaped.pid"
     mark.unlink(missing_ok=True)
-    subprocess.run(["sbatch", "--parsable", "-G", "1", f"--chdir={DIR}/jobs", "--wrap",
-                    f"(setsid sleep 301 < /dev/null > /dev/null 2>&1 & echo $! > {mark}); sleep 300"],
-                   capture_output=True, text=True, env=env, check=True)
+    subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-G",
+            "1",
+            f"--chdir={DIR}/jobs",
+            "--wrap",
+            f"(setsid sleep 301 < /dev/null > /dev/null 2>&1 & echo $! > {mark}); sleep 300",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     assert procs.wait_until(lambda: mark.exists() and mark.read_text().strip(), 20), "the job never started"
     escaped = int(mark.read_text())
     assert procs.is_alive(escaped) and escaped not in [
-        p for s in procs.pids_with_cwd_under("slurmstepd", DIR) for p in procs.descendants(s)]
+        p for s in procs.pids_with_cwd_under("slurmstepd", DIR) for p in procs.descendants(s)
+    ]
     r = cli("down", "--dir", str(DIR), "--json")
     assert not procs.is_alive(escaped), "the escaped job process survived down"
     assert f"job process({escaped})" in json.loads(r.stdout)["stopped"]

@@ -38,8 +38,11 @@ def test_kill9_between_signal_and_requeue_loses_nothing_and_requeues_once(cluste
     new = submit_sleep(cluster, 4)
 
     # The controller signals a victim; it never acks, so the requeue waits for the grace time.
-    victim = poll("a victim signalled", lambda: next(
-        (j for j, r in ctl.records().items() if r.phase is Phase.PREEMPTING), None), 30)
+    victim = poll(
+        "a victim signalled",
+        lambda: next((j for j, r in ctl.records().items() if r.phase is Phase.PREEMPTING), None),
+        30,
+    )
     ctl.kill9()
     rec = ctl.rec(victim)
     assert rec.signal_time is not None and rec.preemptions == 0
@@ -89,8 +92,11 @@ def test_a_requeue_done_by_slurm_but_not_journalled_is_not_repeated(cluster, mak
     ran_before = rec.closed_run_seconds + (now - rec.run_start)
 
     ctl.start()
-    poll("journal row finished", lambda: not StateStore(tmp_path / "state.db", readonly_copy=True)
-         .journal(JournalStatus.PENDING), 30)
+    poll(
+        "journal row finished",
+        lambda: not StateStore(tmp_path / "state.db", readonly_copy=True).journal(JournalStatus.PENDING),
+        30,
+    )
     (rq,) = ctl.audit(job, "recover-requeue")
     assert "not repeated" in rq["reason"]
     # The controller starts it again (the cluster is free); still exactly one requeue.
@@ -100,8 +106,11 @@ def test_a_requeue_done_by_slurm_but_not_journalled_is_not_repeated(cluster, mak
     assert r.preemptions == 1
     assert r.closed_run_seconds == pytest.approx(ran_before, abs=2.0)
     assert total_executed(r, time.time()) >= r.closed_run_seconds
-    requeues = [(e.id, e.status) for e in StateStore(tmp_path / "state.db", readonly_copy=True)
-                .journal(job_id=job) if e.action == "requeue"]
+    requeues = [
+        (e.id, e.status)
+        for e in StateStore(tmp_path / "state.db", readonly_copy=True).journal(job_id=job)
+        if e.action == "requeue"
+    ]
     assert requeues == [(entry.id, JournalStatus.DONE)]
 
 
@@ -121,8 +130,11 @@ def test_slurmctld_restart_under_a_running_controller(cluster, make_controller):
     b = submit_sleep(cluster, 2)
     cluster.wait_for(b, "RUNNING", timeout=30)  # started by the controller after the restart
     assert cluster.job(a).state == "RUNNING" and cluster.job(a).restart_count == 0
-    poll("controller sees both running", lambda: ctl.rec(a).phase is Phase.RUNNING
-         and ctl.rec(b).phase is Phase.RUNNING, 20)
+    poll(
+        "controller sees both running",
+        lambda: ctl.rec(a).phase is Phase.RUNNING and ctl.rec(b).phase is Phase.RUNNING,
+        20,
+    )
     assert ctl.logtext().count("unreachable") == 1, ctl.logtext()
     assert ctl.alive()
 
@@ -134,18 +146,36 @@ def test_unreachable_slurm_is_one_line_and_no_crash_loop(cluster, tmp_path):
     # Nothing listens on port 1; a 1 s message timeout makes each failed call quick.
     conf.write_text(text.replace(port, "SlurmctldPort=1") + "MessageTimeout=1\n")
     cfg = tmp_path / "t.yaml"
-    cfg.write_text(yaml.safe_dump({"partitions": ["gpu"], "poll_interval": 0.5, "backend": "cli",
-                                   "state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
-                                   "slurm_conf": str(conf)}))
-    once = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(cfg), "--once", "--json"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "partitions": ["gpu"],
+                "poll_interval": 0.5,
+                "backend": "cli",
+                "state_db": str(tmp_path / "s.db"),
+                "audit_log": str(tmp_path / "a.jsonl"),
+                "slurm_conf": str(conf),
+            }
+        )
+    )
+    once = subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(cfg), "--once", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert once.returncode == 3
     lines = [ln for ln in once.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "slurmctld unreachable" in lines[0], once.stderr
 
     log = tmp_path / "loop.log"
-    proc = subprocess.Popen([*TEIRESIAS, "controller", "run", "-c", str(cfg), "-v"], cwd=REPO,
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*TEIRESIAS, "controller", "run", "-c", str(cfg), "-v"],
+        cwd=REPO,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         poll("two retries", lambda: log.read_text().count("retry in") >= 2, 120)
         assert proc.poll() is None

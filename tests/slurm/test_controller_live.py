@@ -38,8 +38,14 @@ def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_c
     cluster.wait_for(cpu_only, "RUNNING", timeout=20)
 
     ctl = make_controller()
-    proc = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["plan"]["start"][str(job)][0]["gpus"] == 4 and len(out["plan"]["start"][str(job)]) == 1
@@ -51,8 +57,14 @@ def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_c
     # The other partition's GPU is not given away: the 4-GPU job avoided that node.
     assert cluster.job(other).nodes[0] != node
 
-    q = subprocess.run([*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)], capture_output=True,
-                       text=True, env=cluster.env, cwd=REPO, timeout=60)
+    q = subprocess.run(
+        [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert q.returncode == 0, q.stderr
     rows = json.loads(q.stdout)
     assert [r["job_id"] for r in rows] == [job]
@@ -63,14 +75,22 @@ def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_c
 def test_spread_job_lands_on_the_node_list_the_policy_chose(cluster, make_controller):
     # Unmanaged jobs leave 2, 1, 2, 2 GPUs free on node1..4: no node holds 3, so
     # spread takes the fullest nodes first (node2's last GPU, then node1).
-    held = [submit_sleep(cluster, g, 600, "other", "-w", n)
-            for n, g in (("node1", 2), ("node2", 3), ("node3", 2), ("node4", 2))]
+    held = [
+        submit_sleep(cluster, g, 600, "other", "-w", n)
+        for n, g in (("node1", 2), ("node2", 3), ("node3", 2), ("node4", 2))
+    ]
     for h in held:
         cluster.wait_for(h, "RUNNING", timeout=20)
     job = submit_sleep(cluster, 3)
     ctl = make_controller(placement="spread")
-    proc = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     chosen = {p["node"]: p["gpus"] for p in json.loads(proc.stdout)["plan"]["start"][str(job)]}
     assert chosen == {"node2": 1, "node1": 2}
@@ -78,8 +98,7 @@ def test_spread_job_lands_on_the_node_list_the_policy_chose(cluster, make_contro
     assert set(running.nodes) == set(chosen) and running.num_nodes == 2
 
 
-def test_new_job_overtakes_demoted_ones_and_preemption_requeues_exactly_enough(cluster, make_controller,
-                                                                               tmp_path):
+def test_new_job_overtakes_demoted_ones_and_preemption_requeues_exactly_enough(cluster, make_controller, tmp_path):
     """Ordering + preemption + attained service continuing after the requeue."""
     ctl = make_controller().start()
     old = [submit_protocol_job(cluster, tmp_path, 4, name=f"old{i}") for i in range(4)]
@@ -114,10 +133,14 @@ def test_new_job_overtakes_demoted_ones_and_preemption_requeues_exactly_enough(c
     for j in preempted:
         sj = cluster.wait_for(j, "RUNNING", timeout=60, where=lambda s: s.restart_count == 1)
         assert sj.restart_count == 1
-    poll("attained service grows past the pre-preemption value", lambda: all(
-        ctl.rec(j).run_start is not None for j in preempted), 30)
+    poll(
+        "attained service grows past the pre-preemption value",
+        lambda: all(ctl.rec(j).run_start is not None for j in preempted),
+        30,
+    )
     now = time.time()
     from slurm_plugin.controller.accounting import total_executed
+
     for j in preempted:
         r = ctl.rec(j)
         assert r.closed_run_seconds == pytest.approx(attained_at_preemption[j])
@@ -135,8 +158,14 @@ def test_a_job_released_behind_the_controllers_back_is_held_again(cluster, make_
     cluster.backend.release(job)
     assert not cluster.job(job).held
     ctl = make_controller()
-    proc = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     acts = json.loads(proc.stdout)["actions"]
     assert [(a["job"], a["action"], a["ok"]) for a in acts] == [(job, "hold", True)]
@@ -150,8 +179,14 @@ def test_dry_run_changes_nothing_and_gittins_shows_its_index(cluster, make_contr
     seed.write_text("duration\n" + "\n".join(str(v) for v in (5, 10, 20, 40, 80, 160, 320)) + "\n")
     job = submit_sleep(cluster, 2)
     ctl = make_controller(policy={"name": "gittins", "queues": [50], "gittins_samples": str(seed)})
-    dry = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json", "--dry-run"],
-                         capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    dry = subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert dry.returncode == 0, dry.stderr
     out = json.loads(dry.stdout)
     assert out["dry_run"] and [(a["job"], a["action"], a["ok"]) for a in out["actions"]] == [(job, "start", None)]
@@ -159,11 +194,24 @@ def test_dry_run_changes_nothing_and_gittins_shows_its_index(cluster, make_contr
     sj = cluster.job(job)
     assert sj.state == "PENDING" and sj.held and not (tmp_path / "state.db").exists()
 
-    real = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-                          capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    real = subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert real.returncode == 0, real.stderr
     cluster.wait_for(job, "RUNNING", timeout=20)
-    rows = json.loads(subprocess.run([*TEIRESIAS, "queue", "--json", "-c", str(ctl.config), "-j", str(job)],
-                                     capture_output=True, text=True, env=cluster.env, cwd=REPO,
-                                     timeout=60).stdout)
+    rows = json.loads(
+        subprocess.run(
+            [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config), "-j", str(job)],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+            cwd=REPO,
+            timeout=60,
+        ).stdout
+    )
     assert rows[0]["gittins_index"] is not None and rows[0]["gittins_index"] > 0

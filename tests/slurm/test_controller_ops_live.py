@@ -33,8 +33,14 @@ pytestmark = pytest.mark.slurm
 
 
 def once(cluster, config: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(config), "--once", *args],
-                          capture_output=True, text=True, cwd=REPO, env=cluster.env, timeout=120)
+    return subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(config), "--once", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=cluster.env,
+        timeout=120,
+    )
 
 
 def variant(ctl, name: str, **changes) -> Path:
@@ -104,8 +110,11 @@ def test_a_standby_finishes_the_preemption_the_killed_controller_began(cluster, 
         cluster.wait_for(j, "RUNNING", timeout=30)
     poll("old jobs demoted", lambda: all(active.rec(j).queue == 1 for j in old), 30)
     new = submit_sleep(cluster, 4)
-    victim = poll("a victim signalled", lambda: next(
-        (j for j, r in active.records().items() if r.phase is Phase.PREEMPTING), None), 30)
+    victim = poll(
+        "a victim signalled",
+        lambda: next((j for j, r in active.records().items() if r.phase is Phase.PREEMPTING), None),
+        30,
+    )
     active.kill9()
     assert cluster.job(victim).restart_count == 0, "the crash came before the requeue"
 
@@ -144,10 +153,15 @@ def test_a_wrong_partition_is_refused_and_touches_no_record(cluster, make_contro
 
 def _cells(tmp: Path, nodes: list[str]) -> Path:
     p = tmp / f"cells-{len(nodes)}.yaml"
-    p.write_text(yaml.safe_dump({
-        "cell_types": {"gpu": {}, "node": {"child": "gpu", "count": 4, "node": True}},
-        "physical_cells": [{"type": "node", "nodes": [n]} for n in nodes],
-        "virtual_clusters": {"vc": {"accounts": ["root"], "quota": {"node": 1}}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "cell_types": {"gpu": {}, "node": {"child": "gpu", "count": 4, "node": True}},
+                "physical_cells": [{"type": "node", "nodes": [n]} for n in nodes],
+                "virtual_clusters": {"vc": {"accounts": ["root"], "quota": {"node": 1}}},
+            }
+        )
+    )
     return p
 
 
@@ -230,10 +244,20 @@ SITE = REPO / ".venv" / "lib" / f"python{sys.version_info.major}.{sys.version_in
 
 
 def as_user(cluster, user: str, *args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": str(cluster.conf), "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": f"{REPO}:{SITE}", "HOME": "/tmp"}
-    return subprocess.run(["runuser", "-u", user, "--", "env", *(f"{k}={v}" for k, v in env.items()), *args],
-                          capture_output=True, text=True, cwd="/", timeout=120)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURM_CONF": str(cluster.conf),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": f"{REPO}:{SITE}",
+        "HOME": "/tmp",
+    }
+    return subprocess.run(
+        ["runuser", "-u", user, "--", "env", *(f"{k}={v}" for k, v in env.items()), *args],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -248,8 +272,15 @@ def real_users(cluster):
     yield
     # Their jobs first: userdel refuses a user with running processes.
     subprocess.run(["scancel", "-u", USER], env=cluster.env, timeout=30)
-    poll("the user's jobs gone", lambda: not subprocess.run(["squeue", "-h", "-u", USER], env=cluster.env,
-                                                           capture_output=True, text=True).stdout.strip(), 30)
+    poll(
+        "the user's jobs gone",
+        lambda: (
+            not subprocess.run(
+                ["squeue", "-h", "-u", USER], env=cluster.env, capture_output=True, text=True
+            ).stdout.strip()
+        ),
+        30,
+    )
     for u in (USER, OUTSIDER):
         subprocess.run(["userdel", u], check=True)
     subprocess.run(["groupdel", GROUP], check=True)
@@ -266,15 +297,37 @@ def test_files_and_queue_privacy_for_a_real_user(cluster, real_users, make_contr
     conf_text = cluster.conf.read_text()
     try:
         ctl = make_controller()
-        cfg = variant(ctl, "shared.yaml", state_db=str(base / "lib" / "state.db"),
-                      audit_log=str(base / "log" / "audit.jsonl"), file_group=GROUP)
+        cfg = variant(
+            ctl,
+            "shared.yaml",
+            state_db=str(base / "lib" / "state.db"),
+            audit_log=str(base / "log" / "audit.jsonl"),
+            file_group=GROUP,
+        )
         shared = base / "teiresias.yaml"
         shutil.copy(cfg, shared)
         os.chmod(shared, 0o644)
 
         mine = submit_sleep(cluster, 1)
-        theirs = int(as_user(cluster, USER, "sbatch", "--parsable", "-p", "gpu", "--gpus=1", "-t", "10",
-                             "-D", "/tmp", "-o", "/dev/null", "--wrap", "sleep 600").stdout.strip())
+        theirs = int(
+            as_user(
+                cluster,
+                USER,
+                "sbatch",
+                "--parsable",
+                "-p",
+                "gpu",
+                "--gpus=1",
+                "-t",
+                "10",
+                "-D",
+                "/tmp",
+                "-o",
+                "/dev/null",
+                "--wrap",
+                "sleep 600",
+            ).stdout.strip()
+        )
         old = os.umask(0)
         try:
             r = once(cluster, shared)
@@ -289,8 +342,9 @@ def test_files_and_queue_privacy_for_a_real_user(cluster, real_users, make_contr
             assert _mode(f) == 0o640 and f.stat().st_gid == gid, f
 
         def queue_ids(user: str, *args: str) -> set[int]:
-            q = as_user(cluster, user, "/usr/bin/python3", "-m", "teiresias", "queue", "-c", str(shared),
-                        "--json", *args)
+            q = as_user(
+                cluster, user, "/usr/bin/python3", "-m", "teiresias", "queue", "-c", str(shared), "--json", *args
+            )
             assert q.returncode == 0, q.stderr
             return {j["job_id"] for j in yaml.safe_load(q.stdout)}
 
@@ -304,13 +358,17 @@ def test_files_and_queue_privacy_for_a_real_user(cluster, real_users, make_contr
         subprocess.run(["scontrol", "reconfigure"], env=cluster.env, check=True, timeout=30)
         poll("PrivateData in force", lambda: squeue_ids(USER) == {theirs}, 30)
         assert queue_ids(USER) == {theirs}
-        q = as_user(cluster, USER, "/usr/bin/python3", "-m", "teiresias", "queue", "-c", str(shared),
-                    "-j", str(mine))
+        q = as_user(cluster, USER, "/usr/bin/python3", "-m", "teiresias", "queue", "-c", str(shared), "-j", str(mine))
         assert q.returncode == 2 and f"{mine}: no such managed job" in q.stderr  # exists, not shown
         assert {mine, theirs} <= {j["job_id"] for j in yaml.safe_load(once_queue_root(cluster, shared))}
         # The same while the controller runs (the DB open in WAL mode, its -shm not writable by the group).
-        daemon = subprocess.Popen([*TEIRESIAS, "controller", "run", "-c", str(shared)], cwd=REPO, env=cluster.env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = subprocess.Popen(
+            [*TEIRESIAS, "controller", "run", "-c", str(shared)],
+            cwd=REPO,
+            env=cluster.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             poll("the controller has the DB open", lambda: (base / "lib" / "state.db-shm").exists(), 30)
             assert _mode(base / "lib" / "state.db-shm") == 0o640
@@ -323,8 +381,9 @@ def test_files_and_queue_privacy_for_a_real_user(cluster, real_users, make_contr
         out = as_user(cluster, OUTSIDER, "/usr/bin/python3", "-m", "teiresias", "queue", "-c", str(shared))
         assert out.returncode == 2 and "not readable by you" in one_line(out)
         for user in (USER, OUTSIDER):
-            run = as_user(cluster, user, "/usr/bin/python3", "-m", "teiresias", "controller", "run", "-c",
-                          str(shared), "--once")
+            run = as_user(
+                cluster, user, "/usr/bin/python3", "-m", "teiresias", "controller", "run", "-c", str(shared), "--once"
+            )
             assert run.returncode == 2 and "Permission denied" in one_line(run)
     finally:
         cluster.conf.write_text(conf_text)
@@ -333,7 +392,13 @@ def test_files_and_queue_privacy_for_a_real_user(cluster, real_users, make_contr
 
 
 def once_queue_root(cluster, shared: Path) -> str:
-    q = subprocess.run([*TEIRESIAS, "queue", "-c", str(shared), "--json"], capture_output=True, text=True,
-                       cwd=REPO, env=cluster.env, timeout=60)
+    q = subprocess.run(
+        [*TEIRESIAS, "queue", "-c", str(shared), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=cluster.env,
+        timeout=60,
+    )
     assert q.returncode == 0, q.stderr
     return q.stdout

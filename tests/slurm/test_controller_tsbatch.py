@@ -23,13 +23,27 @@ def test_controller_preempts_a_tsbatch_pytorch_job_that_resumes(cluster, make_co
         cluster.wait_for(f, "RUNNING", timeout=30)
     # The PyTorch job starts last: in Q2 (FIFO by first start) it ranks lowest, so it is the victim.
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
-    job = submitted(tsbatch(cluster, f"--checkpoint-dir={tmp_path / 'ckpt'}", "-p", "gpu", "--gpus=4",
-                            "-t", "10", f"--output={log}", "--open-mode=append",
-                            str(train_job(tmp_path, "train_plain.py", out)),
-                            env={"TRAIN_STEP_SLEEP": "0.2", "OMP_NUM_THREADS": "1"}))
+    job = submitted(
+        tsbatch(
+            cluster,
+            f"--checkpoint-dir={tmp_path / 'ckpt'}",
+            "-p",
+            "gpu",
+            "--gpus=4",
+            "-t",
+            "10",
+            f"--output={log}",
+            "--open-mode=append",
+            str(train_job(tmp_path, "train_plain.py", out)),
+            env={"TRAIN_STEP_SLEEP": "0.2", "OMP_NUM_THREADS": "1"},
+        )
+    )
     cluster.wait_for(job, "RUNNING", timeout=60)
-    poll("training under way and every job demoted to Q2",
-         lambda: last_step(log) >= 3 and all(ctl.rec(j) and ctl.rec(j).queue == 1 for j in [*fillers, job]), 120)
+    poll(
+        "training under way and every job demoted to Q2",
+        lambda: last_step(log) >= 3 and all(ctl.rec(j) and ctl.rec(j).queue == 1 for j in [*fillers, job]),
+        120,
+    )
 
     new = submit_sleep(cluster, 4, 20)  # Q1: needs one node's GPUs
     cluster.wait_for(new, ["RUNNING", "COMPLETED"], timeout=90)
@@ -44,6 +58,6 @@ def test_controller_preempts_a_tsbatch_pytorch_job_that_resumes(cluster, make_co
     assert "resumed from" in text
     steps = steps_in(log)
     assert steps.count(1) == 1, "the second run continued from the checkpoint, not from step 1"
-    assert rq["step"] + 1 in steps[steps.index(rq["step"]) + 1:] or steps[-1] > rq["step"]
+    assert rq["step"] + 1 in steps[steps.index(rq["step"]) + 1 :] or steps[-1] > rq["step"]
     r = poll("the controller saw it finish", lambda: (x := ctl.rec(job)) and x.final_state and x, 20)
     assert r.preemptions == 1 and r.ckpt_bytes == rq["ckpt_bytes"] and r.final_state == "COMPLETED"

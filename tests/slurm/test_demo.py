@@ -22,16 +22,36 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
-
 def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path):
     # Beside the test cluster's ports (default 17100 -> 17300), so parallel sessions that move one move both.
-    port = int(os.environ.get("TEIRESIAS_TEST_DEMO_PORT_BASE",
-                              int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 200))
+    port = int(
+        os.environ.get(
+            "TEIRESIAS_TEST_DEMO_PORT_BASE", int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 200
+        )
+    )
     d = tmp_path / "demo"
     env = {**os.environ, "TEIRESIAS_CLUSTER_DIR": str(d), "TEIRESIAS_CLUSTER_PORT_BASE": str(port)}
-    p = subprocess.run([sys.executable, "-m", "teiresias", "demo",
-                        "--scale", "0.2", "--workload", "sleep", "--no-live", "--json", "--timeout", "300"],
-                       capture_output=True, text=True, cwd=REPO, timeout=420, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "teiresias",
+            "demo",
+            "--scale",
+            "0.2",
+            "--workload",
+            "sleep",
+            "--no-live",
+            "--json",
+            "--timeout",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=420,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     rep = json.loads(p.stdout)
     assert rep["all_completed"], rep

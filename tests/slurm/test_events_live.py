@@ -28,15 +28,17 @@ def lua_cluster(slurm_cluster):
         c.lua_cfg = replace(c.cfg, job_submit_lua=LUA, events=True)
         yield c
 
+
 POLL_S = 30
 PREEMPT_POLL_S = 10
 
 
 def test_a_job_ending_wakes_the_controller_and_the_next_job_starts_within_2s(cluster, make_controller):
-    first = submit_sleep(cluster, 16, 4)      # the whole cluster, 4 s
-    second = submit_sleep(cluster, 16, 600)   # waits for all 16 GPUs
-    ctl = make_controller(policy={"name": "fifo"}, poll_interval=POLL_S,
-                          events={"socket": str(cluster.cfg.events_socket)}).start()
+    first = submit_sleep(cluster, 16, 4)  # the whole cluster, 4 s
+    second = submit_sleep(cluster, 16, 600)  # waits for all 16 GPUs
+    ctl = make_controller(
+        policy={"name": "fifo"}, poll_interval=POLL_S, events={"socket": str(cluster.cfg.events_socket)}
+    ).start()
     poll("the controller listening", lambda: "listening for Slurm events" in ctl.logtext(), 30)
     done = cluster.wait_for(first, "COMPLETED", timeout=60)
     started = cluster.wait_for(second, "RUNNING", timeout=POLL_S - 5)
@@ -51,17 +53,20 @@ def test_a_preempted_job_has_every_stage_in_its_timeline(cluster, make_controlle
     # both are submitted while the controller's first two rounds are due anyway.
     old = submit_protocol_job(cluster, tmp_path, 16, run_for=2 * PREEMPT_POLL_S, name="old")
     # 100 GPU-s: old (16 GPUs) is past it at the second round, new (16 GPUs x 3 s) never is.
-    make_controller(poll_interval=PREEMPT_POLL_S, policy={"queues": [100]},
-                    events={"socket": str(cluster.cfg.events_socket)}).start()
+    make_controller(
+        poll_interval=PREEMPT_POLL_S, policy={"queues": [100]}, events={"socket": str(cluster.cfg.events_socket)}
+    ).start()
     cluster.wait_for(old, "RUNNING", timeout=30)
     # At the next round old has 16 GPUs x several s > the threshold (Q2),
     # and new (Q1) preempts it; new's end pokes old back onto its GPUs.
     new = submit_sleep(cluster, 16, 3)
     cluster.wait_for(new, "COMPLETED", timeout=PREEMPT_POLL_S + 40)
     cluster.wait_for(old, "COMPLETED", timeout=60, where=lambda s: s.restart_count == 1)
-    poll("old's finished stage", lambda: any(
-        s[0] == "finished" for s in timelines(read_audit(tmp_path / "audit.jsonl")).get(old, [])),
-        PREEMPT_POLL_S + 10)
+    poll(
+        "old's finished stage",
+        lambda: any(s[0] == "finished" for s in timelines(read_audit(tmp_path / "audit.jsonl")).get(old, [])),
+        PREEMPT_POLL_S + 10,
+    )
 
     tl = timelines(read_audit(tmp_path / "audit.jsonl"))
     stages = [s for s, _, _ in tl[old]]

@@ -15,6 +15,7 @@ import pytest
 from slurm_plugin.controller.state import Phase
 from tests.helpers import poll
 from tests.slurm.controller_support import REPO, TEIRESIAS, submit_protocol_job, submit_sleep
+
 # The real non-root users and helpers of the queue's privacy test (same rules for explain).
 from tests.slurm.test_controller_ops_live import GROUP, USER, as_user, once, one_line, real_users, variant  # noqa: F401
 
@@ -22,8 +23,14 @@ pytestmark = pytest.mark.slurm
 
 
 def explain(cluster, ctl, job: int, *extra: str) -> dict:
-    p = subprocess.run([*TEIRESIAS, "explain", str(job), "-c", str(ctl.config), "--json", *extra],
-                       capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60)
+    p = subprocess.run(
+        [*TEIRESIAS, "explain", str(job), "-c", str(ctl.config), "--json", *extra],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -34,8 +41,11 @@ def test_pending_placed_and_preempted_jobs_explained(cluster, make_controller, t
     old = [submit_protocol_job(cluster, tmp_path, 4, name=f"old{i}") for i in range(4)]
     late = submit_protocol_job(cluster, tmp_path, 4, name="late")
     running = {j: cluster.wait_for(j, "RUNNING", timeout=30) for j in old}
-    poll("a round that saw all four run", lambda: all(
-        (r := ctl.rec(j)) is not None and r.phase is Phase.RUNNING for j in old), 30)
+    poll(
+        "a round that saw all four run",
+        lambda: all((r := ctl.rec(j)) is not None and r.phase is Phase.RUNNING for j in old),
+        30,
+    )
 
     # 1. Pending behind running ones: every GPU is held by the four jobs ahead of it, all in Q1.
     e = explain(cluster, ctl, late)
@@ -50,8 +60,14 @@ def test_pending_placed_and_preempted_jobs_explained(cluster, make_controller, t
         assert [n["free"] for n in e["nodes"]] == [0, 0, 0, 0] and e["gpus"] == 4
         assert e["next_event"]["what"].startswith("job ") and "drops to Q2 at 80 GPU-s" in e["next_event"]["what"]
         assert e["next_event"]["at"] > e["plan_time"]
-        text = subprocess.run([*TEIRESIAS, "explain", str(late), "-c", str(ctl.config)], capture_output=True,
-                              text=True, env=cluster.env, cwd=REPO, timeout=60)
+        text = subprocess.run(
+            [*TEIRESIAS, "explain", str(late), "-c", str(ctl.config)],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+            cwd=REPO,
+            timeout=60,
+        )
         assert text.returncode == 0 and f"job {late} waits in Q1 at rank 5 of 5" in text.stdout
     else:  # the machine was too slow to look within the 20 s window: say so rather than pass quietly
         pytest.fail(f"job {late} was no longer waiting behind Q1 jobs when explained: {e['summary']}")
@@ -67,8 +83,7 @@ def test_pending_placed_and_preempted_jobs_explained(cluster, make_controller, t
 
     # 3. The preempted job: why (the audit's signal reason), and that it now waits.
     victim = poll("a preempted job", lambda: next((j for j in old if ctl.rec(j).preemptions == 1), None), 30)
-    poll("it is pending again", lambda: ctl.rec(victim).phase is Phase.PENDING
-         and ctl.rec(victim).preemptions == 1, 30)
+    poll("it is pending again", lambda: ctl.rec(victim).phase is Phase.PENDING and ctl.rec(victim).preemptions == 1, 30)
     e = explain(cluster, ctl, victim)
     (signal,) = ctl.audit(victim, "signal")
     assert e["preemptions"] == 1 and e["last_preemption"]["reason"] == signal["reason"]
@@ -83,10 +98,23 @@ def test_pending_placed_and_preempted_jobs_explained(cluster, make_controller, t
 
 def test_unknown_job_is_exit_2_and_one_line(cluster, make_controller, tmp_path):
     ctl = make_controller()
-    subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once"], capture_output=True,
-                   text=True, env=cluster.env, cwd=REPO, timeout=60, check=True)
-    p = subprocess.run([*TEIRESIAS, "explain", "999999", "-c", str(ctl.config)], capture_output=True, text=True,
-                       env=cluster.env, cwd=REPO, timeout=60)
+    subprocess.run(
+        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+        check=True,
+    )
+    p = subprocess.run(
+        [*TEIRESIAS, "explain", "999999", "-c", str(ctl.config)],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "999999: no such managed job" in p.stderr
 
 
@@ -100,16 +128,44 @@ def test_a_real_user_explains_only_what_queue_shows_them(cluster, real_users, ma
     try:
         ctl = make_controller()
         shared = base / "teiresias.yaml"
-        shutil.copy(variant(ctl, "shared.yaml", state_db=str(base / "lib" / "state.db"),
-                            audit_log=str(base / "log" / "audit.jsonl"), file_group=GROUP), shared)
+        shutil.copy(
+            variant(
+                ctl,
+                "shared.yaml",
+                state_db=str(base / "lib" / "state.db"),
+                audit_log=str(base / "log" / "audit.jsonl"),
+                file_group=GROUP,
+            ),
+            shared,
+        )
         os.chmod(shared, 0o644)
         mine = submit_sleep(cluster, 2)  # root's, ranked first
-        theirs = int(as_user(cluster, USER, "sbatch", "--parsable", "-p", "gpu", "--gpus=1", "-t", "10",
-                             "-D", "/tmp", "-o", "/dev/null", "--wrap", "sleep 600").stdout.strip())
+        theirs = int(
+            as_user(
+                cluster,
+                USER,
+                "sbatch",
+                "--parsable",
+                "-p",
+                "gpu",
+                "--gpus=1",
+                "-t",
+                "10",
+                "-D",
+                "/tmp",
+                "-o",
+                "/dev/null",
+                "--wrap",
+                "sleep 600",
+            ).stdout.strip()
+        )
         cluster.conf.write_text(conf_text + "PrivateData=jobs\n")
         subprocess.run(["scontrol", "reconfigure"], env=cluster.env, check=True, timeout=30)
-        poll("PrivateData in force", lambda: as_user(cluster, USER, "squeue", "-h", "-o", "%i").stdout.split()
-             == [str(theirs)], 30)
+        poll(
+            "PrivateData in force",
+            lambda: as_user(cluster, USER, "squeue", "-h", "-o", "%i").stdout.split() == [str(theirs)],
+            30,
+        )
         old = os.umask(0)
         try:
             assert once(cluster, shared).returncode == 0
@@ -117,8 +173,9 @@ def test_a_real_user_explains_only_what_queue_shows_them(cluster, real_users, ma
             os.umask(old)
 
         def user_explain(job: int, *extra: str) -> subprocess.CompletedProcess:
-            return as_user(cluster, USER, "/usr/bin/python3", "-m", "teiresias", "explain", str(job), "-c",
-                           str(shared), *extra)
+            return as_user(
+                cluster, USER, "/usr/bin/python3", "-m", "teiresias", "explain", str(job), "-c", str(shared), *extra
+            )
 
         p = user_explain(theirs, "--json")
         assert p.returncode == 0, p.stderr

@@ -37,8 +37,15 @@ SLICE_S = 3.0
 
 def gandiva_config() -> ClusterConfig:
     base = test_cluster_config()
-    return ClusterConfig(dir=Path(f"{base.dir}-gandiva"), nodes=1, gpus_per_node=1, shards_per_gpu=2,
-                         port_base=base.port_base + 15, partitions=("gpu",), job_submit_lua=LUA)
+    return ClusterConfig(
+        dir=Path(f"{base.dir}-gandiva"),
+        nodes=1,
+        gpus_per_node=1,
+        shards_per_gpu=2,
+        port_base=base.port_base + 15,
+        partitions=("gpu",),
+        job_submit_lua=LUA,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +62,9 @@ def gandiva_cluster():
 
 
 def _submit(cluster: SlurmTestCluster, *args: str) -> int:
-    r = subprocess.run([TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     m = re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout)
     assert m, r.stdout
@@ -70,11 +78,17 @@ def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cl
     batch.write_text(
         "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
         f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.4\n"
-        f"{PY} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n")
+        f"{PY} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n"
+    )
     c = gandiva_cluster
-    ctl = ControllerProc(tmp_path, c, policy={
-        "name": "gandiva", "gandiva": {"slice": SLICE_S, "packing": False, "migration": False,
-                                       "grow_shrink": False}}).start()
+    ctl = ControllerProc(
+        tmp_path,
+        c,
+        policy={
+            "name": "gandiva",
+            "gandiva": {"slice": SLICE_S, "packing": False, "migration": False, "grow_shrink": False},
+        },
+    ).start()
     try:
         first = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/a.out", str(batch))
         c.wait_for(first, "RUNNING", timeout=60)
@@ -85,8 +99,9 @@ def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cl
         c.wait_for(first, "SUSPENDED", timeout=30)
 
         def queue_rows() -> dict | None:
-            q = subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True,
-                               text=True, env=c.env)
+            q = subprocess.run(
+                [*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True, text=True, env=c.env
+            )
             assert q.returncode == 0, q.stderr
             rows = {x["job_id"]: x for x in json.loads(q.stdout)}
             return rows if rows.get(first, {}).get("slices", 0) >= 1 else None
@@ -118,8 +133,14 @@ def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cl
 
 def spread_config() -> ClusterConfig:
     base = test_cluster_config()
-    return ClusterConfig(dir=Path(f"{base.dir}-gandiva3"), nodes=3, gpus_per_node=2,
-                         port_base=base.port_base + 5, partitions=("gpu", "other"), job_submit_lua=LUA)
+    return ClusterConfig(
+        dir=Path(f"{base.dir}-gandiva3"),
+        nodes=3,
+        gpus_per_node=2,
+        port_base=base.port_base + 5,
+        partitions=("gpu", "other"),
+        job_submit_lua=LUA,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,22 +167,31 @@ def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster
     weights, bit for bit."""
     c = spread_cluster
     c.clean()
-    blockers = {n: c.submit("sleep 600", "-p", "other", f"--gres=gpu:{g}", "-w", n, "-c", "1", "-t", "10")
-                for n, g in (("node1", 1), ("node2", 1), ("node3", 2))}
+    blockers = {
+        n: c.submit("sleep 600", "-p", "other", f"--gres=gpu:{g}", "-w", n, "-c", "1", "-t", "10")
+        for n, g in (("node1", 1), ("node2", 1), ("node3", 2))
+    }
     for job in blockers.values():
         c.wait_for(job, "RUNNING", timeout=30)
     base = tmp_path / "ckpt"
     batch = tmp_path / "spread.sh"
-    batch.write_text("#!/bin/bash\n#SBATCH -c 1\n#SBATCH -G 2\n#SBATCH -p gpu\n#SBATCH -t 10\n"
-                     f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3\n"
-                     f"{PY} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n")
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH -G 2\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+        f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3\n"
+        f"{PY} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n"
+    )
     job = _submit(c, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/s.out", str(batch))
     c.backend.release(job)
     running = c.wait_for(job, "RUNNING", timeout=60)
     assert sorted(running.nodes) == ["node1", "node2"]
-    ctl = ControllerProc(tmp_path, c, policy={
-        "name": "gandiva", "gandiva": {"max_height": 1, "packing": False, "migration": True,
-                                       "grow_shrink": False}}).start()
+    ctl = ControllerProc(
+        tmp_path,
+        c,
+        policy={
+            "name": "gandiva",
+            "gandiva": {"max_height": 1, "packing": False, "migration": True, "grow_shrink": False},
+        },
+    ).start()
     try:
         poll("the spread job training", lambda: len(steps_in(tmp_path / "s.out")) >= 3, timeout=60)
         c.backend.cancel(blockers["node3"])
@@ -170,8 +200,15 @@ def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster
         c.wait_for(job, "COMPLETED", timeout=120)
         (mig,) = ctl.audit(job, "migrate")
         assert mig["to"] == ["node3"] and mig["gpus"] == 2 and "consolidates" in mig["reason"]
-        rows = json.loads(subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), "--json", "--all"],
-                                         capture_output=True, text=True, env=c.env, check=True).stdout)
+        rows = json.loads(
+            subprocess.run(
+                [*TEIRESIAS, "queue", "-c", str(ctl.config), "--json", "--all"],
+                capture_output=True,
+                text=True,
+                env=c.env,
+                check=True,
+            ).stdout
+        )
         assert next(r for r in rows if r["job_id"] == job)["migrations"] == 1
     finally:
         ctl.stop()
@@ -184,8 +221,14 @@ def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster
 
 def elastic_config() -> ClusterConfig:
     base = test_cluster_config()
-    return ClusterConfig(dir=Path(f"{base.dir}-gandiva-el"), nodes=1, gpus_per_node=2,
-                         port_base=base.port_base + 17, partitions=("gpu",), job_submit_lua=LUA)
+    return ClusterConfig(
+        dir=Path(f"{base.dir}-gandiva-el"),
+        nodes=1,
+        gpus_per_node=2,
+        port_base=base.port_base + 17,
+        partitions=("gpu",),
+        job_submit_lua=LUA,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -219,10 +262,21 @@ def test_an_elastic_job_grows_onto_an_idle_gpu_and_shrinks_for_a_waiting_job(ela
     (the hooks keep the global batch: 2 loader batches per step at 1 rank)."""
     c = elastic_cluster
     c.clean()
-    r = subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(SCRIPTS / "train_elastic.py"), str(tmp_path / "fixed.pt")],
-                       capture_output=True, text=True, timeout=300,
-                       env=job_env(tmp_path / "fixed-jobs", 1, TEIRESIAS_ELASTIC="1-2"))
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(SCRIPTS / "train_elastic.py"),
+            str(tmp_path / "fixed.pt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=job_env(tmp_path / "fixed-jobs", 1, TEIRESIAS_ELASTIC="1-2"),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     want = _losses(r.stdout)
     assert sorted(want) == list(range(1, 25))
@@ -231,12 +285,18 @@ def test_an_elastic_job_grows_onto_an_idle_gpu_and_shrinks_for_a_waiting_job(ela
     batch.write_text(
         "#!/bin/bash\n#SBATCH -c 2\n#SBATCH --gres=gpu:1\n#SBATCH -p gpu\n#SBATCH -t 10\n#SBATCH --open-mode=append\n"
         f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3 OMP_NUM_THREADS=1\n"
-        "echo \"run $SLURM_RESTART_COUNT on $SLURM_GPUS_ON_NODE GPU(s)\"\n"
+        'echo "run $SLURM_RESTART_COUNT on $SLURM_GPUS_ON_NODE GPU(s)"\n'
         f"{PY} -m torch.distributed.run --standalone --nproc-per-node=$SLURM_GPUS_ON_NODE "
-        f"{SCRIPTS / 'train_elastic.py'} out.$SLURM_JOB_ID.pt\n")
-    ctl = ControllerProc(tmp_path, c, policy={
-        "name": "gandiva", "gandiva": {"max_height": 1, "packing": False, "migration": False,
-                                       "grow_shrink": True, "idle_period": 8}}).start()
+        f"{SCRIPTS / 'train_elastic.py'} out.$SLURM_JOB_ID.pt\n"
+    )
+    ctl = ControllerProc(
+        tmp_path,
+        c,
+        policy={
+            "name": "gandiva",
+            "gandiva": {"max_height": 1, "packing": False, "migration": False, "grow_shrink": True, "idle_period": 8},
+        },
+    ).start()
     waiter = None
     try:
         job = _submit(c, "--elastic=1-2", f"--checkpoint-dir={base}", f"--output={tmp_path}/e.out", str(batch))
@@ -287,10 +347,16 @@ def test_a_packed_pair_is_unpacked_when_its_measured_throughput_drops(gandiva_cl
     batch.write_text(
         "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
         f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3 TRAIN_DEVICE_DIR={tmp_path} TRAIN_DEVICE_SWITCH=0.5\n"
-        f"{PY} {SCRIPTS / 'train_shared_device.py'} out.$SLURM_JOB_ID.pt\n")
-    ctl = ControllerProc(tmp_path, c, policy={
-        "name": "gandiva", "gandiva": {"slice": SLICE_S, "packing": True, "migration": False,
-                                       "grow_shrink": False}}).start()
+        f"{PY} {SCRIPTS / 'train_shared_device.py'} out.$SLURM_JOB_ID.pt\n"
+    )
+    ctl = ControllerProc(
+        tmp_path,
+        c,
+        policy={
+            "name": "gandiva",
+            "gandiva": {"slice": SLICE_S, "packing": True, "migration": False, "grow_shrink": False},
+        },
+    ).start()
     try:
         args = ("--checkpoint-every=1", f"--checkpoint-dir={base}")
         first = _submit(c, *args, f"--output={tmp_path}/a.out", str(batch))

@@ -23,19 +23,41 @@ pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
 
 def _queue(ctl, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), *args], capture_output=True, text=True,
-                          env=ctl.cluster.env, cwd=REPO, timeout=60)
+    return subprocess.run(
+        [*TEIRESIAS, "queue", "-c", str(ctl.config), *args],
+        capture_output=True,
+        text=True,
+        env=ctl.cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
 
 
 def test_a_running_tsbatch_job_shows_its_measured_usage_and_na_for_gpus_without_nvml(
-        cluster, make_controller, tmp_path):
+    cluster, make_controller, tmp_path
+):
     ctl = make_controller().start()
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(tsbatch(cluster, f"--checkpoint-dir={base}", "-p", "gpu", "--gpus=2", "-t", "10",
-                            f"--output={log}", str(train_job(tmp_path, "train_plain.py", out)),
-                            env={"TRAIN_EPOCHS": "200", "TRAIN_STEP_SLEEP": "0.02", "OMP_NUM_THREADS": "1",
-                                 "TEIRESIAS_USAGE_EVERY": "1"}))
+    job = submitted(
+        tsbatch(
+            cluster,
+            f"--checkpoint-dir={base}",
+            "-p",
+            "gpu",
+            "--gpus=2",
+            "-t",
+            "10",
+            f"--output={log}",
+            str(train_job(tmp_path, "train_plain.py", out)),
+            env={
+                "TRAIN_EPOCHS": "200",
+                "TRAIN_STEP_SLEEP": "0.02",
+                "OMP_NUM_THREADS": "1",
+                "TEIRESIAS_USAGE_EVERY": "1",
+            },
+        )
+    )
     cluster.wait_for(job, "RUNNING", timeout=60)
     poll("training under way", lambda: last_step(log) >= 3, 120)
 
@@ -61,7 +83,7 @@ def test_a_running_tsbatch_job_shows_its_measured_usage_and_na_for_gpus_without_
     head, line = table.stdout.splitlines()
     col = head.split().index("GPU_UTIL")
     assert head.split()[col + 1] == "GPU_MEM"
-    assert line.split()[col:col + 2] == ["n/a", "n/a"]
+    assert line.split()[col : col + 2] == ["n/a", "n/a"]
 
     cluster.backend.cancel(job)
     poll("usage cleared once the job no longer runs", lambda: ctl.rec(job).usage_time is None, 30)

@@ -55,8 +55,14 @@ def wait_rounds(ctl, n: int, timeout: float = 60.0) -> None:
 
 
 def queue_rows(ctl, cluster) -> dict[int, dict]:
-    q = subprocess.run([*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)], capture_output=True, text=True,
-                       env=cluster.env, cwd=REPO, timeout=60)
+    q = subprocess.run(
+        [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert q.returncode == 0, q.stderr
     return {r["job_id"]: r for r in json.loads(q.stdout)}
 
@@ -183,22 +189,30 @@ def array_tasks(cluster, array: int) -> dict[int, dict]:
     their meta record, pending or running."""
     out = subprocess.run(["squeue", "--json"], capture_output=True, text=True, env=cluster.env, timeout=30)
     assert out.returncode == 0, out.stderr
-    return {j["array_task_id"]: j for j in json.loads(out.stdout)["jobs"]
-            if j["array_job_id"] == array and j["array_task_id"] is not None
-            and j["job_state"] in ("PENDING", "RUNNING")}
+    return {
+        j["array_task_id"]: j
+        for j in json.loads(out.stdout)["jobs"]
+        if j["array_job_id"] == array and j["array_task_id"] is not None and j["job_state"] in ("PENDING", "RUNNING")
+    }
 
 
 def test_array_tasks_are_held_and_started_one_by_one(cluster, make_controller):
     ctl = make_controller(policy={"queues": [100000]}).start()  # one queue: no demotion, no preemption
     array = cluster.submit("sleep 600", "-p", "gpu", "--array=0-5", "--gpus=4", "-t", "10", "-J", "arr")
     split = poll("6 tasks split off", lambda: (t := array_tasks(cluster, array)) and len(t) == 6 and t, 30)
-    poll("4 tasks running",
-         lambda: sum(j["job_state"] == "RUNNING" for j in array_tasks(cluster, array).values()) == 4, 30)
+    poll(
+        "4 tasks running",
+        lambda: sum(j["job_state"] == "RUNNING" for j in array_tasks(cluster, array).values()) == 4,
+        30,
+    )
     wait_rounds(ctl, 3)
     now = array_tasks(cluster, array)
     assert sum(j["job_state"] == "RUNNING" for j in now.values()) == 4  # 16 GPUs: no more, ever
-    assert all(j["admin_comment"] == "teiresias:held" and j["priority"] == 0 for j in now.values()
-               if j["job_state"] == "PENDING")
+    assert all(
+        j["admin_comment"] == "teiresias:held" and j["priority"] == 0
+        for j in now.values()
+        if j["job_state"] == "PENDING"
+    )
     recs = ctl.records()
     assert {j["job_id"] for j in split.values()} <= set(recs)
     assert all(recs[j["job_id"]].gpus == 4 for j in split.values())
@@ -209,8 +223,13 @@ def test_array_tasks_are_held_and_started_one_by_one(cluster, make_controller):
 def test_array_tasks_are_preempted_one_by_one(cluster, make_controller):
     ctl = make_controller().start()
     array = cluster.submit("sleep 600", "-p", "gpu", "--array=0-5", "--gpus=2", "-t", "10", "-J", "arr")
-    poll("6 tasks running", lambda: (t := array_tasks(cluster, array)) and len(t) == 6
-         and all(j["job_state"] == "RUNNING" for j in t.values()), 30)
+    poll(
+        "6 tasks running",
+        lambda: (
+            (t := array_tasks(cluster, array)) and len(t) == 6 and all(j["job_state"] == "RUNNING" for j in t.values())
+        ),
+        30,
+    )
     tasks = {j["job_id"] for j in array_tasks(cluster, array).values()}
     poll("tasks demoted to Q2", lambda: all(ctl.rec(j).queue == 1 for j in tasks), 30)
     new = submit_sleep(cluster, 8)  # 4 GPUs free: two tasks of 2 GPUs must make room
@@ -226,8 +245,14 @@ def test_array_tasks_are_preempted_one_by_one(cluster, make_controller):
 
 def test_gpu_requests_lua_and_controller_agree(cluster, make_controller):
     for bad in ("--gres=gpu:-1", "--gres=gpu:abc"):
-        r = subprocess.run(["sbatch", "-p", "gpu", bad, "--wrap", "sleep 1"], capture_output=True, text=True,
-                           env=cluster.env, cwd=cluster.jobs_dir, timeout=30)
+        r = subprocess.run(
+            ["sbatch", "-p", "gpu", bad, "--wrap", "sleep 1"],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+            cwd=cluster.jobs_dir,
+            timeout=30,
+        )
         assert r.returncode != 0 and "teiresias: GPU request" in r.stderr and "whole GPU count" in r.stderr, r
     zero = [cluster.submit("sleep 600", "-p", "gpu", a, "-t", "10") for a in ("--gres=gpu:0", "--gpus=0")]
     huge = submit_sleep(cluster, 100)

@@ -25,8 +25,11 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | 
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     except (urllib.error.URLError, ConnectionError):
         return None
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def total(m: dict, name: str, **labels: str) -> float:
@@ -49,8 +52,11 @@ def test_metrics_scraped_during_a_live_run_match_the_audit_log(cluster, make_con
     poll("a preempted job requeued", lambda: ctl.audit(action="requeue"), 60)
 
     done = ctl.audit(short, "finished")[0]["time"]
-    m = poll("a scrape after the round that finished the short job", lambda: (
-        (m := scrape(PORT)) is not None and total(m, "teiresias_last_round_timestamp_seconds") >= done and m), 30)
+    m = poll(
+        "a scrape after the round that finished the short job",
+        lambda: (m := scrape(PORT)) is not None and total(m, "teiresias_last_round_timestamp_seconds") >= done and m,
+        30,
+    )
     # A scrape may fall in the middle of a round whose audit lines are written but whose
     # metrics are not: compare with the lines written up to the end of the last round counted.
     ended = total(m, "teiresias_last_round_timestamp_seconds")
@@ -59,11 +65,13 @@ def test_metrics_scraped_during_a_live_run_match_the_audit_log(cluster, make_con
     assert finished and total(m, "teiresias_job_completion_seconds_count") == len(finished)
     assert total(m, "teiresias_job_completion_seconds_sum") == pytest.approx(sum(e["jct"] for e in finished), abs=0.01)
     assert total(m, "teiresias_job_queueing_delay_seconds_sum") == pytest.approx(
-        sum(e["queueing_delay"] for e in finished), abs=0.01)
+        sum(e["queueing_delay"] for e in finished), abs=0.01
+    )
     signals = [e for e in audit if e["action"] == "signal"]
     assert signals and total(m, "teiresias_preemptions_total") == len(signals)
     assert total(m, "teiresias_preemptions_total", reason="priority") == len(
-        [e for e in signals if e["reason"].startswith("preempted by higher-priority job")])
+        [e for e in signals if e["reason"].startswith("preempted by higher-priority job")]
+    )
     requeues = [e for e in audit if e["action"] == "requeue"]
     assert total(m, "teiresias_requeues_total") == len(requeues)
     assert total(m, "teiresias_requeues_total", reason="checkpoint") == len([e for e in requeues if e["acked"]])
@@ -94,8 +102,14 @@ def test_a_taken_metrics_port_is_exit_2_and_one_line(cluster, make_controller):
         s.bind(("127.0.0.1", PORT))
         s.listen()
         ctl = make_controller(metrics={"port": PORT})
-        p = subprocess.run([*TEIRESIAS, "controller", "run", "-c", str(ctl.config)], capture_output=True,
-                           text=True, env=cluster.env, cwd=REPO, timeout=60)
+        p = subprocess.run(
+            [*TEIRESIAS, "controller", "run", "-c", str(ctl.config)],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+            cwd=REPO,
+            timeout=60,
+        )
     assert p.returncode == 2, p.stderr
     err = [line for line in p.stderr.splitlines() if "error" in line]
     assert len(err) == 1 and f"cannot listen on 127.0.0.1:{PORT}" in err[0] and "Traceback" not in p.stderr
@@ -105,11 +119,16 @@ def test_vc_metrics_match_the_cells_file_and_the_jobs_slurm_runs(cluster, make_c
     import yaml
 
     cells = {
-        "cell_types": {"gpu": {}, "gpu-pair": {"child": "gpu", "count": 2},
-                       "node": {"child": "gpu-pair", "count": 2, "node": True}},
+        "cell_types": {
+            "gpu": {},
+            "gpu-pair": {"child": "gpu", "count": 2},
+            "node": {"child": "gpu-pair", "count": 2, "node": True},
+        },
         "physical_cells": [{"type": "node", "nodes": [f"node{i}"]} for i in range(1, 5)],
-        "virtual_clusters": {"vc-a": {"accounts": ["team-a"], "quota": {"node": 1}},
-                             "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 1}}},
+        "virtual_clusters": {
+            "vc-a": {"accounts": ["team-a"], "quota": {"node": 1}},
+            "vc-b": {"accounts": ["team-b"], "quota": {"gpu-pair": 1}},
+        },
     }
     (tmp_path / "cells.yaml").write_text(yaml.safe_dump(cells))
     make_controller(cells=str(tmp_path / "cells.yaml"), metrics={"port": PORT}).start()

@@ -35,9 +35,23 @@ def test_a_consolidated_and_a_spread_run_of_one_model_are_stored(cluster, make_c
     def train(tag: str) -> int:
         d = tmp_path / tag
         d.mkdir()
-        return submitted(tsbatch(cluster, f"--checkpoint-dir={tmp_path / 'ckpt'}", "--no-profile", "-J", "m",
-                                 "-p", "gpu", "--gpus=4", "-t", "5", f"--output={d / 'job.out'}",
-                                 str(train_job(d, "train_plain.py", d / "out.pt")), env=env))
+        return submitted(
+            tsbatch(
+                cluster,
+                f"--checkpoint-dir={tmp_path / 'ckpt'}",
+                "--no-profile",
+                "-J",
+                "m",
+                "-p",
+                "gpu",
+                "--gpus=4",
+                "-t",
+                "5",
+                f"--output={d / 'job.out'}",
+                str(train_job(d, "train_plain.py", d / "out.pt")),
+                env=env,
+            )
+        )
 
     # Alone on the cluster: one node (spread placement takes one node when one fits).
     first = train("first")
@@ -51,7 +65,9 @@ def test_a_consolidated_and_a_spread_run_of_one_model_are_stored(cluster, make_c
     cluster.wait_for(second, "COMPLETED", timeout=90)
     runs = poll("the second run stored", lambda: len(r := _runs(ctl)) == 2 and r, 30)
     assert [(r.job_id, r.restart_count, r.model, r.gpus, r.nodes, r.min_nodes, r.consolidated) for r in runs] == [
-        (first, 0, "m", 4, 1, 1, True), (second, 0, "m", 4, 4, 1, False)]
+        (first, 0, "m", 4, 1, 1, True),
+        (second, 0, "m", 4, 4, 1, False),
+    ]
     assert all(0.05 <= r.median_step_s < 2.0 and r.steps > 0 for r in runs)
     assert runs[0].skew is None  # --no-profile: it waits for a skew before it teaches the classifier
     assert placement_history(runs) == []

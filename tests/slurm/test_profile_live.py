@@ -55,12 +55,28 @@ exit 0
 def submit(cluster, ctl, tmp: Path, model: str, name: str, gpus: int, iters: int, hold: int = 0) -> int:
     script = tmp / f"{name}.sh"
     script.write_text(JOB.format(tmp=tmp, torchrun=TORCHRUN, train=TRAIN))
-    return submitted(tsbatch(
-        cluster, f"--checkpoint-dir={tmp / 'ckpt'}", "-p", "gpu", f"--gpus={gpus}", "-J", name,
-        f"--output={tmp / name}-%j.out", str(script),
-        # TEIRESIAS_CONFIG: tsbatch finds the controller's profile store through it.
-        env={"MODEL": model, "ITERS": str(iters), "HOLD": str(hold), "OMP_NUM_THREADS": "1",
-             "TEIRESIAS_CONFIG": str(ctl.config), "TEIRESIAS_PROFILE_SECONDS": "60"}))
+    return submitted(
+        tsbatch(
+            cluster,
+            f"--checkpoint-dir={tmp / 'ckpt'}",
+            "-p",
+            "gpu",
+            f"--gpus={gpus}",
+            "-J",
+            name,
+            f"--output={tmp / name}-%j.out",
+            str(script),
+            # TEIRESIAS_CONFIG: tsbatch finds the controller's profile store through it.
+            env={
+                "MODEL": model,
+                "ITERS": str(iters),
+                "HOLD": str(hold),
+                "OMP_NUM_THREADS": "1",
+                "TEIRESIAS_CONFIG": str(ctl.config),
+                "TEIRESIAS_PROFILE_SECONDS": "60",
+            },
+        )
+    )
 
 
 def trained(text: str) -> bool:
@@ -76,13 +92,18 @@ def output(tmp: Path, name: str, job: int) -> str:
 
 
 def test_profiled_skew_consolidates_vgg_and_lets_resnet_spread(cluster, make_controller, tmp_path):
-    ctl = make_controller(placement="profile", packlimit=0.5,
-                          # One queue in effect: nothing gets demoted, so nothing is preempted.
-                          policy={"queues": [1e9]}).start()
+    ctl = make_controller(
+        placement="profile",
+        packlimit=0.5,
+        # One queue in effect: nothing gets demoted, so nothing is preempted.
+        policy={"queues": [1e9]},
+    ).start()
 
     # --- 1. profiled runs (tsbatch's default for a new multi-GPU model)
-    first = {name: submit(cluster, ctl, tmp_path, model, name, 2, iters=20)
-             for model, name in [("vgg", "vgglike"), ("resnet", "resnetlike")]}
+    first = {
+        name: submit(cluster, ctl, tmp_path, model, name, 2, iters=20)
+        for model, name in [("vgg", "vgglike"), ("resnet", "resnetlike")]
+    }
     for name, job in first.items():
         assert parse_comment(cluster.job(job).comment)["profile"] == "1", name
     for name, job in first.items():
@@ -90,14 +111,22 @@ def test_profiled_skew_consolidates_vgg_and_lets_resnet_spread(cluster, make_con
         text = output(tmp_path, name, job)
         assert j.state == "COMPLETED" and trained(text), text[-2000:]
         assert f"profile_dir={profile_dir(job_dir(tmp_path / 'ckpt', job))}" in text
-    skew = {name: poll(f"the controller learnt {name}'s skew", lambda j=job: (r := ctl.rec(j)) and r.skew, 30)
-            for name, job in first.items()}
+    skew = {
+        name: poll(f"the controller learnt {name}'s skew", lambda j=job: (r := ctl.rec(j)) and r.skew, 30)
+        for name, job in first.items()
+    }
     assert skew["vgglike"] > 0.5 > skew["resnetlike"], skew
     for name, job in first.items():
         # The stored profile: measured from traffic, and the model hook (installed by
         # the job's sitecustomize) gave the exact tensor ratio that confirms it.
-        r = subprocess.run([*TEIRESIAS, "profile", "show", str(job), "--json", "-c", str(ctl.config)],
-                           capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+        r = subprocess.run(
+            [*TEIRESIAS, "profile", "show", str(job), "--json", "-c", str(ctl.config)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode == 0, r.stderr
         p = json.loads(r.stdout)
         assert p["skew"] == pytest.approx(skew[name]) and p["ranks"] == 2, p
@@ -133,15 +162,25 @@ def test_profiled_skew_consolidates_vgg_and_lets_resnet_spread(cluster, make_con
     assert all(a.gpus <= free[a.node] for a in planned.allocations)
 
     # The second runs trained unprofiled: no profiler environment, no records.
-    poll("both second runs trained", lambda: all("train_rc=" in output(tmp_path, n, j)
-                                                 for n, j in [("vgglike", vgg), ("resnetlike", resnet)]), 120)
+    poll(
+        "both second runs trained",
+        lambda: all("train_rc=" in output(tmp_path, n, j) for n, j in [("vgglike", vgg), ("resnetlike", resnet)]),
+        120,
+    )
     for name, job in [("vgglike", vgg), ("resnetlike", resnet)]:
         assert "profile_dir=none" in output(tmp_path, name, job)
         assert not profile_dir(job_dir(tmp_path / "ckpt", job)).exists()
 
     # `teiresias queue --json` shows each job's skew (the model's profile).
-    q = subprocess.run([*TEIRESIAS, "queue", "--json", "-c", str(ctl.config), "-j", f"{vgg},{resnet}"],
-                       capture_output=True, text=True, env=cluster.env, cwd=REPO, timeout=60, check=False)
+    q = subprocess.run(
+        [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config), "-j", f"{vgg},{resnet}"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
     assert q.returncode == 0, q.stderr
     rows = {r["job_id"]: r for r in json.loads(q.stdout)}
     assert rows[vgg]["skew"] == pytest.approx(skew["vgglike"]) and rows[vgg]["skew"] > 0.5

@@ -65,11 +65,14 @@ def test_readme_commands_run_as_written(tmp_path: Path, slurm_cluster) -> None:
     (tmp_path / "home").mkdir()
     script = _script([cmd for block in blocks for cmd in block])
     try:
-        res = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True,
-                             timeout=540)
+        res = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True, text=True, timeout=540)
     finally:
-        subprocess.run([sys.executable, "-m", "teiresias", "cluster", "down", "--dir", str(cluster_dir), "-q"],
-                       env=env, capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "teiresias", "cluster", "down", "--dir", str(cluster_dir), "-q"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
     assert res.returncode == 0, f"{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
     # The commands did what the README says they do.
     page = (clone / "report.html").read_text(encoding="utf-8")

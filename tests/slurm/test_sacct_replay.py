@@ -64,8 +64,14 @@ FIELDS = "JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,A
 
 def acct_config() -> ClusterConfig:
     base = test_cluster_config()
-    return ClusterConfig(dir=Path(f"{base.dir}-acct"), nodes=2, gpus_per_node=4,
-                         port_base=base.port_base + 10, partitions=("gpu",), accounting=True)
+    return ClusterConfig(
+        dir=Path(f"{base.dir}-acct"),
+        nodes=2,
+        gpus_per_node=4,
+        port_base=base.port_base + 10,
+        partitions=("gpu",),
+        accounting=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +119,22 @@ def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, t
     jobs_dir = acct_cluster.cfg.dir / "jobs"
     ids: dict[str, int] = {}
     for name, (_, shape, seconds, _) in WORKLOAD.items():
-        r = _run(["sbatch", "--parsable", "-J", name, "-t", "1", f"--chdir={jobs_dir}",
-                  f"--output={jobs_dir}/slurm-%j.out", *shape, "--wrap", f"sleep {seconds}"], env)
+        r = _run(
+            [
+                "sbatch",
+                "--parsable",
+                "-J",
+                name,
+                "-t",
+                "1",
+                f"--chdir={jobs_dir}",
+                f"--output={jobs_dir}/slurm-%j.out",
+                *shape,
+                "--wrap",
+                f"sleep {seconds}",
+            ],
+            env,
+        )
         assert r.returncode == 0, r.stderr
         ids[name] = int(r.stdout.strip().split(";")[0])
     id_list = ",".join(str(i) for i in ids.values())
@@ -138,8 +158,7 @@ def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, t
 
     trace, trace2 = tmp_path / "trace.csv", tmp_path / "trace2.csv"
     samples = tmp_path / "gput.csv"
-    r = _run([*TEIRESIAS, "trace", "from-sacct", str(acct_json), "-o", str(trace), "-S", str(samples), "--json"],
-             env)
+    r = _run([*TEIRESIAS, "trace", "from-sacct", str(acct_json), "-o", str(trace), "-S", str(samples), "--json"], env)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["jobs"] == len(WORKLOAD)
     r = _run([*TEIRESIAS, "trace", "from-sacct", str(acct_txt), "-o", str(trace2)], env)
@@ -158,8 +177,26 @@ def test_fifo_replay_of_the_converted_sacct_matches_the_real_run(acct_cluster, t
     spec.write_text("gpus_per_node: 4\nswitches:\n  - name: s0\n    nodes: [node1, node2]\n")
     jobs_csv = tmp_path / "jobs.csv"
     # the admin's question: fifo (what Slurm did) beside las and gittins (on the site's own GPU-times)
-    r = _run([*TEIRESIAS, "simulate", "-t", str(trace), "-c", str(spec), "-p", "fifo,las,gittins",
-              "-g", str(samples), "--interval", "0", "--jobs-csv", str(jobs_csv), "--no-progress"], env)
+    r = _run(
+        [
+            *TEIRESIAS,
+            "simulate",
+            "-t",
+            str(trace),
+            "-c",
+            str(spec),
+            "-p",
+            "fifo,las,gittins",
+            "-g",
+            str(samples),
+            "--interval",
+            "0",
+            "--jobs-csv",
+            str(jobs_csv),
+            "--no-progress",
+        ],
+        env,
+    )
     assert r.returncode == 0, r.stderr
     sim = {(row["policy"], name_of[int(row["job_id"])]): row for row in csv.DictReader(jobs_csv.open())}
     assert {p for p, _ in sim} == {"fifo", "las", "gittins"}
@@ -194,8 +231,26 @@ def test_accounting_cluster_cli_idempotent_status_and_down_stops_everything(acct
     cfg = acct_cluster.cfg
     env = client_env(cfg.conf)
     where = ["--dir", str(cfg.dir)]
-    r = _run([*TEIRESIAS, "cluster", "up", "--accounting", "-n", "2", "-g", "4", "--partitions", "gpu",
-              "-p", str(cfg.port_base), *where, "--json", "-q"], env)
+    r = _run(
+        [
+            *TEIRESIAS,
+            "cluster",
+            "up",
+            "--accounting",
+            "-n",
+            "2",
+            "-g",
+            "4",
+            "--partitions",
+            "gpu",
+            "-p",
+            str(cfg.port_base),
+            *where,
+            "--json",
+            "-q",
+        ],
+        env,
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["started"] == [] and res["accounting"] is True, res

@@ -29,8 +29,8 @@ import torch
 from slurm_plugin.localcluster import ClusterConfig, LocalCluster
 from slurm_plugin.localcluster.config import render_gres_conf, render_slurm_conf
 from tests.helpers import poll
-from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
 from tests.slurm.conftest import SlurmTestCluster, test_cluster_config
+from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
 from tests.torch.jobs import SCRIPTS, plain_env, run
 from wrappers import protocol
 
@@ -42,8 +42,14 @@ PY = sys.executable
 
 def shard_config() -> ClusterConfig:
     base = test_cluster_config()
-    return ClusterConfig(dir=Path(f"{base.dir}-shards"), nodes=1, gpus_per_node=1, shards_per_gpu=2,
-                         port_base=base.port_base + 10, partitions=("gpu",))
+    return ClusterConfig(
+        dir=Path(f"{base.dir}-shards"),
+        nodes=1,
+        gpus_per_node=1,
+        shards_per_gpu=2,
+        port_base=base.port_base + 10,
+        partitions=("gpu",),
+    )
 
 
 def test_shards_are_opt_in_and_change_nothing_by_default() -> None:
@@ -72,8 +78,9 @@ def shard_cluster():
 
 
 def _submit(cluster: SlurmTestCluster, *args: str) -> int:
-    r = subprocess.run([TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     m = re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout)
     assert m, r.stdout
@@ -90,7 +97,7 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
     batch.write_text(
         "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n"
         f"cd {tmp_path}\n"
-        f"echo \"$CUDA_VISIBLE_DEVICES $SLURM_SHARDS_ON_NODE\" > env.$SLURM_JOB_ID\n"
+        f'echo "$CUDA_VISIBLE_DEVICES $SLURM_SHARDS_ON_NODE" > env.$SLURM_JOB_ID\n'
         f"{PY} {SCRIPTS / 'train_accumulate.py'} out.$SLURM_JOB_ID.pt || exit 1\n"
         f"while [ ! -e {release} ]; do sleep 0.2; done\n"
     )
@@ -98,8 +105,7 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
     for k in range(2):
         # Held at submission, like the controller's jobs; the controller would write
         # accumulate.json before releasing a guest (Plan.sharing's accumulation).
-        job = _submit(shard_cluster, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/job{k}.out",
-                      str(batch))
+        job = _submit(shard_cluster, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/job{k}.out", str(batch))
         jd = protocol.job_dir(base, job)
         jd.mkdir(parents=True, mode=0o700)
         protocol.write_accumulate(jd, protocol.Accumulate(4, 4))
@@ -108,8 +114,14 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
         shard_cluster.backend.release(job)
     for job in jobs:
         shard_cluster.wait_for(job, "RUNNING", timeout=60)
-    envs = poll("both jobs trained", lambda: all((tmp_path / f"out.{j}.pt").exists() for j in jobs)
-                and [(tmp_path / f"env.{j}").read_text().split() for j in jobs], timeout=180)
+    envs = poll(
+        "both jobs trained",
+        lambda: (
+            all((tmp_path / f"out.{j}.pt").exists() for j in jobs)
+            and [(tmp_path / f"env.{j}").read_text().split() for j in jobs]
+        ),
+        timeout=180,
+    )
     assert envs == [["0", "1"], ["0", "1"]]  # the same (only) GPU, one shard each
     assert all(shard_cluster.job(j).state == "RUNNING" for j in jobs), "both hold the GPU at once"
     # A whole-GPU job cannot take the GPU the two shard jobs are on.
@@ -153,13 +165,14 @@ def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> N
     batch.write_text(
         "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
         f"cd {tmp_path}\n"
-        f"echo \"$CUDA_VISIBLE_DEVICES $SLURM_SHARDS_ON_NODE\" > env.$SLURM_JOB_ID\n"
+        f'echo "$CUDA_VISIBLE_DEVICES $SLURM_SHARDS_ON_NODE" > env.$SLURM_JOB_ID\n'
         f"{PY} {SCRIPTS / 'train_accumulate.py'} out.$SLURM_JOB_ID.pt || exit 1\n"
         f"while [ ! -e {release} ]; do sleep 0.2; done\n"
     )
     with shard_cluster.reconfigured(job_submit_lua=LUA) as c:
-        ctl = ControllerProc(tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples),
-                                                  "sharing": str(model)}).start()
+        ctl = ControllerProc(
+            tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples), "sharing": str(model)}
+        ).start()
         try:
             host = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
             c.wait_for(host, "RUNNING", timeout=60)
@@ -175,26 +188,39 @@ def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> N
             assert protocol.read_accumulate(protocol.job_dir(base, host)) is None  # the host's batch is kept
 
             def queue_rows():
-                q = subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True,
-                                   text=True, env=c.env)
+                q = subprocess.run(
+                    [*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True, text=True, env=c.env
+                )
                 assert q.returncode == 0, q.stderr
                 rows = {x["job_id"]: x for x in json.loads(q.stdout)}
                 return rows if rows.get(guest, {}).get("shared_with") == host else None
 
             rows = poll("the pair in `teiresias queue --json`", queue_rows, timeout=30, every=1)
-            assert {k: rows[guest][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
-                {"shared_with": host, "sub_batch": 4, "accumulation": 4}
-            assert {k: rows[host][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
-                {"shared_with": guest, "sub_batch": None, "accumulation": 1}
-            poll("both jobs trained", lambda: all((tmp_path / f"out.{j}.pt").exists() for j in (host, guest)),
-                 timeout=240)
+            assert {k: rows[guest][k] for k in ("shared_with", "sub_batch", "accumulation")} == {
+                "shared_with": host,
+                "sub_batch": 4,
+                "accumulation": 4,
+            }
+            assert {k: rows[host][k] for k in ("shared_with", "sub_batch", "accumulation")} == {
+                "shared_with": guest,
+                "sub_batch": None,
+                "accumulation": 1,
+            }
+            poll(
+                "both jobs trained",
+                lambda: all((tmp_path / f"out.{j}.pt").exists() for j in (host, guest)),
+                timeout=240,
+            )
             envs = [(tmp_path / f"env.{j}").read_text().split() for j in (host, guest)]
             assert envs == [["0", "1"], ["0", "1"]]  # the same (only) GPU, one shard each
             release.touch()
             for job in (host, guest):
                 c.wait_for(job, "COMPLETED", timeout=120)
-            poll("the pair ended in the records", lambda: all(
-                (rc := ctl.rec(j)) is not None and rc.final_state == "COMPLETED" for j in (host, guest)), timeout=30)
+            poll(
+                "the pair ended in the records",
+                lambda: all((rc := ctl.rec(j)) is not None and rc.final_state == "COMPLETED" for j in (host, guest)),
+                timeout=30,
+            )
         finally:
             ctl.stop()
         assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]

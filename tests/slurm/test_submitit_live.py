@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
@@ -57,7 +56,8 @@ class Counter(submitit.helpers.Checkpointable):
 
 
 def test_a_submitit_job_is_preempted_with_its_own_signal_and_resumes_from_its_checkpoint(
-        cluster, make_controller, tmp_path, monkeypatch):
+    cluster, make_controller, tmp_path, monkeypatch
+):
     ctl = make_controller().start()
     # submitit runs sbatch from our environment; the job's python must find this module.
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))

@@ -26,7 +26,7 @@ TEIRESIAS = REPO / ".venv" / "bin" / "teiresias"
 def spec(dirpath: Path) -> Path:
     p = dirpath / "sweep.yaml"
     p.write_text(f"""\
-cluster: {REPO / 'etc' / 'cluster.yaml'}
+cluster: {REPO / "etc" / "cluster.yaml"}
 synth: {{samples: {SAMPLES}, jobs: 40, loads: [1, 2, 4], seeds: [0]}}
 gittins_samples: {SAMPLES}
 policies: [srsf, las, gittins]
@@ -43,10 +43,29 @@ def test_a_twelve_run_sweep_as_one_job_array_matches_local_processes(clean_slurm
     work.mkdir(mode=0o777, exist_ok=True)
     s = spec(work)
     out = work / "all.json"
-    r = subprocess.run([str(TEIRESIAS), "simulate", "--sweep", str(s), "--on-slurm", "--partition", "other",
-                        "--workdir", str(work / "wd"), "--json", str(out), "--csv", str(work / "all.csv"),
-                        "--plot", str(work / "all.png")],
-                       env=c.env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            str(TEIRESIAS),
+            "simulate",
+            "--sweep",
+            str(s),
+            "--on-slurm",
+            "--partition",
+            "other",
+            "--workdir",
+            str(work / "wd"),
+            "--json",
+            str(out),
+            "--csv",
+            str(work / "all.csv"),
+            "--plot",
+            str(work / "all.png"),
+        ],
+        env=c.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "12 runs on a Slurm job array on partition other" in r.stdout
     job_id = next(ln.split()[2].rstrip(":") for ln in r.stdout.splitlines() if ln.startswith("array job "))
@@ -72,8 +91,23 @@ def test_a_partition_slurm_does_not_know_is_one_line_exit_2(clean_slurm, tmp_pat
     c = clean_slurm
     work = c.jobs_dir / f"sweep-bad-{os.getpid()}"
     work.mkdir(mode=0o777, exist_ok=True)
-    r = subprocess.run([str(TEIRESIAS), "simulate", "--sweep", str(spec(work)), "--on-slurm", "--partition", "nosuch",
-                        "--workdir", str(work / "wd")], env=c.env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            str(TEIRESIAS),
+            "simulate",
+            "--sweep",
+            str(spec(work)),
+            "--on-slurm",
+            "--partition",
+            "nosuch",
+            "--workdir",
+            str(work / "wd"),
+        ],
+        env=c.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     err = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and "sbatch refused the array" in err[0] and "partition" in err[0].lower(), r.stderr

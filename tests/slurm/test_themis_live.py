@@ -36,8 +36,17 @@ def test_two_apps_share_the_cluster_with_close_rho(cluster, make_controller, tmp
     ctl = make_controller(policy={"name": "themis", "lease": 20, "fairness_knob": 0.5}).start()
 
     def submit(account: str, name: str, gpus: int, steps: int) -> int:
-        return cluster.submit(STEPS, "-p", "gpu", f"--gpus={gpus}", "-t", "10", f"--account={account}",
-                              f"--job-name={name}", env={"WORKDIR": str(work), "WORK": str(steps)})
+        return cluster.submit(
+            STEPS,
+            "-p",
+            "gpu",
+            f"--gpus={gpus}",
+            "-t",
+            "10",
+            f"--account={account}",
+            f"--job-name={name}",
+            env={"WORKDIR": str(work), "WORK": str(steps)},
+        )
 
     big = [submit("bob", f"big-{i}", 4, BIG_STEPS) for i in range(3)]
     search = [submit("alice", f"hp-{i}", 1, SEARCH_STEPS) for i in range(16)]
@@ -45,8 +54,9 @@ def test_two_apps_share_the_cluster_with_close_rho(cluster, make_controller, tmp
 
     # While jobs run, the queue shows each job's app, its app's rho and a running job's lease end.
     def queue_rows():
-        r = subprocess.run([*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True, text=True,
-                           env=cluster.env)
+        r = subprocess.run(
+            [*TEIRESIAS, "queue", "-c", str(ctl.config), "--json"], capture_output=True, text=True, env=cluster.env
+        )
         if r.returncode == 2 and "no controller state yet" in r.stderr:
             return None  # the controller's first round has not written its DB yet
         assert r.returncode == 0, r.stderr
@@ -68,11 +78,25 @@ def test_two_apps_share_the_cluster_with_close_rho(cluster, make_controller, tmp
     assert expiries, "no lease expiry in the audit log (30-step jobs outlive a 20 s lease)"
     assert any(set(e["rho"]) == {"alice/hp", "bob/big"} for e in ctl.audit(action="auction"))
 
-    sim = [SimRecord(job_id=j, gpus=recs[j].gpus, model="", submit=recs[j].submit_time,
-                     start=recs[j].first_start_time or recs[j].submit_time, end=recs[j].end_time,
-                     jct=recs[j].end_time - recs[j].submit_time, queue_delay=0.0, preemptions=recs[j].preemptions,
-                     overhead=0.0, slowed=False, nodes=(), app=apps[j],
-                     work=float(BIG_STEPS if j in big else SEARCH_STEPS)) for j in jobs]
+    sim = [
+        SimRecord(
+            job_id=j,
+            gpus=recs[j].gpus,
+            model="",
+            submit=recs[j].submit_time,
+            start=recs[j].first_start_time or recs[j].submit_time,
+            end=recs[j].end_time,
+            jct=recs[j].end_time - recs[j].submit_time,
+            queue_delay=0.0,
+            preemptions=recs[j].preemptions,
+            overhead=0.0,
+            slowed=False,
+            nodes=(),
+            app=apps[j],
+            work=float(BIG_STEPS if j in big else SEARCH_STEPS),
+        )
+        for j in jobs
+    ]
     rho = app_rho(sim, 16)
     print(f"rho per app: {rho}; lease ends seen: {len(expiries)}; auctions: {len(ctl.audit(action='auction'))}")
     lo, hi = min(rho.values()), max(rho.values())

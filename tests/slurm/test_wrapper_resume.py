@@ -27,8 +27,9 @@ PY = sys.executable
 
 
 def tsbatch(cluster, *args: str, env: dict[str, str] | None = None, stdin: str | None = None):
-    return subprocess.run([TSBATCH, *args], env={**cluster.env, **(env or {})}, capture_output=True,
-                          text=True, timeout=60, input=stdin)
+    return subprocess.run(
+        [TSBATCH, *args], env={**cluster.env, **(env or {})}, capture_output=True, text=True, timeout=60, input=stdin
+    )
 
 
 def submitted(r: subprocess.CompletedProcess) -> int:
@@ -81,9 +82,16 @@ def start_when_safe(cluster, job: int, restarts: int) -> None:
 def test_preempted_twice_resumes_bitwise_equal(clean_slurm, tmp_path, reference):
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
-                            str(train_job(tmp_path, "train_plain.py", out)),
-                            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
+    job = submitted(
+        tsbatch(
+            clean_slurm,
+            f"--checkpoint-dir={base}",
+            f"--output={log}",
+            "--open-mode=append",
+            str(train_job(tmp_path, "train_plain.py", out)),
+            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
+        )
+    )
     j = clean_slurm.job(job)
     assert j.requeue and protocol.parse_comment(j.comment)["dir"] == str(base)
     jobdir = protocol.job_dir(base, job)
@@ -101,15 +109,29 @@ def test_preempted_twice_resumes_bitwise_equal(clean_slurm, tmp_path, reference)
 def test_ddp_two_ranks_preempted_resumes_bitwise_equal(clean_slurm, tmp_path):
     ref, out, log = tmp_path / "ref.pt", tmp_path / "out.pt", tmp_path / "job.out"
     torchrun = str(Path(PY).with_name("torchrun")) + " --standalone --nproc-per-node=2"
-    r = subprocess.run(f"{torchrun} {SCRIPTS / 'train_ddp.py'} {ref}", shell=True, env=plain_env(),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        f"{torchrun} {SCRIPTS / 'train_ddp.py'} {ref}",
+        shell=True,
+        env=plain_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     base = tmp_path / "ckpt"
-    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
-                            str(train_job(tmp_path, "train_ddp.py", out, launcher=torchrun)),
-                            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
-    acks = [preempt_via_protocol(clean_slurm, job, protocol.job_dir(base, job), log, at, k)
-            for k, at in enumerate([5, 16])]
+    job = submitted(
+        tsbatch(
+            clean_slurm,
+            f"--checkpoint-dir={base}",
+            f"--output={log}",
+            "--open-mode=append",
+            str(train_job(tmp_path, "train_ddp.py", out, launcher=torchrun)),
+            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
+        )
+    )
+    acks = [
+        preempt_via_protocol(clean_slurm, job, protocol.job_dir(base, job), log, at, k) for k, at in enumerate([5, 16])
+    ]
     clean_slurm.wait_for(job, "COMPLETED", timeout=180)
     assert same_weights(ref, out)
     assert all(a["reached"] - a["step"] <= 1 for a in acks)
@@ -132,14 +154,25 @@ def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slur
     base = tmp_path / "ckpt"
     batch = tmp_path / "train.sh"
     batch.write_text(f"#!/bin/bash\n#SBATCH -c 2\ncd {tmp_path}\nsleep 3\n{PY} {SCRIPTS / 'train_plain.py'} {out}\n")
-    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
-                            str(batch), env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
+    job = submitted(
+        tsbatch(
+            clean_slurm,
+            f"--checkpoint-dir={base}",
+            f"--output={log}",
+            "--open-mode=append",
+            str(batch),
+            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
+        )
+    )
     jobdir = protocol.job_dir(base, job)
     first = preempt_via_protocol(clean_slurm, job, jobdir, log, 6, 0)  # back RUNNING as restart 1
     sent = time.time()
     clean_slurm.backend.signal(job, protocol.PREEMPT_SIGNAL)
-    ack = poll("the restarted run's Ack", lambda: (a := read_ack(jobdir)) and a["restart_count"] == 1 and a,
-               timeout=GRACE_S / 3)
+    ack = poll(
+        "the restarted run's Ack",
+        lambda: (a := read_ack(jobdir)) and a["restart_count"] == 1 and a,
+        timeout=GRACE_S / 3,
+    )
     assert ack["time"] - sent < 5, "the Ack must come well before the grace time"
     assert ack["saved"] is False and ack["step"] == first["step"] and ack["path"] == ""
     assert clean_slurm.job(job).state == "RUNNING", "an acked job waits to be requeued"
@@ -152,9 +185,17 @@ def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slur
 def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_path, reference):
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", "--checkpoint-every=5", f"--output={log}",
-                            "--open-mode=append", str(train_job(tmp_path, "train_plain.py", out)),
-                            env={protocol.ENV_TEST_PAUSE: "2", "OMP_NUM_THREADS": "1"}))
+    job = submitted(
+        tsbatch(
+            clean_slurm,
+            f"--checkpoint-dir={base}",
+            "--checkpoint-every=5",
+            f"--output={log}",
+            "--open-mode=append",
+            str(train_job(tmp_path, "train_plain.py", out)),
+            env={protocol.ENV_TEST_PAUSE: "2", "OMP_NUM_THREADS": "1"},
+        )
+    )
     jobdir = protocol.job_dir(base, job)
     marker = poll("the writer to pause mid-write", lambda: (jobdir / "test-paused-2").is_file(), timeout=120)
     pid = json.loads((jobdir / "test-paused-2").read_text())["pid"]
@@ -177,12 +218,20 @@ def test_timelimit_signal_saves_requeues_itself_and_finishes(clean_slurm, tmp_pa
     sent by hand; the job saves, runs ``scontrol requeue`` on itself and later finishes."""
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
-                            str(train_job(tmp_path, "train_plain.py", out)),
-                            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"}))
+    job = submitted(
+        tsbatch(
+            clean_slurm,
+            f"--checkpoint-dir={base}",
+            f"--output={log}",
+            "--open-mode=append",
+            str(train_job(tmp_path, "train_plain.py", out)),
+            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
+        )
+    )
     poll("step 8", lambda: last_step(log) >= 8, timeout=120)
-    subprocess.run(["scancel", f"--signal={protocol.TIMELIMIT_SIGNAL}", "--batch", str(job)], env=clean_slurm.env,
-                   check=True)
+    subprocess.run(
+        ["scancel", f"--signal={protocol.TIMELIMIT_SIGNAL}", "--batch", str(job)], env=clean_slurm.env, check=True
+    )
     start_when_safe(clean_slurm, job, 1)
     clean_slurm.wait_for(job, "COMPLETED", timeout=120)
     assert [r.reason for r in protocol.read_records(protocol.job_dir(base, job))] == ["timelimit"]
@@ -198,9 +247,18 @@ def test_real_time_limit_requeues_and_finishes(clean_slurm, tmp_path, reference)
     finish in its first run before any warning came."""
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append",
-                            "--time=1", str(train_job(tmp_path, "train_plain.py", out)),
-                            env={"TRAIN_STEP_SLEEP": "2.6", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"}))
+    job = submitted(
+        tsbatch(
+            clean_slurm,
+            f"--checkpoint-dir={base}",
+            f"--output={log}",
+            "--open-mode=append",
+            "--time=1",
+            str(train_job(tmp_path, "train_plain.py", out)),
+            env={"TRAIN_STEP_SLEEP": "2.6", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"},
+        )
+    )
+
     def finished_or_requeued():
         j = clean_slurm.job(job)
         if j.state == "PENDING" and j.restart_count >= 1:

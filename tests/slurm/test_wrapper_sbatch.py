@@ -51,8 +51,12 @@ def test_script_without_torch_runs_exactly_as_with_sbatch(clean_slurm, tmp_path)
     assert plain == wrapped
     assert "args: 2 [one] [two words]" in wrapped
     assert (ja.state, ja.name) == (jb.state, jb.name) == ("FAILED", "same-as-sbatch")
-    shown = [subprocess.run(["scontrol", "show", "job", "-o", str(j.job_id)], env=clean_slurm.env,
-                            capture_output=True, text=True).stdout for j in (ja, jb)]
+    shown = [
+        subprocess.run(
+            ["scontrol", "show", "job", "-o", str(j.job_id)], env=clean_slurm.env, capture_output=True, text=True
+        ).stdout
+        for j in (ja, jb)
+    ]
     assert ["ExitCode=3:0" in s for s in shown] == [True, True]
 
 
@@ -104,8 +108,16 @@ def test_unwritable_checkpoint_dir_one_warning_job_runs(clean_slurm, tmp_path, r
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
-    job = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={blocker}/ck", "--checkpoint-every=3", f"--output={log}",
-                            str(train_job(tmp_path, "train_plain.py", out)), env={"OMP_NUM_THREADS": "1"}))
+    job = submitted(
+        tsbatch(
+            clean_slurm,
+            f"--checkpoint-dir={blocker}/ck",
+            "--checkpoint-every=3",
+            f"--output={log}",
+            str(train_job(tmp_path, "train_plain.py", out)),
+            env={"OMP_NUM_THREADS": "1"},
+        )
+    )
     clean_slurm.wait_for(job, "COMPLETED", timeout=120)
     lines = [ln for ln in log.read_text().splitlines() if "teiresias" in ln]
     assert len(lines) == 1 and "warning: checkpoints disabled" in lines[0] and str(blocker) in lines[0]

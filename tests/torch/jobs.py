@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from tests.conftest import poll as _poll
 from tests.conftest import REPO
+from tests.conftest import poll as _poll
 
 HOOK_SITE = REPO / "wrappers" / "hooks" / "site"
 SCRIPTS = REPO / "tests" / "fixtures" / "train_scripts"
@@ -22,8 +22,13 @@ PYTHON = sys.executable
 
 def job_env(base: Path, job_id: int, restart: int = 0, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TEIRESIAS_"))}
-    env.update(PYTHONPATH=str(HOOK_SITE), TEIRESIAS_CHECKPOINT="1", TEIRESIAS_JOB_BASE=str(base),
-               SLURM_JOB_ID=str(job_id), OMP_NUM_THREADS="1")
+    env.update(
+        PYTHONPATH=str(HOOK_SITE),
+        TEIRESIAS_CHECKPOINT="1",
+        TEIRESIAS_JOB_BASE=str(base),
+        SLURM_JOB_ID=str(job_id),
+        OMP_NUM_THREADS="1",
+    )
     if restart:
         env["SLURM_RESTART_COUNT"] = str(restart)
     env.update(extra)
@@ -38,8 +43,9 @@ def plain_env(**extra: str) -> dict[str, str]:
 
 
 def run(script: str, args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, str(SCRIPTS / script), *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [PYTHON, str(SCRIPTS / script), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start(script: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:

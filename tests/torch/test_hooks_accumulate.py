@@ -37,9 +37,21 @@ def _train(tmp: Path, name: str, job_id: int, steps: int | None, ddp: bool = Fal
     env = job_env(base, job_id, **extra)
     out = tmp / f"{name}.pt"
     if ddp:
-        r = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                            str(SCRIPTS / "train_accumulate.py"), str(out)],
-                           env=env, capture_output=True, text=True, timeout=180)
+        r = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                str(SCRIPTS / "train_accumulate.py"),
+                str(out),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     else:
         r = run("train_accumulate.py", [str(out)], env, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -52,8 +52,12 @@ def test_script_without_torch_is_untouched(tmp_path):
 
 def test_sigterm_before_training_kills_as_usual(tmp_path):
     env = job_env(tmp_path / "jobs", 24)
-    proc = subprocess.Popen([PYTHON, "-c", "import torch, sys, time; print('ready', flush=True); time.sleep(60)"],
-                            env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PYTHON, "-c", "import torch, sys, time; print('ready', flush=True); time.sleep(60)"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM

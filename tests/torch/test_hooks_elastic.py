@@ -28,9 +28,20 @@ STEPS = 3 * 256 // 32  # 3 epochs of 256 samples, a global batch of 32
 
 def _torchrun(ranks: int, out: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "w") as f:
-        return subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-                                 str(SCRIPTS / "train_elastic.py"), str(out)], env=env, stdout=f,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [
+                PYTHON,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={ranks}",
+                str(SCRIPTS / "train_elastic.py"),
+                str(out),
+            ],
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _trajectory(*logs: Path) -> dict[int, float]:
@@ -66,8 +77,7 @@ def test_two_ranks_to_one_and_back_match_the_fixed_two_rank_run(tmp_path) -> Non
     logs = [tmp_path / f"run{i}.log" for i in range(3)]
     pause = {"TRAIN_STEP_SLEEP": "0.05", "TEIRESIAS_ELASTIC": "1-2"}
     first = _preempt_at(_torchrun(2, out, job_env(base, 92, **pause), logs[0]), logs[0], jobdir, 5)
-    second = _preempt_at(_torchrun(1, out, job_env(base, 92, restart=1, **pause), logs[1]), logs[1], jobdir,
-                         first + 4)
+    second = _preempt_at(_torchrun(1, out, job_env(base, 92, restart=1, **pause), logs[1]), logs[1], jobdir, first + 4)
     last = _torchrun(2, out, job_env(base, 92, restart=2, **pause), logs[2])
     assert last.wait(timeout=300) == 0, logs[2].read_text()[-3000:]
     assert first < second < STEPS

@@ -28,8 +28,11 @@ pytestmark = pytest.mark.torch
 def every_five(tmp_path_factory) -> Path:
     """The checkpoints of a run that saved every 5 steps (5, 10, ..., 35)."""
     tmp = tmp_path_factory.mktemp("every5")
-    r = run("train_plain.py", [str(tmp / "full.pt")],
-            job_env(tmp / "jobs", 3, TEIRESIAS_CHECKPOINT_EVERY="5", TEIRESIAS_CHECKPOINT_KEEP="100"))
+    r = run(
+        "train_plain.py",
+        [str(tmp / "full.pt")],
+        job_env(tmp / "jobs", 3, TEIRESIAS_CHECKPOINT_EVERY="5", TEIRESIAS_CHECKPOINT_KEEP="100"),
+    )
     assert r.returncode == 0, r.stderr
     return tmp / "jobs" / "3" / "checkpoints"
 
@@ -150,11 +153,26 @@ def test_checkpoint_naming_code_globals_is_refused_by_name_and_never_trusted(tmp
 def test_torch_and_numpy_types_are_suggested_by_name_and_allowed_by_name(tmp_path):
     store = CheckpointStore(tmp_path / "job")
     store.prepare()
-    local = {"rng": {"python": {"version": 3, "state": [], "gauss": None}, "torch": torch.get_rng_state()},
-             "iterators": [], "loader_gens": [], "point": {"kind": "none", "ord": -1, "n": -1, "pos": -1}}
-    payload = {"format": FORMAT, "step": 1, "world_size": 1, "optimizer_steps": [1], "ranks": [local],
-               "shared": {"models": [], "optimizers": [], "schedulers": [], "scalers": [],
-                          "registered": {"best": {"value": np.float64(0.25)}}}}
+    local = {
+        "rng": {"python": {"version": 3, "state": [], "gauss": None}, "torch": torch.get_rng_state()},
+        "iterators": [],
+        "loader_gens": [],
+        "point": {"kind": "none", "ord": -1, "n": -1, "pos": -1},
+    }
+    payload = {
+        "format": FORMAT,
+        "step": 1,
+        "world_size": 1,
+        "optimizer_steps": [1],
+        "ranks": [local],
+        "shared": {
+            "models": [],
+            "optimizers": [],
+            "schedulers": [],
+            "scalers": [],
+            "registered": {"best": {"value": np.float64(0.25)}},
+        },
+    }
     path = store.write(payload, 1).path
     with pytest.raises(CheckpointRefused) as refused:
         store.load(path)

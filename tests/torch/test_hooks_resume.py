@@ -7,13 +7,21 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from tests.torch.jobs import (
-    job_env, last_step, plain_env, poll, preempt, read_ack, run, same_weights, start,
+    job_env,
+    last_step,
+    plain_env,
+    poll,
+    preempt,
+    read_ack,
+    run,
+    same_weights,
+    start,
 )
 from wrappers import protocol
 
@@ -45,8 +53,11 @@ def test_preempted_twice_resumes_bitwise_equal(tmp_path, reference):
 def every_step(tmp_path_factory) -> Path:
     """A run that checkpointed after every step (periodic, every 1)."""
     tmp = tmp_path_factory.mktemp("every")
-    r = run("train_plain.py", [str(tmp / "full.pt")],
-            job_env(tmp / "jobs", 5, TEIRESIAS_CHECKPOINT_EVERY="1", TEIRESIAS_CHECKPOINT_KEEP="100"))
+    r = run(
+        "train_plain.py",
+        [str(tmp / "full.pt")],
+        job_env(tmp / "jobs", 5, TEIRESIAS_CHECKPOINT_EVERY="1", TEIRESIAS_CHECKPOINT_KEEP="100"),
+    )
     assert r.returncode == 0, r.stderr
     return tmp / "jobs" / "5" / "checkpoints"
 
@@ -132,6 +143,7 @@ def one_checkpoint(tmp_path, preempted_job) -> Callable[[int], Path]:
         shutil.copytree(preempted_job, tmp_path / "jobs" / str(job))
         (ck,) = (tmp_path / "jobs" / str(job) / "checkpoints").iterdir()
         return ck
+
     return copy
 
 
@@ -185,7 +197,8 @@ def test_hooks_change_nothing_without_a_signal(tmp_path, reference):
     assert r.returncode == 0 and r.stderr == ""
     assert same_weights(reference, out)
     assert not (tmp_path / "jobs" / "13" / "checkpoints").exists() or not any(
-        (tmp_path / "jobs" / "13" / "checkpoints").iterdir())
+        (tmp_path / "jobs" / "13" / "checkpoints").iterdir()
+    )
 
 
 @pytest.mark.parametrize("persistent", ["0", "1"])

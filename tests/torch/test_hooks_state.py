@@ -26,7 +26,8 @@ def _build(tracked: st.Tracked, sched_kind: str):
         "onecycle": lambda: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=50),
         "plateau": lambda: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0),
         "sequential": lambda: torch.optim.lr_scheduler.SequentialLR(
-            opt, [torch.optim.lr_scheduler.LinearLR(opt), torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)], [3]),
+            opt, [torch.optim.lr_scheduler.LinearLR(opt), torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)], [3]
+        ),
     }[sched_kind]()
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     for m in (*model.modules(), frozen):
@@ -51,10 +52,20 @@ def test_state_round_trip_weights_only(tmp_path, sched_kind):
         scaler.update()
         sched.step(loss.item()) if sched_kind == "plateau" else sched.step()
     random.random(), np.random.rand()
-    local = {"rng": st.capture_rng(), "iterators": [], "loader_gens": [],
-             "point": {"kind": "none", "ord": -1, "n": -1, "pos": -1}}
-    payload = {"format": FORMAT, "step": 5, "world_size": 1, "optimizer_steps": [5],
-               "shared": st.capture_shared(t1), "ranks": [local]}
+    local = {
+        "rng": st.capture_rng(),
+        "iterators": [],
+        "loader_gens": [],
+        "point": {"kind": "none", "ord": -1, "n": -1, "pos": -1},
+    }
+    payload = {
+        "format": FORMAT,
+        "step": 5,
+        "world_size": 1,
+        "optimizer_steps": [5],
+        "shared": st.capture_shared(t1),
+        "ranks": [local],
+    }
     store = CheckpointStore(tmp_path / "job")
     store.prepare()
     written = store.write(payload, step=5)

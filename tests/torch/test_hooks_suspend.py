@@ -84,8 +84,7 @@ def test_process_without_optimizer_stops_at_once(tmp_path) -> None:
     log = tmp_path / "idle.log"
     env = job_env(tmp_path / "jobs", 83)
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=f,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=f, stderr=subprocess.STDOUT)
     try:
         poll("ready", lambda: "ready" in log.read_text())
         signal_tree(proc.pid, signal.SIGTSTP)
@@ -107,9 +106,20 @@ def test_torchrun_ranks_all_park_and_resume_to_the_same_weights(tmp_path) -> Non
     def torchrun(job: int, out: Path, log: Path) -> subprocess.Popen:
         env = job_env(tmp_path / "jobs", job, TRAIN_STEP_SLEEP="0.05")
         with open(log, "w") as f:
-            return subprocess.Popen([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                                     str(SCRIPTS / "train_elastic.py"), str(out)], env=env, stdout=f,
-                                    stderr=subprocess.STDOUT)
+            return subprocess.Popen(
+                [
+                    PYTHON,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node=2",
+                    str(SCRIPTS / "train_elastic.py"),
+                    str(out),
+                ],
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
 
     plain = torchrun(84, tmp_path / "plain.pt", tmp_path / "plain.log")
     assert plain.wait(timeout=300) == 0, (tmp_path / "plain.log").read_text()[-3000:]

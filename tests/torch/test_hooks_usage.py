@@ -37,8 +37,17 @@ def _nvml_works() -> bool:
 @pytest.mark.torch
 def test_a_training_run_leaves_its_usage_sample_in_the_job_dir(tmp_path):
     base = tmp_path / "jobs"
-    env = job_env(base, 41, 1, TRAIN_EPOCHS="1", TRAIN_STEP_SLEEP="0.05", SLURMD_NODENAME="node3",
-                  CUDA_VISIBLE_DEVICES="0", SLURM_JOB_GPUS="0", **{protocol.ENV_USAGE_EVERY: "0.1"})
+    env = job_env(
+        base,
+        41,
+        1,
+        TRAIN_EPOCHS="1",
+        TRAIN_STEP_SLEEP="0.05",
+        SLURMD_NODENAME="node3",
+        CUDA_VISIBLE_DEVICES="0",
+        SLURM_JOB_GPUS="0",
+        **{protocol.ENV_USAGE_EVERY: "0.1"},
+    )
     r = run("train_plain.py", [str(tmp_path / "out.pt")], env)
     assert r.returncode == 0, r.stderr
     samples = protocol.read_usage(base / "41")
@@ -71,14 +80,18 @@ def test_one_sampler_per_node(tmp_path):
     # A second process of the job on the node (torchrun's worker beside its agent) does not sample.
     assert usage.start(env, jobdir, "8", 0) is None
     assert usage.start({**env, "SLURMD_NODENAME": "n2"}, jobdir, "8", 0) is not None
-    poll("both nodes' first samples", lambda: sorted(s.node for s in protocol.read_usage(jobdir)) == ["n1", "n2"],
-         timeout=10)
+    poll(
+        "both nodes' first samples",
+        lambda: sorted(s.node for s in protocol.read_usage(jobdir)) == ["n1", "n2"],
+        timeout=10,
+    )
 
 
 def test_cpu_and_memory_of_the_whole_process_tree(tmp_path):
     # A shell with a busy child and an idle one, in a group of their own as tsbatch runs a script.
     shell = subprocess.Popen(
-        ["bash", "-c", f"{sys.executable} -c 'while True: pass' & sleep 60 & wait"], start_new_session=True)
+        ["bash", "-c", f"{sys.executable} -c 'while True: pass' & sleep 60 & wait"], start_new_session=True
+    )
     try:
         root = psutil.Process(shell.pid)
         deadline = time.monotonic() + 10

@@ -45,15 +45,44 @@ class InMemorySlurm(SlurmBackend):
         self.clock = 0.0  # what Slurm's clock says: SubmitTime of a requeue, StartTime of a start
 
     # ------------------------------------------------------------ test side
-    def submit(self, job_id: int, gpus: int, *, now: float, held: bool = True, comment: str = "",
-               requeue: bool = True, script: str = "#!/bin/sh\nsleep 60\n", name: str = "j") -> SlurmJob:
+    def submit(
+        self,
+        job_id: int,
+        gpus: int,
+        *,
+        now: float,
+        held: bool = True,
+        comment: str = "",
+        requeue: bool = True,
+        script: str = "#!/bin/sh\nsleep 60\n",
+        name: str = "j",
+    ) -> SlurmJob:
         """sbatch through etc/job_submit.lua (``held``: priority 0 and the project's hold mark)."""
-        sj = SlurmJob(job_id=job_id, name=name, user="u", account="a", partition=self.partition,
-                      state="PENDING", state_reason="JobHeldUser" if held else "Priority",
-                      priority=0 if held else 1, restart_count=0, requeue=requeue, held=held, gpus=gpus,
-                      num_nodes=1, nodes=(), required_nodes=(), submit_time=now, eligible_time=None,
-                      start_time=None, end_time=None, time_limit_minutes=None, command="x", comment=comment,
-                      admin_comment=HOLD_MARK if held else "")
+        sj = SlurmJob(
+            job_id=job_id,
+            name=name,
+            user="u",
+            account="a",
+            partition=self.partition,
+            state="PENDING",
+            state_reason="JobHeldUser" if held else "Priority",
+            priority=0 if held else 1,
+            restart_count=0,
+            requeue=requeue,
+            held=held,
+            gpus=gpus,
+            num_nodes=1,
+            nodes=(),
+            required_nodes=(),
+            submit_time=now,
+            eligible_time=None,
+            start_time=None,
+            end_time=None,
+            time_limit_minutes=None,
+            command="x",
+            comment=comment,
+            admin_comment=HOLD_MARK if held else "",
+        )
         self._jobs[job_id] = sj
         self.scripts[job_id] = script
         return sj
@@ -76,8 +105,9 @@ class InMemorySlurm(SlurmBackend):
             per = -(-sj.gpus // len(sj.required_nodes))
             if any(self._free(n) < per or n in self._down for n in sj.required_nodes):
                 continue
-            self._jobs[j] = replace(sj, state="RUNNING", state_reason="None", nodes=sj.required_nodes,
-                                    start_time=now, end_time=None)
+            self._jobs[j] = replace(
+                sj, state="RUNNING", state_reason="None", nodes=sj.required_nodes, start_time=now, end_time=None
+            )
             started.append(j)
         return started
 
@@ -116,23 +146,35 @@ class InMemorySlurm(SlurmBackend):
             raise Crash(f"controller killed after {method}")
 
     def jobs(self) -> list[SlurmJob]:
-        return [sj for sj in self._jobs.values() if sj.state not in ("COMPLETED", "CANCELLED", "FAILED")
-                or (sj.end_time or 0) >= self.clock - 300]
+        return [
+            sj
+            for sj in self._jobs.values()
+            if sj.state not in ("COMPLETED", "CANCELLED", "FAILED") or (sj.end_time or 0) >= self.clock - 300
+        ]
 
     def job(self, job_id: int | str) -> SlurmJob:
         return self._act("job", job_id)
 
     def nodes(self) -> list[SlurmNode]:
-        return [SlurmNode(n, frozenset({"DOWN"} if n in self._down else {"IDLE" if self._free(n) == g else "MIXED"}),
-                          g, g - self._free(n), (self.partition,)) for n, g in sorted(self._nodes.items())]
+        return [
+            SlurmNode(
+                n,
+                frozenset({"DOWN"} if n in self._down else {"IDLE" if self._free(n) == g else "MIXED"}),
+                g,
+                g - self._free(n),
+                (self.partition,),
+            )
+            for n, g in sorted(self._nodes.items())
+        ]
 
     def hold(self, job_id: int) -> None:
         sj = self._act("hold", job_id)
         if sj.state != "PENDING":
             raise SlurmError(f"scontrol hold {job_id}: Job is no longer pending execution")
         # The controller's hold is marked as its own (the CLI backend marks, then holds).
-        self._jobs[sj.job_id] = replace(sj, held=True, priority=0, state_reason="JobHeldUser",
-                                        admin_comment=_marked(sj.admin_comment, True))
+        self._jobs[sj.job_id] = replace(
+            sj, held=True, priority=0, state_reason="JobHeldUser", admin_comment=_marked(sj.admin_comment, True)
+        )
         self._done("hold")
 
     def release(self, job_id: int) -> None:
@@ -167,10 +209,18 @@ class InMemorySlurm(SlurmBackend):
         if sj.state != "RUNNING":
             raise SlurmError(f"scontrol requeue {job_id}: Job is pending execution")
         self._jobs[sj.job_id] = replace(
-            sj, state="PENDING", state_reason="JobHeldUser" if hold else "BeginTime", held=hold,
-            priority=0 if hold else sj.priority, restart_count=sj.restart_count + 1, nodes=(),
+            sj,
+            state="PENDING",
+            state_reason="JobHeldUser" if hold else "BeginTime",
+            held=hold,
+            priority=0 if hold else sj.priority,
+            restart_count=sj.restart_count + 1,
+            nodes=(),
             admin_comment=_marked(sj.admin_comment, True) if hold else sj.admin_comment,
-            submit_time=self.clock, eligible_time=self.clock + REQUEUE_BEGIN_DELAY_S, end_time=self.clock)
+            submit_time=self.clock,
+            eligible_time=self.clock + REQUEUE_BEGIN_DELAY_S,
+            end_time=self.clock,
+        )
         self._done("requeue")
 
     def clear_begin_time(self, job_id: int) -> None:

@@ -12,8 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from slurm_plugin.controller.audit import AuditLog, read_audit
 from tests.debian_packages import require_program
 
@@ -59,8 +57,7 @@ def test_units_run_the_controller_as_slurm_user_and_restart_on_failure() -> None
         # Bad input (exit 2) is not retried: the configuration must be fixed first.
         assert svc["RestartPreventExitStatus"] == "2"
         assert svc["StateDirectory"] == "teiresias" and svc["LogsDirectory"] == "teiresias"
-    assert active["ExecStart"].split() == [INSTALLED, "controller", "run", "--config",
-                                           "/etc/teiresias/teiresias.yaml"]
+    assert active["ExecStart"].split() == [INSTALLED, "controller", "run", "--config", "/etc/teiresias/teiresias.yaml"]
     # The standby runs the very same controller and configuration, plus --standby.
     assert standby["ExecStart"].split() == active["ExecStart"].split() + ["--standby"]
 
@@ -95,16 +92,22 @@ def test_logrotate_rotates_a_live_audit_log_without_holes(tmp_path: Path) -> Non
     text = LOGROTATE.read_text(encoding="utf-8")
     assert "su slurm slurm" in text
     conf = tmp_path / "teiresias.logrotate"
-    conf.write_text(text.replace("/var/log/teiresias/audit.jsonl", str(audit))
-                    .replace("su slurm slurm", f"su {user} {group}"), encoding="utf-8")
+    conf.write_text(
+        text.replace("/var/log/teiresias/audit.jsonl", str(audit)).replace("su slurm slurm", f"su {user} {group}"),
+        encoding="utf-8",
+    )
 
     log = AuditLog(audit)
     try:
         for i in range(50):
             log.write(i, "start", "before rotation", detail="x" * 40)
         size_before = audit.stat().st_size
-        res = subprocess.run([logrotate, "--force", "--state", str(tmp_path / "state"), str(conf)],
-                             capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [logrotate, "--force", "--state", str(tmp_path / "state"), str(conf)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 0, res.stderr
         rotated = logdir / "audit.jsonl.1"
         assert rotated.exists(), sorted(p.name for p in logdir.iterdir())

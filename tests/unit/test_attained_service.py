@@ -29,16 +29,22 @@ def test_job_and_controller_records_use_the_one_definition() -> None:
     assert j.attained_service == service.attained_service(4, 10.0) == 40.0
     assert j.attained_gpu_seconds == service.attained_gpu_seconds(4, 30.0) == 120.0
     # A record that ran 30 s in all, 10 s of them since its promotion at t=120 (run open since 100).
-    r = JobRecord(1, gpus=4, closed_run_seconds=0.0, run_start=100.0, run_restart=0, promo_time=120.0,
-                  promo_executed=20.0)
+    r = JobRecord(
+        1, gpus=4, closed_run_seconds=0.0, run_start=100.0, run_restart=0, promo_time=120.0, promo_executed=20.0
+    )
     assert accounting.total_executed(r, 130.0) == 30.0 and accounting.executed_time(r, 130.0) == 10.0
     assert accounting.attained_service(r, 130.0) == j.attained_service
     assert accounting.attained_gpu_seconds(r, 130.0) == j.attained_gpu_seconds
 
 
 def test_a_queue_change_after_a_promotion_logs_the_total_and_the_since_promotion_service(tmp_path) -> None:
-    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
-                        "policy": {"name": "las", "queues": [10], "promote_knob": 2}})
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10], "promote_knob": 2},
+        }
+    )
     ctl = Controller(cfg, InMemorySlurm({"node1": 2}), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
     sj: SlurmJob = InMemorySlurm({"node1": 2}).submit(1, 2, now=100.0)
     running = replace(sj, state="RUNNING", held=False, start_time=100.0, nodes=("node1",))

@@ -17,8 +17,9 @@ def binary_topology(levels: int, node_level: int, tops: int = 1) -> Topology:
     nodes_per_top = 2 ** (levels - node_level)
     raw = {
         "cell_types": types,
-        "physical_cells": [{"type": f"l{levels}", "nodes": [f"n{t}-{i}" for i in range(nodes_per_top)]}
-                           for t in range(tops)],
+        "physical_cells": [
+            {"type": f"l{levels}", "nodes": [f"n{t}-{i}" for i in range(nodes_per_top)]} for t in range(tops)
+        ],
     }
     return config.parse(raw).topology()
 

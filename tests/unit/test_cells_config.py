@@ -69,8 +69,11 @@ def test_hostlist_expansion() -> None:
 @pytest.mark.parametrize(
     "path, value, message",
     [
-        ("virtual_clusters.a.quota", {"node": 3}, "virtual_clusters: quotas of node cells in chain rack (a=3) need 3"
-                                                  " but only 2 can be honoured at once"),
+        (
+            "virtual_clusters.a.quota",
+            {"node": 3},
+            "virtual_clusters: quotas of node cells in chain rack (a=3) need 3 but only 2 can be honoured at once",
+        ),
         ("virtual_clusters.a.quota", {"node": 2}, "quotas of pair cells in chain rack (b=1) need 1 but only 0"),
         ("cell_types.gpu", {"child": "rack", "count": 2}, "cell_types.rack.child: cycle in cell types"),
         ("cell_types.node.child", "socket", "cell_types.node.child: unknown cell type 'socket'"),
@@ -78,7 +81,11 @@ def test_hostlist_expansion() -> None:
         ("physical_cells.1.nodes", ["n2", "n3"], "physical_cells[1].nodes: node n2 is already in physical_cells[0]"),
         ("cell_types.node.node", None, "has no type marked node: true"),
         ("cell_types.pair.count", 0, "cell_types.pair.count: must be a positive integer"),
-        ("cell_types.pair.size", 2, "unknown key 'cell_types.pair.size'; valid keys under cell_types.pair are: child, count, node"),
+        (
+            "cell_types.pair.size",
+            2,
+            "unknown key 'cell_types.pair.size'; valid keys under cell_types.pair are: child, count, node",
+        ),
         ("virtual_clusters.b.accounts", ["ta"], "account ta is already in VC a"),
         ("virtual_clusters.b.quota", {"socket": 1}, "virtual_clusters.b.quota.socket: unknown cell type 'socket'"),
         ("virtual_clusters.b.quota", {"pair": -1}, "must be a non-negative integer"),
@@ -95,7 +102,10 @@ def test_validation_errors_name_the_key(path: str, value, message: str) -> None:
 
 def test_unknown_nodes_and_gpu_mismatch_against_slurm() -> None:
     raw = copy.deepcopy(BASE)
-    raw["physical_cells"] = [{"type": "rack", "nodes": ["node1", "node2"]}, {"type": "rack", "nodes": ["node3", "gpu9"]}]
+    raw["physical_cells"] = [
+        {"type": "rack", "nodes": ["node1", "node2"]},
+        {"type": "rack", "nodes": ["node3", "gpu9"]},
+    ]
     with pytest.raises(ConfigError, match=r"physical_cells\[1\].nodes: unknown node gpu9: not in the Slurm cluster"):
         config.parse(raw, "cells.yaml", cluster=demo_cluster())
     raw["physical_cells"][1]["nodes"] = ["node3", "node4"]

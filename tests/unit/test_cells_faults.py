@@ -37,8 +37,7 @@ def test_drain_keeps_the_running_job_then_moves_the_binding() -> None:
     assert plan2.report.bad_nodes == ("node1",)
 
     # Job 1 ends; vc-a's next job is bound to a healthy node, not the drained one.
-    plan3 = p.decide_cells(snap(pending(2, 4, submit=50.0, account="team-a"), unavailable={"node1": 4}),
-                           plan2.cells)
+    plan3 = p.decide_cells(snap(pending(2, 4, submit=50.0, account="team-a"), unavailable={"node1": 4}), plan2.cells)
     assert plan3.start[JobId(2)].nodes != ("node1",)
     assert bound(plan3, "vc-a") == set(plan3.start[JobId(2)].nodes)
     assert plan3.report.vcs[0].lost_gpus == 0

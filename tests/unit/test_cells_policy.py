@@ -53,9 +53,12 @@ def test_choice_inside_a_node_avoids_opportunistic_gpus() -> None:
     # vc-b's bound node1: its guaranteed 2-GPU job holds pair 0, a guest holds one GPU of
     # pair 1. The VC's next 1-GPU job takes the other GPU of pair 1: no preemption.
     full = [running(10 + i, 4, {n: 4}, submit=0.5, account="guest") for i, n in enumerate(NODES[1:])]
-    jobs = [running(1, 2, {"node1": 2}, submit=1.0, account="team-b"),
-            running(2, 1, {"node1": 1}, submit=2.0, account="guest"), *full,
-            pending(5, 1, submit=5.0, account="team-b")]
+    jobs = [
+        running(1, 2, {"node1": 2}, submit=1.0, account="team-b"),
+        running(2, 1, {"node1": 1}, submit=2.0, account="guest"),
+        *full,
+        pending(5, 1, submit=5.0, account="team-b"),
+    ]
     plan = policy().decide(snap(*jobs))
     assert plan.start == {JobId(5): Placement.of({"node1": 1})}
     assert plan.preempt == ()
@@ -74,10 +77,15 @@ def test_opportunistic_beyond_quota_then_displaced_by_a_guaranteed_job() -> None
     # Later vc-b needs all its quota (a node and two pairs): it gets the free nodes and then
     # preempts vc-a's opportunistic job, never vc-a's guaranteed one.
     placed = {j: plan1.start[j] for j in plan1.start}
-    jobs = [running(int(j), 4, {a.node: a.gpus for a in pl.allocations}, submit=float(j), account="team-a")
-            for j, pl in placed.items()]
-    jobs += [pending(10, 4, submit=10.0, account="team-b"), pending(11, 2, submit=11.0, account="team-b"),
-             pending(12, 2, submit=12.0, account="team-b")]
+    jobs = [
+        running(int(j), 4, {a.node: a.gpus for a in pl.allocations}, submit=float(j), account="team-a")
+        for j, pl in placed.items()
+    ]
+    jobs += [
+        pending(10, 4, submit=10.0, account="team-b"),
+        pending(11, 2, submit=11.0, account="team-b"),
+        pending(12, 2, submit=12.0, account="team-b"),
+    ]
     plan2 = p.decide_cells(snap(*jobs), plan1.cells)
     assert set(plan2.start) == {JobId(10), JobId(11), JobId(12)}
     assert plan2.preempt == (JobId(2),)
@@ -89,8 +97,7 @@ def test_opportunistic_beyond_quota_then_displaced_by_a_guaranteed_job() -> None
 def test_las_order_inside_a_vc_evicts_the_lower_priority_guaranteed_job() -> None:
     # vc-a's quota is one node. A long-running job (Q2 by attained service) holds it; a new
     # job of the same VC (Q1) takes it back: Tiresias' preemption, inside the VC.
-    old = running(1, 4, {"node1": 4}, submit=0.0, account="team-a", executed_time=5000.0,
-                  total_executed_time=5000.0)
+    old = running(1, 4, {"node1": 4}, submit=0.0, account="team-a", executed_time=5000.0, total_executed_time=5000.0)
     filler = [running(10 + i, 4, {n: 4}, submit=1.0, account="guest") for i, n in enumerate(NODES[1:])]
     new = pending(2, 4, submit=900.0, account="team-a")
     plan = policy("las").decide(snap(old, *filler, new))
@@ -105,16 +112,22 @@ def test_binding_state_round_trips_through_json_and_is_kept() -> None:
     plan1 = p.decide(snap(pending(1, 1, submit=1.0, account="team-b"), pending(2, 3, submit=2.0, account="team-a")))
     state = CellsState.from_json(json.loads(json.dumps(plan1.cells.to_json())))
     assert state == plan1.cells
-    jobs = [running(int(j), pl.num_gpus, {a.node: a.gpus for a in pl.allocations}, account=acct)
-            for (j, pl), acct in zip(sorted(plan1.start.items()), ["team-b", "team-a"])]
+    jobs = [
+        running(int(j), pl.num_gpus, {a.node: a.gpus for a in pl.allocations}, account=acct)
+        for (j, pl), acct in zip(sorted(plan1.start.items()), ["team-b", "team-a"])
+    ]
     plan2 = p.decide_cells(snap(*jobs), state)
     assert plan2.cells == plan1.cells  # nothing changed, nothing moved
     assert plan2.keep and not plan2.preempt
 
 
 def test_pure_and_deterministic() -> None:
-    s = snap(running(1, 2, {"node2": 2}, account="team-b"), pending(2, 4, account="team-a"),
-             pending(3, 8, account="team-b"), pending(4, 16, account="guest"))
+    s = snap(
+        running(1, 2, {"node2": 2}, account="team-b"),
+        pending(2, 4, account="team-a"),
+        pending(3, 8, account="team-b"),
+        pending(4, 16, account="guest"),
+    )
     before = copy.deepcopy(s)
     p = policy()
     plan = p.decide(s)
@@ -131,8 +144,9 @@ def random_snapshot(rng: random.Random) -> Snapshot:
         need = rng.choice([1, 1, 2, 3, 4, 4, 8])
         acct = rng.choice(["team-a", "team-b", "team-b-students", "guest"])
         executed = rng.choice([0.0, 100.0, 5000.0])
-        kw = dict(submit_time=float(rng.randint(0, 20)), account=acct, executed_time=executed,
-                  total_executed_time=executed)
+        kw = dict(
+            submit_time=float(rng.randint(0, 20)), account=acct, executed_time=executed, total_executed_time=executed
+        )
         if rng.random() < 0.5:
             take: dict[str, int] = {}
             want = need
@@ -144,8 +158,16 @@ def random_snapshot(rng: random.Random) -> Snapshot:
             if want == 0:
                 for name, g in take.items():
                     left[name] -= g
-                jobs.append(Job(JobId(i), need, state=JobState.RUNNING, placement=Placement.of(take),
-                                first_start_time=kw["submit_time"], **kw))
+                jobs.append(
+                    Job(
+                        JobId(i),
+                        need,
+                        state=JobState.RUNNING,
+                        placement=Placement.of(take),
+                        first_start_time=kw["submit_time"],
+                        **kw,
+                    )
+                )
                 continue
         jobs.append(Job(JobId(i), need, **kw))
     return Snapshot(30.0, CLUSTER, jobs, unavailable)

@@ -11,13 +11,22 @@ from teiresias.policy.testing import pending, running
 
 NODES = [f"gpu{i}" for i in range(1, 5)]
 CLUSTER = Cluster.from_tiresias_spec(1, 4, 8, node_names=NODES)
-CFG = config.parse({
-    "cell_types": {"gpu": {}, "socket": {"child": "gpu", "count": 4}, "node": {"child": "socket", "count": 2,
-                                                                             "node": True}},
-    "physical_cells": [{"type": "node", "nodes": [n]} for n in NODES],
-    "virtual_clusters": {"a": {"accounts": ["ta"], "quota": {"node": 1}},
-                         "b": {"accounts": ["tb"], "quota": {"node": 3}}},
-}, "test", cluster=CLUSTER)
+CFG = config.parse(
+    {
+        "cell_types": {
+            "gpu": {},
+            "socket": {"child": "gpu", "count": 4},
+            "node": {"child": "socket", "count": 2, "node": True},
+        },
+        "physical_cells": [{"type": "node", "nodes": [n]} for n in NODES],
+        "virtual_clusters": {
+            "a": {"accounts": ["ta"], "quota": {"node": 1}},
+            "b": {"accounts": ["tb"], "quota": {"node": 3}},
+        },
+    },
+    "test",
+    cluster=CLUSTER,
+)
 
 
 def spread_snapshot() -> Snapshot:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from teiresias.cells import config
 from teiresias.cells.scheduler import CellPlan, CellsPolicy
-from teiresias.cells.state import CellsState, JobCells
+from teiresias.cells.state import CellsState
 from teiresias.cells.world import World
 from teiresias.domain import Cluster, Job, JobId, JobState, Snapshot
 from teiresias.policy.registry import build_policy
@@ -23,11 +23,16 @@ from teiresias.policy.registry import build_policy
 NODES = ["node1", "node2", "node3", "node4"]
 CLUSTER = Cluster.from_tiresias_spec(1, 4, 4, node_names=NODES)
 ITEM_19 = {
-    "cell_types": {"gpu": {}, "gpu-pair": {"child": "gpu", "count": 2},
-                   "node": {"child": "gpu-pair", "count": 2, "node": True}},
+    "cell_types": {
+        "gpu": {},
+        "gpu-pair": {"child": "gpu", "count": 2},
+        "node": {"child": "gpu-pair", "count": 2, "node": True},
+    },
     "physical_cells": [{"type": "node", "nodes": [n]} for n in NODES],
-    "virtual_clusters": {"a": {"accounts": ["team-a"], "quota": {"node": 2}},
-                         "b": {"accounts": ["team-b"], "quota": {"gpu-pair": 4}}},
+    "virtual_clusters": {
+        "a": {"accounts": ["team-a"], "quota": {"node": 2}},
+        "b": {"accounts": ["team-b"], "quota": {"gpu-pair": 4}},
+    },
 }
 
 
@@ -59,13 +64,18 @@ class Owner:
         assert isinstance(plan, CellPlan)
         self.state = plan.cells
         for j in plan.preempt:
-            self.jobs[j] = replace(self.jobs[j], state=JobState.PENDING, placement=None,
-                                   preemptions=self.jobs[j].preemptions + 1)
+            self.jobs[j] = replace(
+                self.jobs[j], state=JobState.PENDING, placement=None, preemptions=self.jobs[j].preemptions + 1
+            )
         for j, p in plan.migrate.items():
             self.migrated.append((j, p.nodes))
         for j, p in plan.start.items():
-            self.jobs[j] = replace(self.jobs[j], state=JobState.RUNNING, placement=p,
-                                   first_start_time=self.jobs[j].first_start_time or self.now)
+            self.jobs[j] = replace(
+                self.jobs[j],
+                state=JobState.RUNNING,
+                placement=p,
+                first_start_time=self.jobs[j].first_start_time or self.now,
+            )
         return plan
 
     def settle(self, rounds: int = 4) -> CellPlan:
@@ -119,6 +129,7 @@ def test_item_19_after_node1_recovers_vc_a_gets_its_second_node() -> None:
 
 # -- property: no guaranteed request within quota waits for another VC's guaranteed jobs ------------
 
+
 def waits_for_others(o: Owner, plan: CellPlan, job: Job) -> bool:
     """True when ``job`` waits although its VC alone (its own bindings and jobs) could serve it."""
     vc = o.cfg.vc_of_account(job.account)
@@ -127,8 +138,13 @@ def waits_for_others(o: Owner, plan: CellPlan, job: Job) -> bool:
     if any(o.jobs[j].account == job.account for j in plan.rebound):
         return False  # its own VC's jobs are on their way to new cells: its private view is in flux
     rank = {j: k for k, j in enumerate(plan.order)}
-    mine = [jc for jc in plan.cells.jobs if jc.vc == vc and jc.guaranteed
-            and (jc.job_id in plan.keep or (jc.job_id in plan.start and rank[jc.job_id] < rank[job.job_id]))]
+    mine = [
+        jc
+        for jc in plan.cells.jobs
+        if jc.vc == vc
+        and jc.guaranteed
+        and (jc.job_id in plan.keep or (jc.job_id in plan.start and rank[jc.job_id] < rank[job.job_id]))
+    ]
     topo = o.policy.topology
     w = World(o.cfg, topo, frozenset(), {})
     w.load_state(CellsState(tuple(b for b in plan.cells.bindings if b.vc == vc), tuple(mine)))
@@ -138,12 +154,16 @@ def waits_for_others(o: Owner, plan: CellPlan, job: Job) -> bool:
 @st.composite
 def scenarios(draw):
     """Two or three VCs on 4 nodes x 4 GPUs (pairs), and a sequence of submit / end / fail / recover."""
-    quotas = draw(st.sampled_from([
-        {"a": {"node": 2}, "b": {"gpu-pair": 4}},
-        {"a": {"node": 1}, "b": {"gpu-pair": 4}, "c": {"node": 1}},
-        {"a": {"node": 1, "gpu-pair": 2}, "b": {"gpu-pair": 2, "gpu": 4}},
-        {"a": {"node": 2}, "b": {"gpu": 4, "gpu-pair": 1}, "c": {"gpu-pair": 1}},
-    ]))
+    quotas = draw(
+        st.sampled_from(
+            [
+                {"a": {"node": 2}, "b": {"gpu-pair": 4}},
+                {"a": {"node": 1}, "b": {"gpu-pair": 4}, "c": {"node": 1}},
+                {"a": {"node": 1, "gpu-pair": 2}, "b": {"gpu-pair": 2, "gpu": 4}},
+                {"a": {"node": 2}, "b": {"gpu": 4, "gpu-pair": 1}, "c": {"gpu-pair": 1}},
+            ]
+        )
+    )
     vcs = sorted(quotas)
     submit = st.tuples(st.just("submit"), st.sampled_from(vcs + ["guest"]), st.sampled_from([1, 2, 2, 4, 4]))
     churn = st.one_of(
@@ -156,16 +176,28 @@ def scenarios(draw):
     # Fill the quotas with jobs of their cells' sizes (in any order), churn under faults, recover
     # everything, ask again: the shape of item 19, where a VC's later request finds the others spread.
     size = {"node": 4, "gpu-pair": 2, "gpu": 1}
-    fill = [("submit", vc, size[t]) for vc in vcs for t, k in quotas[vc].items()
-            for _ in range(draw(st.integers(0, k)))]
-    ops = [*draw(st.permutations(fill)), *draw(st.lists(submit, max_size=3)),
-           *draw(st.lists(churn, min_size=3, max_size=20)),
-           ("recover", "all", 0), *draw(st.lists(st.one_of(submit, churn), min_size=1, max_size=8))]
+    fill = [
+        ("submit", vc, size[t]) for vc in vcs for t, k in quotas[vc].items() for _ in range(draw(st.integers(0, k)))
+    ]
+    ops = [
+        *draw(st.permutations(fill)),
+        *draw(st.lists(submit, max_size=3)),
+        *draw(st.lists(churn, min_size=3, max_size=20)),
+        ("recover", "all", 0),
+        *draw(st.lists(st.one_of(submit, churn), min_size=1, max_size=8)),
+    ]
     return quotas, ops
 
 
-ITEM_19_OPS = [*[("submit", "b", 2)] * 4, ("submit", "a", 4), ("fail", "node1", 0), ("end", 0, 1),
-               ("submit", "b", 2), ("recover", "all", 0), ("submit", "a", 4)]
+ITEM_19_OPS = [
+    *[("submit", "b", 2)] * 4,
+    ("submit", "a", 4),
+    ("fail", "node1", 0),
+    ("end", 0, 1),
+    ("submit", "b", 2),
+    ("recover", "all", 0),
+    ("submit", "a", 4),
+]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -193,7 +225,7 @@ def test_no_guaranteed_request_within_quota_waits_for_another_vcs_jobs(scenario)
         # GPUs are never handed out twice, and the migrated jobs are exactly the ones preempted to move.
         used: dict[str, int] = {}
         for j in o.jobs.values():
-            for a in (j.placement.allocations if j.is_running and j.placement else ()):
+            for a in j.placement.allocations if j.is_running and j.placement else ():
                 used[a.node] = used.get(a.node, 0) + a.gpus
         assert all(g <= 4 for g in used.values()), used
         assert set(plan.rebound) <= set(plan.preempt) and not plan.migrate
@@ -202,4 +234,5 @@ def test_no_guaranteed_request_within_quota_waits_for_another_vcs_jobs(scenario)
                 if not j.is_running and j.job_id not in plan.start and j.job_id not in plan.preempt:
                     assert not waits_for_others(o, plan, j), (
                         f"job {j.job_id} ({j.num_gpus} GPUs, {j.account}) waits for another VC: "
-                        f"{plan.reasons.get(j.job_id)}; bindings {plan.cells.bindings}")
+                        f"{plan.reasons.get(j.job_id)}; bindings {plan.cells.bindings}"
+                    )

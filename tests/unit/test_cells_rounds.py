@@ -23,6 +23,8 @@ TOPO = CFG.topology()
 
 def leaves(addresses) -> list[str]:
     return [leaf.address for a in addresses for leaf in TOPO.by_address[a].leaves()]
+
+
 ACCOUNTS = ["team-a", "team-b", "team-b-students", "guest"]
 
 
@@ -31,8 +33,11 @@ def test_simulator_replays_a_multi_tenant_trace_to_the_end() -> None:
     trace, t = [], 0.0
     for i in range(80):
         t += rng.expovariate(1 / 120)
-        trace.append(TraceJob(i + 1, rng.choice([1, 1, 2, 4, 4, 8]), round(t, 1), rng.uniform(200, 3000),
-                              account=rng.choice(ACCOUNTS)))
+        trace.append(
+            TraceJob(
+                i + 1, rng.choice([1, 1, 2, 4, 4, 8]), round(t, 1), rng.uniform(200, 3000), account=rng.choice(ACCOUNTS)
+            )
+        )
     policy = CellsPolicy(CFG, build_policy("las", PolicyParams(queues=(2000.0,))), with_report=False)
     res = run(trace, CLUSTER, policy, SimulationOptions(interval=60.0, progress=False))
     # The engine rejects any plan that starts a job on GPUs that are not free; all jobs finish.
@@ -66,8 +71,16 @@ def test_rounds_with_the_stored_binding_keep_every_invariant(seed: int, name: st
             jobs[jid] = Job(jid, j.num_gpus, j.submit_time, account=j.account, executed_time=j.executed_time)
         for jid, pl in plan.start.items():
             j = jobs[jid]
-            jobs[jid] = Job(jid, j.num_gpus, j.submit_time, account=j.account, state=JobState.RUNNING,
-                            placement=pl, first_start_time=now, executed_time=j.executed_time)
+            jobs[jid] = Job(
+                jid,
+                j.num_gpus,
+                j.submit_time,
+                account=j.account,
+                state=JobState.RUNNING,
+                placement=pl,
+                first_start_time=now,
+                executed_time=j.executed_time,
+            )
         for j in jobs.values():
             if j.is_running:
                 j.executed_time += 100.0

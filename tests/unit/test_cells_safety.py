@@ -55,8 +55,9 @@ def hierarchies(draw):
         assign(levels)
     raw = {
         "cell_types": types,
-        "physical_cells": [{"type": f"l{levels}", "nodes": [f"t{t}n{i}" for i in range(nodes_per_top)]}
-                           for t in range(tops)],
+        "physical_cells": [
+            {"type": f"l{levels}", "nodes": [f"t{t}n{i}" for i in range(nodes_per_top)]} for t in range(tops)
+        ],
         "virtual_clusters": {f"vc{k}": {"accounts": [f"acct{k}"], "quota": quota[k]} for k in range(n_vcs)},
     }
     return raw, levels
@@ -64,9 +65,14 @@ def hierarchies(draw):
 
 def operations(levels: int):
     return st.lists(
-        st.tuples(st.sampled_from(["alloc", "alloc", "alloc", "release", "opp"]), st.integers(0, 2),
-                  st.integers(1, levels), st.integers(0, 10_000)),
-        min_size=10, max_size=60,
+        st.tuples(
+            st.sampled_from(["alloc", "alloc", "alloc", "release", "opp"]),
+            st.integers(0, 2),
+            st.integers(1, levels),
+            st.integers(0, 10_000),
+        ),
+        min_size=10,
+        max_size=60,
     )
 
 
@@ -130,8 +136,12 @@ def test_guaranteed_requests_inside_quota_always_succeed_and_release_restores(da
 def test_mixed_level_quotas_need_the_smallest_split() -> None:
     """The case splitting the largest free cell gets wrong: 8 GPUs, X = one 4-GPU cell, Y = 2 + 1."""
     raw = {
-        "cell_types": {"l1": {}, "l2": {"child": "l1", "count": 2}, "l3": {"child": "l2", "count": 2},
-                       "l4": {"child": "l3", "count": 2, "node": True}},
+        "cell_types": {
+            "l1": {},
+            "l2": {"child": "l1", "count": 2},
+            "l3": {"child": "l2", "count": 2},
+            "l4": {"child": "l3", "count": 2, "node": True},
+        },
         "physical_cells": [{"type": "l4", "nodes": ["n0"]}],
         "virtual_clusters": {"x": {"quota": {"l3": 1}}, "y": {"quota": {"l2": 1, "l1": 1}}},
     }

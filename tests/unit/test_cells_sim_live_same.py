@@ -63,8 +63,11 @@ def trace(seed: int, n: int = 60) -> list[TraceJob]:
     out, t = [], 0.0
     for i in range(n):
         t += rng.expovariate(1 / 120)
-        out.append(TraceJob(i + 1, rng.choice([1, 1, 2, 4, 4, 8]), round(t, 1), rng.uniform(200, 3000),
-                            account=rng.choice(ACCOUNTS)))
+        out.append(
+            TraceJob(
+                i + 1, rng.choice([1, 1, 2, 4, 4, 8]), round(t, 1), rng.uniform(200, 3000), account=rng.choice(ACCOUNTS)
+            )
+        )
     return out
 
 

@@ -55,7 +55,8 @@ def test_broken_subcommand_does_not_break_help(monkeypatch):
 @pytest.mark.parametrize("name", sorted(cli_mod.SUBCOMMANDS))
 def test_every_registered_subcommand_has_help(name):
     """Each shipped subcommand imports and answers --help with an example."""
-    proc = subprocess.run([sys.executable, "-m", "teiresias", name, "--help"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "teiresias", name, "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Example" in proc.stdout or "example" in proc.stdout, proc.stdout

@@ -27,8 +27,9 @@ from teiresias.simulator.slowdown import load_slowdown
 ROOT = Path(__file__).resolve().parents[2]
 BOM = b"\xef\xbb\xbf"
 HEADER = "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
-TRACE = HEADER + "".join(f"{i},{1 + i % 2},{i * 10},1,{'vgg16' if i % 2 else 'resnet50'},{50 + 10 * i},0\n"
-                         for i in range(6))
+TRACE = HEADER + "".join(
+    f"{i},{1 + i % 2},{i * 10},1,{'vgg16' if i % 2 else 'resnet50'},{50 + 10 * i},0\n" for i in range(6)
+)
 SPEC_CSV = "num_switch,num_node_p_switch,num_gpu_p_node\n1,2,4\n"
 SPEC_YAML = "gpus_per_node: 4\nswitches:\n  - name: s0\n    nodes: [n1, n2]\n"
 SAMPLES = "duration\n" + "".join(f"{100 * k}\n" for k in range(1, 20))
@@ -61,6 +62,7 @@ def one_error_line(r) -> str:
 
 # -- item 22: encodings, byte-order marks, directories --------------------------------
 
+
 def _commands(d: Path, bad: Path) -> dict[str, list[str]]:
     t, c = str(d / "t.csv"), str(d / "c.csv")
     return {
@@ -70,8 +72,20 @@ def _commands(d: Path, bad: Path) -> dict[str, list[str]]:
         "simulate --slowdown": ["simulate", "-t", t, "-c", c, "--slowdown", str(bad.with_suffix(".yaml"))],
         "simulate -g": ["simulate", "-t", t, "-c", c, "-p", "gittins", "-g", str(bad)],
         "trace check": ["trace", "check", str(bad)],
-        "trace synth -S": ["trace", "synth", "-k", "philly", "-n", "5", "-G", "8", "-S", str(bad),
-                           "-o", str(d / "o.csv")],
+        "trace synth -S": [
+            "trace",
+            "synth",
+            "-k",
+            "philly",
+            "-n",
+            "5",
+            "-G",
+            "8",
+            "-S",
+            str(bad),
+            "-o",
+            str(d / "o.csv"),
+        ],
     }
 
 
@@ -102,15 +116,27 @@ def test_a_utf8_byte_order_mark_is_accepted_everywhere(d):
         p = d / name
         p.write_bytes(BOM + p.read_bytes())
     (d / "sd.yaml").write_bytes(BOM + SLOWDOWN.encode())
-    r = run("simulate", "-t", str(d / "t.csv"), "-c", str(d / "c.csv"), "-p", "gittins,las",
-            "-g", str(d / "s.csv"), "--slowdown", str(d / "sd.yaml"), "--json", str(d / "o.json"))
+    r = run(
+        "simulate",
+        "-t",
+        str(d / "t.csv"),
+        "-c",
+        str(d / "c.csv"),
+        "-p",
+        "gittins,las",
+        "-g",
+        str(d / "s.csv"),
+        "--slowdown",
+        str(d / "sd.yaml"),
+        "--json",
+        str(d / "o.json"),
+    )
     assert r.exit_code == 0, r.output
     assert [s["jobs"] for s in json.loads((d / "o.json").read_text())] == [6, 6]
     assert run("simulate", "-t", str(d / "t.csv"), "-c", str(d / "c.yaml")).exit_code == 0
     r = run("trace", "check", str(d / "t.csv"), "--json")
     assert r.exit_code == 0 and json.loads(r.output)["jobs"] == 6
-    r = run("trace", "synth", "-k", "philly", "-n", "5", "-G", "8", "-S", str(d / "s.csv"),
-            "-o", str(d / "o.csv"))
+    r = run("trace", "synth", "-k", "philly", "-n", "5", "-G", "8", "-S", str(d / "s.csv"), "-o", str(d / "o.csv"))
     assert r.exit_code == 0, r.output
     assert load_slowdown(d / "sd.yaml").profile("VGG16").slowdown == 1.5
     conf = d / "teiresias.yaml"
@@ -126,16 +152,22 @@ def test_crlf_line_ends_are_read_like_lf(d):
 
 # -- item 23: unknown keys, one format, types --------------------------------------------
 
-UNKNOWN_KEY = re.compile(r"^(?P<file>\S+): unknown key '(?P<key>[^']+)'( \(did you mean '(?P<close>[^']+)'\?\))?; "
-                         r"valid keys( under (?P<under>\S+))? are: (?P<valid>.+)$")
+UNKNOWN_KEY = re.compile(
+    r"^(?P<file>\S+): unknown key '(?P<key>[^']+)'( \(did you mean '(?P<close>[^']+)'\?\))?; "
+    r"valid keys( under (?P<under>\S+))? are: (?P<valid>.+)$"
+)
 
 
 @pytest.mark.parametrize(
     "text,key,close,valid",
     [
         ("modles:\n  vgg16: {skew: 0.7, slowdown: 1.5}\n", "modles", "models", "default, models, pack_overhead"),
-        ("models:\n  vgg16: {skew: 0.7, slowdwn: 1.5}\n", "models.vgg16.slowdwn", "slowdown",
-         "gpu_util, skew, slowdown"),
+        (
+            "models:\n  vgg16: {skew: 0.7, slowdwn: 1.5}\n",
+            "models.vgg16.slowdwn",
+            "slowdown",
+            "gpu_util, skew, slowdown",
+        ),
         ("default: {skew: null, slowdown: 1.0, scale: 2}\n", "default.scale", None, "gpu_util, skew, slowdown"),
         # another file entirely: the cluster file given as the slowdown table
         (SPEC_YAML, "gpus_per_node", None, "default, models, pack_overhead"),
@@ -173,8 +205,11 @@ def test_slowdown_table_types_are_checked(d, text, problem):
         ("gpus_per_node: 4\nswitchs:\n  - name: s0\n    nodes: [n1]\n", "switchs", "switches"),
         ("num_switch: 1\nnum_node_p_switch: 2\nnum_gpus_p_node: 4\n", "num_gpus_p_node", "num_gpu_p_node"),
         ("gpus_per_node: 4\nswitches:\n  - name: s0\n    node: [n1]\n", "switches[0].node", "nodes"),
-        ("gpus_per_node: 4\nswitches:\n  - name: s0\n    nodes: [n1, {name: n2, gpu: 8}]\n",
-         "switches[0].nodes[1].gpu", "gpus"),
+        (
+            "gpus_per_node: 4\nswitches:\n  - name: s0\n    nodes: [n1, {name: n2, gpu: 8}]\n",
+            "switches[0].nodes[1].gpu",
+            "gpus",
+        ),
     ],
 )
 def test_cluster_yaml_names_the_unknown_key_instead_of_missing_ones(d, text, key, close):
@@ -197,8 +232,7 @@ LOADERS = {
     "cluster.yaml": (load_cluster, "gpus_per_node: 4\nswitches: [{name: s0, nodes: [n1]}]\nswtich_speed: 10\n"),
     "slowdown.yaml": (load_slowdown, "model:\n  vgg16: {skew: 0.7, slowdown: 1.5}\n"),
     "teiresias.yaml": (load_config, "partitions: [gpu]\ntopology:\n  switchs: {s0: [node1]}\n"),
-    "cells.yaml": (cells_config.load,
-                   (ROOT / "etc" / "cells.example.yaml").read_text() + "\nvirtual_cluster: {}\n"),
+    "cells.yaml": (cells_config.load, (ROOT / "etc" / "cells.example.yaml").read_text() + "\nvirtual_cluster: {}\n"),
 }
 
 
@@ -230,11 +264,13 @@ def test_every_config_reports_encoding_and_yaml_errors_in_one_format(tmp_path, n
 
 # -- item 24: output files ----------------------------------------------------------------
 
+
 def test_outputs_refuse_a_missing_folder_before_simulating(d):
     missing = d / "nonexist" / "x.json"
     line = one_error_line(run("simulate", "-t", str(d / "t.csv"), "-c", str(d / "c.csv"), "--json", str(missing)))
-    assert line == (f"teiresias: error: {missing}: folder {missing.parent} does not exist; "
-                    "create it first or write elsewhere")
+    assert line == (
+        f"teiresias: error: {missing}: folder {missing.parent} does not exist; create it first or write elsewhere"
+    )
     assert not missing.parent.exists()
     # Checked before the run: the summary table was not printed.
     for opt in ("--jobs-csv", "--plot"):
@@ -248,8 +284,19 @@ def test_outputs_refuse_a_missing_folder_before_simulating(d):
 def test_output_files_follow_the_umask(d, mask, mode):
     old = os.umask(mask)
     try:
-        r = run("simulate", "-t", str(d / "t.csv"), "-c", str(d / "c.csv"), "--json", str(d / "o.json"),
-                "--jobs-csv", str(d / "o.csv"), "--plot", str(d / "o.png"))
+        r = run(
+            "simulate",
+            "-t",
+            str(d / "t.csv"),
+            "-c",
+            str(d / "c.csv"),
+            "--json",
+            str(d / "o.json"),
+            "--jobs-csv",
+            str(d / "o.csv"),
+            "--plot",
+            str(d / "o.png"),
+        )
         assert r.exit_code == 0, r.output
         assert run("trace", "synth", "-n", "5", "-o", str(d / "synth.csv")).exit_code == 0
     finally:
@@ -265,8 +312,9 @@ def test_plot_format_follows_the_suffix(d, name, magic):
     assert (d / name).read_bytes().startswith(magic)
 
 
-@pytest.mark.parametrize("name,problem", [("p.txt", "unknown image format '.txt'"),
-                                          ("plot", "no suffix to name the image format")])
+@pytest.mark.parametrize(
+    "name,problem", [("p.txt", "unknown image format '.txt'"), ("plot", "no suffix to name the image format")]
+)
 def test_plot_with_an_unknown_format_is_refused_before_simulating(d, name, problem):
     line = one_error_line(run("simulate", "-t", str(d / "t.csv"), "-c", str(d / "c.csv"), "--plot", str(d / name)))
     assert f"--plot {d / name}: {problem}; end the name with one of: " in line and ".png" in line and ".svg" in line
@@ -277,6 +325,7 @@ def test_plot_with_an_unknown_format_is_refused_before_simulating(d, name, probl
 # Each case fails before any Slurm daemon starts (the demo's folder is never
 # created); the ports given are this project's test range, so a regression
 # that did start a cluster would not land on someone else's.
+
 
 def test_demo_refuses_an_unknown_policy_before_starting_anything(tmp_path):
     d = tmp_path / "demo"
@@ -289,10 +338,13 @@ def test_demo_refuses_an_unknown_policy_before_starting_anything(tmp_path):
 def test_demo_honours_the_cluster_directory_and_port_variables(tmp_path):
     a_file = tmp_path / "not-a-dir"
     a_file.write_text("")
-    r = CliRunner().invoke(cli, ["demo"], env={"TEIRESIAS_CLUSTER_DIR": str(a_file),
-                                                "TEIRESIAS_CLUSTER_PORT_BASE": "17716"})
-    assert one_error_line(r) == (f"teiresias: error: --dir {a_file}: exists and is not a directory; "
-                                 "choose another path (or unset TEIRESIAS_CLUSTER_DIR)")
+    r = CliRunner().invoke(
+        cli, ["demo"], env={"TEIRESIAS_CLUSTER_DIR": str(a_file), "TEIRESIAS_CLUSTER_PORT_BASE": "17716"}
+    )
+    assert one_error_line(r) == (
+        f"teiresias: error: --dir {a_file}: exists and is not a directory; "
+        "choose another path (or unset TEIRESIAS_CLUSTER_DIR)"
+    )
     d = tmp_path / "demo"
     r = CliRunner().invoke(cli, ["demo"], env={"TEIRESIAS_CLUSTER_DIR": str(d), "TEIRESIAS_CLUSTER_PORT_BASE": "70000"})
     assert "--port-base must leave room for 5 ports in 1024..65535, got 70000" in one_error_line(r)
@@ -304,6 +356,7 @@ def test_demo_honours_the_cluster_directory_and_port_variables(tmp_path):
 # -- item 26: tsbatch's own help never depends on Slurm -------------------------------------
 # Real subprocesses of the installed entry points, with a real sbatch (when
 # installed) that cannot find its configuration.
+
 
 def _tsbatch(cmd: list[str], env: dict[str, str]):
     import subprocess
@@ -327,13 +380,21 @@ def test_tsbatch_help_with_slurm_conf_pointing_nowhere(cmd, tmp_path):
     # One line says why sbatch's part is missing, instead of sbatch's own retries (a minute) and errors.
     assert r.stdout.rstrip().splitlines()[-1] == (
         f"(sbatch's own help is unavailable here: SLURM_CONF={missing} does not exist; "
-        "point it at the cluster's slurm.conf)")
+        "point it at the cluster's slurm.conf)"
+    )
     assert "sbatch: error" not in r.stdout and "sbatch: fatal" not in r.stdout
 
 
 @pytest.mark.skipif(Path("/etc/slurm/slurm.conf").exists(), reason="this machine has a default slurm.conf")
-@pytest.mark.parametrize("args,first", [(["--help"], "Usage: tsbatch"), (["--usage"], "Usage: tsbatch"),
-                                        (["--version"], "tsbatch (teiresias "), (["-V"], "tsbatch (teiresias ")])
+@pytest.mark.parametrize(
+    "args,first",
+    [
+        (["--help"], "Usage: tsbatch"),
+        (["--usage"], "Usage: tsbatch"),
+        (["--version"], "tsbatch (teiresias "),
+        (["-V"], "tsbatch (teiresias "),
+    ],
+)
 def test_tsbatch_informational_flags_without_any_slurm_configuration(args, first):
     import shutil
 
@@ -344,5 +405,6 @@ def test_tsbatch_informational_flags_without_any_slurm_configuration(args, first
     assert "resolve_ctls_from_dns_srv" not in r.stdout and "DNS" not in r.stdout
     last = r.stdout.rstrip().splitlines()[-1]
     if shutil.which("sbatch"):
-        assert last.endswith("is unavailable here: no Slurm configuration found; "
-                             "set SLURM_CONF to the cluster's slurm.conf)"), last
+        assert last.endswith(
+            "is unavailable here: no Slurm configuration found; set SLURM_CONF to the cluster's slurm.conf)"
+        ), last

@@ -11,7 +11,6 @@ from teiresias.errors import ConfigError
 from tests.conftest import REPO
 
 
-
 def write(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "t.yaml"
     p.write_text(text)
@@ -28,8 +27,13 @@ def test_shipped_example_loads():
 
 def test_relative_paths_resolve_against_the_file(tmp_path):
     (tmp_path / "seed.txt").write_text("10\n20\n")
-    cfg = load_config(write(tmp_path, "state_db: s/state.db\naudit_log: a.jsonl\n"
-                                      "policy: {name: gittins, queues: [10, 20], gittins_samples: seed.txt}\n"))
+    cfg = load_config(
+        write(
+            tmp_path,
+            "state_db: s/state.db\naudit_log: a.jsonl\n"
+            "policy: {name: gittins, queues: [10, 20], gittins_samples: seed.txt}\n",
+        )
+    )
     assert cfg.state_db == tmp_path / "s" / "state.db"
     assert cfg.audit_log == tmp_path / "a.jsonl"
     assert cfg.policy.gittins_samples == tmp_path / "seed.txt"
@@ -41,24 +45,27 @@ def test_topology_maps_nodes_to_switches(tmp_path):
     assert cfg.switch_of("node9") == "default"
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("colour: blue\n", "unknown key 'colour'"),
-    ("policy: {name: las, queus: [1]}\n", "unknown key 'policy.queus'"),
-    ("policy: {queues: [100, 50]}\n", "policy.queues: thresholds must be strictly increasing"),
-    ("policy: {queues: [100, 100]}\n", "strictly increasing"),
-    ("policy: {queues: []}\n", "policy.queues"),
-    ("policy: {queues: [-5]}\n", "policy.queues[0]: must be > 0"),
-    ("poll_interval: fast\n", "poll_interval: must be a number"),
-    ("poll_interval: 0\n", "poll_interval: must be > 0"),
-    ("backend: grpc\n", "backend: must be one of auto, cli, restd, pyslurm"),
-    ("partitions: []\n", "partitions: must be a non-empty list"),
-    ("packlimit: -1\n", "packlimit: must be >= 0"),
-    ("preemption: {grace_seconds: -1}\n", "preemption.grace_seconds: must be >= 0"),
-    ("policy: {gittins_samples: nope.txt}\n", "does not exist"),
-    ("topology: {switches: {a: [n1], b: [n1]}}\n", "already under switch a"),
-    ("- just\n- a list\n", "must hold a mapping"),
-    ("policy: [1, 2\n", "is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("colour: blue\n", "unknown key 'colour'"),
+        ("policy: {name: las, queus: [1]}\n", "unknown key 'policy.queus'"),
+        ("policy: {queues: [100, 50]}\n", "policy.queues: thresholds must be strictly increasing"),
+        ("policy: {queues: [100, 100]}\n", "strictly increasing"),
+        ("policy: {queues: []}\n", "policy.queues"),
+        ("policy: {queues: [-5]}\n", "policy.queues[0]: must be > 0"),
+        ("poll_interval: fast\n", "poll_interval: must be a number"),
+        ("poll_interval: 0\n", "poll_interval: must be > 0"),
+        ("backend: grpc\n", "backend: must be one of auto, cli, restd, pyslurm"),
+        ("partitions: []\n", "partitions: must be a non-empty list"),
+        ("packlimit: -1\n", "packlimit: must be >= 0"),
+        ("preemption: {grace_seconds: -1}\n", "preemption.grace_seconds: must be >= 0"),
+        ("policy: {gittins_samples: nope.txt}\n", "does not exist"),
+        ("topology: {switches: {a: [n1], b: [n1]}}\n", "already under switch a"),
+        ("- just\n- a list\n", "must hold a mapping"),
+        ("policy: [1, 2\n", "is not valid YAML"),
+    ],
+)
 def test_bad_config_is_one_line_naming_file_and_key(tmp_path, text, needle):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as err:
@@ -81,8 +88,10 @@ def test_policy_last_queue_reaches_the_controllers_policy(tmp_path):
     assert cfg.policy.last_queue == "gittins"
     assert default_policy(cfg, ServiceDistribution([1.0, 2.0])).last_queue == "gittins"
     assert load_config(write(tmp_path, "policy: {name: gittins}\n")).policy.last_queue == "fifo"
-    for text, needle in [("policy: {name: gittins, last_queue: lifo}\n", "policy.last_queue: must be one of fifo, gittins"),
-                         ("policy: {name: las, last_queue: gittins}\n", "set policy.name: gittins")]:
+    for text, needle in [
+        ("policy: {name: gittins, last_queue: lifo}\n", "policy.last_queue: must be one of fifo, gittins"),
+        ("policy: {name: las, last_queue: gittins}\n", "set policy.name: gittins"),
+    ]:
         with pytest.raises(ConfigError, match=needle):
             load_config(write(tmp_path, text))
 

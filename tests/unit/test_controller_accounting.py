@@ -9,12 +9,33 @@ from slurm_plugin.controller import accounting
 from slurm_plugin.controller.state import JobRecord
 
 
-def sj(state: str = "RUNNING", restart: int = 0, start: float | None = 100.0, end: float | None = None,
-       **kw) -> SlurmJob:
-    base = dict(job_id=7, name="j", user="u", account="a", partition="gpu", state=state, state_reason="None",
-                priority=1, restart_count=restart, requeue=True, held=False, gpus=2, num_nodes=1,
-                nodes=("node1",), required_nodes=(), submit_time=50.0, eligible_time=50.0, start_time=start,
-                end_time=end, time_limit_minutes=None, command="x", comment="")
+def sj(
+    state: str = "RUNNING", restart: int = 0, start: float | None = 100.0, end: float | None = None, **kw
+) -> SlurmJob:
+    base = dict(
+        job_id=7,
+        name="j",
+        user="u",
+        account="a",
+        partition="gpu",
+        state=state,
+        state_reason="None",
+        priority=1,
+        restart_count=restart,
+        requeue=True,
+        held=False,
+        gpus=2,
+        num_nodes=1,
+        nodes=("node1",),
+        required_nodes=(),
+        submit_time=50.0,
+        eligible_time=50.0,
+        start_time=start,
+        end_time=end,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+    )
     base.update(kw)
     return SlurmJob(**base)
 

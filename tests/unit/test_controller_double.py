@@ -26,8 +26,14 @@ from tests.unit.slurm_double import Crash, InMemorySlurm
 
 def controller(tmp_path: Path, slurm: InMemorySlurm) -> Controller:
     """A controller process: a fresh one after each crash, on the same state DB and audit log."""
-    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
-                        "policy": {"name": "las", "queues": [10]}, "preemption": {"grace_seconds": 5}})
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10]},
+            "preemption": {"grace_seconds": 5},
+        }
+    )
     return Controller(cfg, slurm, StateStore(cfg.state_db), AuditLog(cfg.audit_log))
 
 

@@ -15,10 +15,10 @@ from slurm_plugin.controller.state import Phase, StateStore
 from tests.conftest import REPO
 
 
-
 def _refuse(name: str):
     def call(self, *args, **kwargs):
         raise AssertionError(f"the round called backend.{name}")
+
     return call
 
 
@@ -27,26 +27,62 @@ class NoBackend(SlurmBackend):
     so every backend call fails the test."""
 
 
-for _name in ("jobs", "nodes", "hold", "release", "set_priority", "set_nodelist", "signal", "requeue",
-              "clear_begin_time", "cancel", "set_hold_mark"):
+for _name in (
+    "jobs",
+    "nodes",
+    "hold",
+    "release",
+    "set_priority",
+    "set_nodelist",
+    "signal",
+    "requeue",
+    "clear_begin_time",
+    "cancel",
+    "set_hold_mark",
+):
     setattr(NoBackend, _name, _refuse(_name))
 NoBackend.__abstractmethods__ = frozenset()
 
 
 def job(job_id: int) -> SlurmJob:
-    return SlurmJob(job_id=job_id, name="j", user="u", account="a", partition="gpu", state="PENDING",
-                    state_reason="JobHeldUser", priority=0, restart_count=0, requeue=True, held=True, gpus=2,
-                    num_nodes=1, nodes=(), required_nodes=(), submit_time=100.0, eligible_time=None,
-                    start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="",
-                    admin_comment=HOLD_MARK)  # held by job_submit.lua
+    return SlurmJob(
+        job_id=job_id,
+        name="j",
+        user="u",
+        account="a",
+        partition="gpu",
+        state="PENDING",
+        state_reason="JobHeldUser",
+        priority=0,
+        restart_count=0,
+        requeue=True,
+        held=True,
+        gpus=2,
+        num_nodes=1,
+        nodes=(),
+        required_nodes=(),
+        submit_time=100.0,
+        eligible_time=None,
+        start_time=None,
+        end_time=None,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+        admin_comment=HOLD_MARK,
+    )  # held by job_submit.lua
 
 
 DRAINED = [SlurmNode("node1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))]
 
 
 def make(tmp_path: Path) -> Controller:
-    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
-                        "policy": {"name": "las", "queues": [10]}})
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10]},
+        }
+    )
     return Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
 
 
@@ -59,13 +95,15 @@ def test_vanished_job_is_one_line_and_its_record_is_closed(tmp_path, caplog):
     r2 = ctl.round(now=205.0, slurm_jobs=[job(2)], slurm_nodes=DRAINED)
     assert r2.notes == ["job 1: vanished from Slurm between two rounds; record closed"]
     assert [m for m in caplog.messages if "vanished" in m] == [
-        "[job 1] vanished from Slurm between two rounds; record closed"]
+        "[job 1] vanished from Slurm between two rounds; record closed"
+    ]
     recs = ctl.store.jobs(active_only=False)
     assert recs[1].phase is Phase.FINISHED and recs[1].final_state == "VANISHED"
     assert recs[2].phase is Phase.PENDING
     # (its timeline's "submitted" line aside: audit.STAGES)
-    assert [e["action"] for e in read_audit(tmp_path / "a.jsonl")
-            if e["job"] == 1 and e["action"] != "timeline"] == ["vanished"]
+    assert [e["action"] for e in read_audit(tmp_path / "a.jsonl") if e["job"] == 1 and e["action"] != "timeline"] == [
+        "vanished"
+    ]
     # The next round says nothing more about it: no crash loop, no repeated line.
     r3 = ctl.round(now=210.0, slurm_jobs=[job(2)], slurm_nodes=DRAINED)
     assert r3.notes == [] and list(r3.plan.order) == [2]
@@ -79,13 +117,16 @@ def test_round_json_has_plan_and_actions(tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "teiresias", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "teiresias", *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
 
 
 def test_bad_config_is_exit_2_and_one_line(tmp_path):
-    for text, needle in [("colour: red\n", "unknown key 'colour'"),
-                         ("policy: {queues: [600, 60]}\n", "strictly increasing")]:
+    for text, needle in [
+        ("colour: red\n", "unknown key 'colour'"),
+        ("policy: {queues: [600, 60]}\n", "strictly increasing"),
+    ]:
         cfg = tmp_path / "bad.yaml"
         cfg.write_text(text)
         for cmd in (["controller", "run", "--once", "-c", str(cfg)], ["queue", "-c", str(cfg)]):
@@ -119,16 +160,24 @@ def test_dry_run_plans_a_start_but_touches_neither_slurm_nor_the_state(tmp_path)
 def finished(job_id: int, gpus: int, start: float, end: float) -> SlurmJob:
     from dataclasses import replace
 
-    return replace(job(job_id), state="COMPLETED", held=False, gpus=gpus, start_time=start, end_time=end,
-                   nodes=("node1",))
+    return replace(
+        job(job_id), state="COMPLETED", held=False, gpus=gpus, start_time=start, end_time=end, nodes=("node1",)
+    )
 
 
 def test_gittins_runs_as_las_until_a_job_finishes_then_learns_from_it(tmp_path):
     cfg = parse_config({"state_db": str(tmp_path / "s.db"), "policy": {"name": "gittins", "queues": [100]}})
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(None))
     assert ctl.policy().name == "las"  # Tiresias Pseudocode 1: no distribution -> LAS
-    running = SlurmJob(**{**{f: getattr(job(5), f) for f in job(5).__slots__}, "state": "RUNNING", "held": False,
-                          "start_time": 100.0, "nodes": ("node1",)})
+    running = SlurmJob(
+        **{
+            **{f: getattr(job(5), f) for f in job(5).__slots__},
+            "state": "RUNNING",
+            "held": False,
+            "start_time": 100.0,
+            "nodes": ("node1",),
+        }
+    )
     drained = [SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 2, ("gpu",))]
     ctl.round(now=120.0, slurm_jobs=[running], slurm_nodes=drained)
     ctl.round(now=160.0, slurm_jobs=[finished(5, 2, 100.0, 150.0)], slurm_nodes=IDLE)
@@ -155,8 +204,13 @@ def test_a_starving_job_is_promoted_and_its_tj_and_deltaj_restart(tmp_path):
 
     from slurm_plugin.controller.accounting import executed_time, total_executed, waiting_time
 
-    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
-                        "policy": {"name": "las", "queues": [10], "promote_knob": 2}})
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10], "promote_knob": 2},
+        }
+    )
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
     busy = [SlurmNode("node1", frozenset({"ALLOCATED"}), 2, 2, ("gpu",))]
     running = replace(job(1), state="RUNNING", held=False, start_time=100.0, nodes=("node1",))

@@ -30,13 +30,33 @@ from tests.conftest import REPO
 CFG = parse_config({"partitions": ["gpu"]})
 
 
-def sjob(job_id: int, state: str = "PENDING", *, submit: float = 1000.0, restart: int = 0,
-         partition: str = "gpu", nodes=()) -> SlurmJob:
-    return SlurmJob(job_id=job_id, name=f"j{job_id}", user="alice", account="a", partition=partition,
-                    state=state, state_reason="JobHeldUser", priority=0, restart_count=restart, requeue=True,
-                    held=state == "PENDING", gpus=1, num_nodes=1, nodes=tuple(nodes), required_nodes=(),
-                    submit_time=submit, eligible_time=None, start_time=900.0 if state == "RUNNING" else None,
-                    end_time=None, time_limit_minutes=None, command="x", comment="")
+def sjob(
+    job_id: int, state: str = "PENDING", *, submit: float = 1000.0, restart: int = 0, partition: str = "gpu", nodes=()
+) -> SlurmJob:
+    return SlurmJob(
+        job_id=job_id,
+        name=f"j{job_id}",
+        user="alice",
+        account="a",
+        partition=partition,
+        state=state,
+        state_reason="JobHeldUser",
+        priority=0,
+        restart_count=restart,
+        requeue=True,
+        held=state == "PENDING",
+        gpus=1,
+        num_nodes=1,
+        nodes=tuple(nodes),
+        required_nodes=(),
+        submit_time=submit,
+        eligible_time=None,
+        start_time=900.0 if state == "RUNNING" else None,
+        end_time=None,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+    )
 
 
 def node(name: str, parts=("gpu",)) -> SlurmNode:
@@ -66,12 +86,15 @@ def test_a_second_controller_on_one_state_db_is_refused_naming_the_holder(tmp_pa
 # ------------------------------------------------------------------ load-time checks (item 9)
 
 
-@pytest.mark.parametrize("text, words", [
-    ("policy: {name: lass}\n", "policy.name: must be one of"),
-    ("placement: packed\n", "placement: must be one of"),
-    ("slurm_conf: /nonexistent/slurm.conf\n", "slurm_conf: file /nonexistent/slurm.conf does not exist"),
-    ("file_group: no-such-group-xyz\n", "file_group: no group named"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("policy: {name: lass}\n", "policy.name: must be one of"),
+        ("placement: packed\n", "placement: must be one of"),
+        ("slurm_conf: /nonexistent/slurm.conf\n", "slurm_conf: file /nonexistent/slurm.conf does not exist"),
+        ("file_group: no-such-group-xyz\n", "file_group: no group named"),
+    ],
+)
 def test_config_mistakes_found_at_load(tmp_path, text, words):
     cfg = tmp_path / "t.yaml"
     cfg.write_text(text)
@@ -80,22 +103,32 @@ def test_config_mistakes_found_at_load(tmp_path, text, words):
 
 
 def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "teiresias", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=60, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "teiresias", *args], capture_output=True, text=True, cwd=REPO, timeout=60, **kw
+    )
 
 
-@pytest.mark.parametrize("extra, words", [
-    ({"policy": {"name": "lass"}}, "policy.name"),
-    ({"state_db": "/proc/no/such/dir/state.db"}, "cannot create the folder for state_db"),
-    ({"audit_log": "/proc/self/nope/audit.jsonl"}, "audit_log"),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        ({"policy": {"name": "lass"}}, "policy.name"),
+        ({"state_db": "/proc/no/such/dir/state.db"}, "cannot create the folder for state_db"),
+        ({"audit_log": "/proc/self/nope/audit.jsonl"}, "audit_log"),
+    ],
+)
 def test_controller_start_errors_are_one_line_exit_2_without_slurm(tmp_path, extra, words):
     """No Slurm is involved: these must fail before the first round (before: a
     traceback, or exit 3 'unreachable' after waiting for Slurm)."""
     conf = tmp_path / "slurm.conf"
     conf.write_text("# never read: the config is refused first\n")
-    cfg = {"partitions": ["gpu"], "backend": "cli", "slurm_conf": str(conf),
-           "state_db": str(tmp_path / "s" / "state.db"), "audit_log": str(tmp_path / "a" / "audit.jsonl"), **extra}
+    cfg = {
+        "partitions": ["gpu"],
+        "backend": "cli",
+        "slurm_conf": str(conf),
+        "state_db": str(tmp_path / "s" / "state.db"),
+        "audit_log": str(tmp_path / "a" / "audit.jsonl"),
+        **extra,
+    }
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(cfg))
     r = _cli("controller", "run", "-c", str(tmp_path / "t.yaml"), "--once")
     lines = r.stderr.strip().splitlines()
@@ -104,10 +137,16 @@ def test_controller_start_errors_are_one_line_exit_2_without_slurm(tmp_path, ext
 
 
 def test_unreachable_line_says_it_once():
-    line = unreachable_line(SlurmUnreachable("slurmctld does not answer (Unable to contact slurm controller"
-                                             " (connect failure)); is the cluster up and SLURM_CONF right?"))
-    assert line == ("slurmctld unreachable (Unable to contact slurm controller (connect failure));"
-                    " is Slurm up and SLURM_CONF right?")
+    line = unreachable_line(
+        SlurmUnreachable(
+            "slurmctld does not answer (Unable to contact slurm controller"
+            " (connect failure)); is the cluster up and SLURM_CONF right?"
+        )
+    )
+    assert line == (
+        "slurmctld unreachable (Unable to contact slurm controller (connect failure));"
+        " is Slurm up and SLURM_CONF right?"
+    )
 
 
 @pytest.mark.parametrize("arg", ["-5", "0", "abc", "4x"])
@@ -141,10 +180,15 @@ def test_unknown_partition_is_refused():
 
 def _cells(tmp_path: Path, nodes: list[str]) -> Path:
     p = tmp_path / "cells.yaml"
-    p.write_text(yaml.safe_dump({
-        "cell_types": {"gpu": {}, "node": {"child": "gpu", "count": 4, "node": True}},
-        "physical_cells": [{"type": "node", "nodes": [n]} for n in nodes],
-        "virtual_clusters": {"vc": {"accounts": ["a"], "quota": {"node": 1}}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "cell_types": {"gpu": {}, "node": {"child": "gpu", "count": 4, "node": True}},
+                "physical_cells": [{"type": "node", "nodes": [n]} for n in nodes],
+                "virtual_clusters": {"vc": {"accounts": ["a"], "quota": {"node": 1}}},
+            }
+        )
+    )
     return p
 
 
@@ -183,8 +227,9 @@ def test_same_job_survives_a_requeue_but_not_a_reused_id():
 
 
 def test_a_reused_id_starts_a_fresh_record_and_closes_the_old_one():
-    old = _rec(5, phase=Phase.RUNNING, run_start=900.0, run_restart=0, last_running_seen=990.0,
-               closed_run_seconds=500.0)
+    old = _rec(
+        5, phase=Phase.RUNNING, run_start=900.0, run_restart=0, last_running_seen=990.0, closed_run_seconds=500.0
+    )
     out = reconcile(CFG, {5: old}, [sjob(5, submit=2000.0)], NODES, 2001.0)
     assert out.replaced == {5: old} and old.final_state == "VANISHED"
     new = out.records[5]
@@ -226,9 +271,13 @@ def test_an_old_state_file_is_migrated_on_open_losing_nothing(tmp_path):
     db = tmp_path / "state.db"
     con = sqlite3.connect(db)
     old_cols = [c for c in JobRecord.__dataclass_fields__ if c not in ("cluster", "slurm_submit_time")]
-    con.execute(f"CREATE TABLE jobs ({', '.join(c + (' INTEGER PRIMARY KEY' if c == 'job_id' else '') for c in old_cols)})")
-    con.execute("INSERT INTO jobs (job_id, user, gpus, submit_time, phase, closed_run_seconds, restart_count)"
-                " VALUES (20, 'bob', 2, 1000.0, 'PENDING', 321.0, 1)")
+    con.execute(
+        f"CREATE TABLE jobs ({', '.join(c + (' INTEGER PRIMARY KEY' if c == 'job_id' else '') for c in old_cols)})"
+    )
+    con.execute(
+        "INSERT INTO jobs (job_id, user, gpus, submit_time, phase, closed_run_seconds, restart_count)"
+        " VALUES (20, 'bob', 2, 1000.0, 'PENDING', 321.0, 1)"
+    )
     con.commit()
     con.close()
     store = StateStore(db)
@@ -242,8 +291,10 @@ def test_an_old_state_file_is_migrated_on_open_losing_nothing(tmp_path):
 
 
 def test_scontrol_show_config_facts():
-    site = parse_show_config("ClusterName             = teiresias\nPrivateData             = jobs,usage\n"
-                             "SlurmUser               = slurm(64030)\n")
+    site = parse_show_config(
+        "ClusterName             = teiresias\nPrivateData             = jobs,usage\n"
+        "SlurmUser               = slurm(64030)\n"
+    )
     assert site.cluster_name == "teiresias" and site.private_jobs and site.slurm_user == "slurm"
     assert not parse_show_config("ClusterName = x\nPrivateData = none\n").private_jobs
 

@@ -26,10 +26,14 @@ SAMPLES = REPO / "teiresias" / "data" / "yarn-gput1000.csv"
 
 
 def controller(tmp_path: Path, slurm: InMemorySlurm, cost: object = "measured") -> Controller:
-    cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl"),
-                        "policy": {"name": "gittins", "queues": [10], "gittins_samples": str(SAMPLES),
-                                   "preempt_cost": cost},
-                        "preemption": {"grace_seconds": 30}})
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "gittins", "queues": [10], "gittins_samples": str(SAMPLES), "preempt_cost": cost},
+            "preemption": {"grace_seconds": 30},
+        }
+    )
     return Controller(cfg, slurm, StateStore(cfg.state_db), AuditLog(cfg.audit_log))
 
 
@@ -66,8 +70,7 @@ def test_a_measured_preemption_becomes_the_policys_preempt_cost(tmp_path: Path) 
     at(ctl, slurm, 250.0)
     assert ctl.policy().preempt_cost == 19.0  # 7 s checkpoint + 12 s restore
     costs = [e for e in read_audit(tmp_path / "a.jsonl") if e["action"] == "preempt-cost"]
-    assert [(c["job"], c["seconds"], c["ckpt_seconds"], c["restore_seconds"]) for c in costs] == [
-        (1, 19.0, 7.0, 12.0)]
+    assert [(c["job"], c["seconds"], c["ckpt_seconds"], c["restore_seconds"]) for c in costs] == [(1, 19.0, 7.0, 12.0)]
     at(ctl, slurm, 260.0)  # measured once per run
     assert len([e for e in read_audit(tmp_path / "a.jsonl") if e["action"] == "preempt-cost"]) == 1
     assert controller(tmp_path, slurm).policy().preempt_cost == 19.0  # a restarted controller keeps it

@@ -19,8 +19,9 @@ def test_a_job_of_a_profiled_model_gets_its_skew_when_first_seen(tmp_path):
     ProfileStore(tmp_path / "profiles").put(model_key("vgg16"), Profile(valid=True, skew=0.8, skew_source="traffic"))
     cfg = parse_config({"state_db": str(tmp_path / "s.db"), "placement": "profile"})
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(None))
-    ctl.round(now=200.0, slurm_jobs=[replace(job(1), name="vgg16"), replace(job(2), name="mystery")],
-              slurm_nodes=DRAINED)
+    ctl.round(
+        now=200.0, slurm_jobs=[replace(job(1), name="vgg16"), replace(job(2), name="mystery")], slurm_nodes=DRAINED
+    )
     recs = ctl.store.jobs()
     assert recs[1].skew == 0.8 and recs[2].skew is None
 

@@ -8,18 +8,54 @@ from slurm_plugin.controller.reconcile import reconcile, running_placement
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import JobState, Placement
 
-CFG = parse_config({"partitions": ["gpu"], "preemption": {"start_timeout_seconds": 10},
-                    "topology": {"switches": {"s0": ["node1", "node2"], "s1": ["node3"]}}})
+CFG = parse_config(
+    {
+        "partitions": ["gpu"],
+        "preemption": {"start_timeout_seconds": 10},
+        "topology": {"switches": {"s0": ["node1", "node2"], "s1": ["node3"]}},
+    }
+)
 
 
-def job(job_id: int, state: str = "PENDING", *, gpus: int = 1, nodes=(), partition: str = "gpu",
-        held: bool = True, restart: int = 0, start=None, end=None, **kw) -> SlurmJob:
+def job(
+    job_id: int,
+    state: str = "PENDING",
+    *,
+    gpus: int = 1,
+    nodes=(),
+    partition: str = "gpu",
+    held: bool = True,
+    restart: int = 0,
+    start=None,
+    end=None,
+    **kw,
+) -> SlurmJob:
     kw.setdefault("admin_comment", HOLD_MARK if held else "")  # held by job_submit.lua / the controller
-    return SlurmJob(job_id=job_id, name=f"j{job_id}", user="alice", account="a", partition=partition,
-                    state=state, state_reason="JobHeldAdmin" if held else "None", priority=0 if held else 5,
-                    restart_count=restart, requeue=True, held=held, gpus=gpus, num_nodes=max(len(nodes), 1),
-                    nodes=tuple(nodes), required_nodes=(), submit_time=10.0 + job_id, eligible_time=None,
-                    start_time=start, end_time=end, time_limit_minutes=None, command="x", comment="", **kw)
+    return SlurmJob(
+        job_id=job_id,
+        name=f"j{job_id}",
+        user="alice",
+        account="a",
+        partition=partition,
+        state=state,
+        state_reason="JobHeldAdmin" if held else "None",
+        priority=0 if held else 5,
+        restart_count=restart,
+        requeue=True,
+        held=held,
+        gpus=gpus,
+        num_nodes=max(len(nodes), 1),
+        nodes=tuple(nodes),
+        required_nodes=(),
+        submit_time=10.0 + job_id,
+        eligible_time=None,
+        start_time=start,
+        end_time=end,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+        **kw,
+    )
 
 
 def node(name: str, used: int = 0, state=("IDLE",), parts=("gpu",)) -> SlurmNode:
@@ -37,8 +73,9 @@ def test_cluster_is_the_managed_partitions_nodes_on_their_switches():
 
 
 def test_new_jobs_are_pending_and_other_partitions_and_cpu_jobs_are_ignored():
-    out = reconcile(CFG, {}, [job(1, gpus=2), job(2, partition="cpu", held=False), job(3, gpus=0, held=False)],
-                    NODES, 100.0)
+    out = reconcile(
+        CFG, {}, [job(1, gpus=2), job(2, partition="cpu", held=False), job(3, gpus=0, held=False)], NODES, 100.0
+    )
     assert [j.job_id for j in out.snapshot.jobs] == [1]
     j = out.snapshot.jobs[0]
     assert j.state is JobState.PENDING and j.num_gpus == 2 and j.waiting_time == 100.0 - 11.0
@@ -63,8 +100,9 @@ def test_running_job_gets_its_placement_and_other_gpus_are_unavailable():
 
 
 def test_starting_job_holds_its_planned_gpus_then_times_out():
-    r = JobRecord(job_id=5, gpus=2, submit_time=15.0, phase=Phase.STARTING, phase_since=100.0,
-                  planned=Placement.of({"node3": 2}))
+    r = JobRecord(
+        job_id=5, gpus=2, submit_time=15.0, phase=Phase.STARTING, phase_since=100.0, planned=Placement.of({"node3": 2})
+    )
     out = reconcile(CFG, {5: r}, [job(5, held=False)], NODES, 105.0)
     (j,) = out.snapshot.jobs
     assert j.state is JobState.RUNNING and j.placement == Placement.of({"node3": 2})
@@ -75,8 +113,9 @@ def test_starting_job_holds_its_planned_gpus_then_times_out():
 
 
 def test_finished_and_vanished_jobs_leave_the_queue():
-    r6 = JobRecord(job_id=6, gpus=1, submit_time=16.0, phase=Phase.RUNNING, run_start=50.0, run_restart=0,
-                   last_running_seen=90.0)
+    r6 = JobRecord(
+        job_id=6, gpus=1, submit_time=16.0, phase=Phase.RUNNING, run_start=50.0, run_restart=0, last_running_seen=90.0
+    )
     r7 = JobRecord(job_id=7, gpus=1, submit_time=17.0, phase=Phase.PENDING)
     out = reconcile(CFG, {6: r6, 7: r7}, [job(6, "COMPLETED", held=False, start=50.0, end=95.0)], NODES, 100.0)
     assert out.finished == [6] and out.vanished == [7]

@@ -19,11 +19,31 @@ NOW = 1000.0
 
 
 def job(job_id: int = 1, **kw) -> SlurmJob:
-    base = dict(job_id=job_id, name="j", user="u", account="a", partition="gpu", state="PENDING",
-                state_reason="JobHeldUser", priority=0, restart_count=0, requeue=True, held=True, gpus=2,
-                num_nodes=1, nodes=(), required_nodes=(), submit_time=100.0, eligible_time=None,
-                start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="",
-                admin_comment=HOLD_MARK)
+    base = dict(
+        job_id=job_id,
+        name="j",
+        user="u",
+        account="a",
+        partition="gpu",
+        state="PENDING",
+        state_reason="JobHeldUser",
+        priority=0,
+        restart_count=0,
+        requeue=True,
+        held=True,
+        gpus=2,
+        num_nodes=1,
+        nodes=(),
+        required_nodes=(),
+        submit_time=100.0,
+        eligible_time=None,
+        start_time=None,
+        end_time=None,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+        admin_comment=HOLD_MARK,
+    )
     return SlurmJob(**{**base, **kw})
 
 
@@ -40,8 +60,9 @@ def test_only_the_projects_own_hold_is_waiting():
 
 
 def test_dependency_and_begin_time():
-    assert "waiting for its dependency" in not_waiting_reason(job(dependency="afterok:7(unfulfilled)"), rec(),
-                                                              NODES, NOW)
+    assert "waiting for its dependency" in not_waiting_reason(
+        job(dependency="afterok:7(unfulfilled)"), rec(), NODES, NOW
+    )
     assert "never be satisfied" in not_waiting_reason(job(dependency="afterok:7(failed)"), rec(), NODES, NOW)
     assert "(--begin)" in not_waiting_reason(job(eligible_time=NOW + 600), rec(), NODES, NOW)
     # after a requeue the begin time is Slurm's: the job waits for GPUs
@@ -80,8 +101,9 @@ def test_fit_shape_keeps_node_count_and_per_node_gpus():
     free = {"node1": 4, "node2": 1, "node3": 2, "node4": 3}
     fitted = fit_shape(Placement.of({"node1": 4}), per_node, free, list(free))
     assert fitted == Placement.of([("node1", 2), ("node4", 2)])
-    assert fit_shape(Placement.of({"node1": 2, "node3": 2}), per_node, free, list(free)) == \
-        Placement.of({"node1": 2, "node3": 2})
+    assert fit_shape(Placement.of({"node1": 2, "node3": 2}), per_node, free, list(free)) == Placement.of(
+        {"node1": 2, "node3": 2}
+    )
     assert fit_shape(Placement.of({"node1": 4}), per_node, {"node1": 4, "node2": 1}, ["node1", "node2"]) is None
     plain = replace(per_node, gpus_per_node=None)
     assert fit_shape(Placement.of({"node1": 4}), plain, free, list(free)) == Placement.of({"node1": 4})
@@ -102,8 +124,14 @@ def test_a_job_of_several_partitions_is_sized_against_all_of_them():
 
 
 def test_a_job_its_owner_holds_while_starting_is_theirs():
-    r = JobRecord(job_id=1, gpus=2, submit_time=100.0, phase=Phase.STARTING, phase_since=NOW - 100,
-                  planned=Placement.of({"node1": 2}))
+    r = JobRecord(
+        job_id=1,
+        gpus=2,
+        submit_time=100.0,
+        phase=Phase.STARTING,
+        phase_since=NOW - 100,
+        planned=Placement.of({"node1": 2}),
+    )
     out = reconcile(CFG, {1: r}, [job(admin_comment="")], NODES, NOW)
     assert r.phase is Phase.PENDING and r.planned is None
     assert out.to_hold == {} and "held by its owner" in out.not_waiting[1] and out.snapshot.jobs == ()
@@ -111,7 +139,13 @@ def test_a_job_its_owner_holds_while_starting_is_theirs():
 
 def test_slurms_own_priority_0_on_a_refused_start_is_a_failed_start_not_a_users_hold():
     # Slurm 22.05 sets priority 0 itself on a job it cannot start (BadConstraints).
-    r = JobRecord(job_id=1, gpus=2, submit_time=100.0, phase=Phase.STARTING, phase_since=NOW - 2,
-                  planned=Placement.of({"node1": 2}))
+    r = JobRecord(
+        job_id=1,
+        gpus=2,
+        submit_time=100.0,
+        phase=Phase.STARTING,
+        phase_since=NOW - 2,
+        planned=Placement.of({"node1": 2}),
+    )
     out = reconcile(CFG, {1: r}, [job(admin_comment="", state_reason="BadConstraints")], NODES, NOW)
     assert r.phase is Phase.STARTING and "BadConstraints" in out.start_failed[1] and 1 in out.to_hold

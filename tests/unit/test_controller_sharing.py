@@ -16,30 +16,80 @@ CFG = parse_config({"partitions": ["gpu"]})
 
 
 def sjob(job_id: int, state: str, nodes=(), *, shards: int = 1, start=None, end=None) -> SlurmJob:
-    return SlurmJob(job_id=job_id, name=f"j{job_id}", user="alice", account="a", partition="gpu", state=state,
-                    state_reason="None", priority=5, restart_count=0, requeue=True, held=False, gpus=1,
-                    num_nodes=1, nodes=tuple(nodes), required_nodes=(), submit_time=10.0 + job_id,
-                    eligible_time=None, start_time=start, end_time=end, time_limit_minutes=None, command="x",
-                    comment="", gpus_per_node=1, shards=shards)
+    return SlurmJob(
+        job_id=job_id,
+        name=f"j{job_id}",
+        user="alice",
+        account="a",
+        partition="gpu",
+        state=state,
+        state_reason="None",
+        priority=5,
+        restart_count=0,
+        requeue=True,
+        held=False,
+        gpus=1,
+        num_nodes=1,
+        nodes=tuple(nodes),
+        required_nodes=(),
+        submit_time=10.0 + job_id,
+        eligible_time=None,
+        start_time=start,
+        end_time=end,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+        gpus_per_node=1,
+        shards=shards,
+    )
 
 
-NODES = [SlurmNode("node1", frozenset({"MIXED"}), 1, 1, ("gpu",), cpus=8, mem_mb=8192),
-         SlurmNode("node2", frozenset({"IDLE"}), 1, 0, ("gpu",), cpus=8, mem_mb=8192)]
+NODES = [
+    SlurmNode("node1", frozenset({"MIXED"}), 1, 1, ("gpu",), cpus=8, mem_mb=8192),
+    SlurmNode("node2", frozenset({"IDLE"}), 1, 0, ("gpu",), cpus=8, mem_mb=8192),
+]
 
 
 def pair() -> dict[int, JobRecord]:
     on1 = Placement.of({"node1": 1})
-    host = JobRecord(job_id=7, gpus=1, submit_time=17.0, phase=Phase.RUNNING, phase_since=50.0, planned=on1,
-                     run_start=50.0, run_restart=0, shared_with=8, share_role="host")
-    guest = JobRecord(job_id=8, gpus=1, submit_time=18.0, phase=Phase.RUNNING, phase_since=60.0, planned=on1,
-                      run_start=60.0, run_restart=0, shared_with=7, share_role="guest", sub_batch=16, accumulation=4)
+    host = JobRecord(
+        job_id=7,
+        gpus=1,
+        submit_time=17.0,
+        phase=Phase.RUNNING,
+        phase_since=50.0,
+        planned=on1,
+        run_start=50.0,
+        run_restart=0,
+        shared_with=8,
+        share_role="host",
+    )
+    guest = JobRecord(
+        job_id=8,
+        gpus=1,
+        submit_time=18.0,
+        phase=Phase.RUNNING,
+        phase_since=60.0,
+        planned=on1,
+        run_start=60.0,
+        run_restart=0,
+        shared_with=7,
+        share_role="guest",
+        sub_batch=16,
+        accumulation=4,
+    )
     return {7: host, 8: guest}
 
 
 def test_a_running_pair_reaches_the_policy_and_its_gpu_is_counted_once():
     recs = pair()
-    out = reconcile(CFG, recs, [sjob(7, "RUNNING", ("node1",), start=50.0), sjob(8, "RUNNING", ("node1",), start=60.0)],
-                    NODES, 100.0)
+    out = reconcile(
+        CFG,
+        recs,
+        [sjob(7, "RUNNING", ("node1",), start=50.0), sjob(8, "RUNNING", ("node1",), start=60.0)],
+        NODES,
+        100.0,
+    )
     jobs = {j.job_id: j for j in out.snapshot.jobs}
     assert jobs[7].shared_with == 8 and jobs[8].shared_with == 7
     assert (jobs[8].sub_batch, jobs[8].accumulation) == (16, 4) and jobs[7].accumulation == 1
@@ -50,8 +100,13 @@ def test_a_running_pair_reaches_the_policy_and_its_gpu_is_counted_once():
 
 def test_when_the_host_ends_the_guest_runs_alone_and_keeps_its_sub_batch():
     recs = pair()
-    out = reconcile(CFG, recs, [sjob(7, "COMPLETED", ("node1",), start=50.0, end=90.0),
-                                sjob(8, "RUNNING", ("node1",), start=60.0)], NODES, 100.0)
+    out = reconcile(
+        CFG,
+        recs,
+        [sjob(7, "COMPLETED", ("node1",), start=50.0, end=90.0), sjob(8, "RUNNING", ("node1",), start=60.0)],
+        NODES,
+        100.0,
+    )
     (j,) = out.snapshot.jobs
     assert j.job_id == 8 and j.shared_with is None and j.placement == Placement.of({"node1": 1})
     assert (j.sub_batch, j.accumulation) == (16, 4)
@@ -62,15 +117,22 @@ def test_when_the_host_ends_the_guest_runs_alone_and_keeps_its_sub_batch():
 def test_old_state_files_get_the_sharing_columns_on_open(tmp_path):
     db = tmp_path / "state.db"
     con = sqlite3.connect(db)
-    con.execute("CREATE TABLE jobs (job_id INTEGER PRIMARY KEY, user TEXT, phase TEXT, gpus INTEGER,"
-                " submit_time REAL, phase_since REAL)")
+    con.execute(
+        "CREATE TABLE jobs (job_id INTEGER PRIMARY KEY, user TEXT, phase TEXT, gpus INTEGER,"
+        " submit_time REAL, phase_since REAL)"
+    )
     con.execute("INSERT INTO jobs VALUES (3, 'bob', 'PENDING', 1, 13.0, 13.0)")
     con.commit()
     con.close()
     store = StateStore(db)
     old = store.jobs()[3]
-    assert (old.shared_with, old.share_role, old.sub_batch, old.accumulation, old.interference) == (None, "", None, 1,
-                                                                                                    None)
+    assert (old.shared_with, old.share_role, old.sub_batch, old.accumulation, old.interference) == (
+        None,
+        "",
+        None,
+        1,
+        None,
+    )
     with store.transaction():
         for r in pair().values():
             store.save_job(r)
@@ -83,10 +145,16 @@ def test_queue_json_rows_carry_the_three_sharing_fields():
     from slurm_plugin.controller.view import build_rows
 
     rows = {r.job_id: r.to_json() for r in build_rows(pair().values(), 100.0)}
-    assert {k: rows[8][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
-        {"shared_with": 7, "sub_batch": 16, "accumulation": 4}
-    assert {k: rows[7][k] for k in ("shared_with", "sub_batch", "accumulation")} == \
-        {"shared_with": 8, "sub_batch": None, "accumulation": 1}
+    assert {k: rows[8][k] for k in ("shared_with", "sub_batch", "accumulation")} == {
+        "shared_with": 7,
+        "sub_batch": 16,
+        "accumulation": 4,
+    }
+    assert {k: rows[7][k] for k in ("shared_with", "sub_batch", "accumulation")} == {
+        "shared_with": 8,
+        "sub_batch": None,
+        "accumulation": 1,
+    }
 
 
 def test_sharing_policies_need_samples_and_take_a_sharing_model(tmp_path):
@@ -99,10 +167,24 @@ def test_sharing_policies_need_samples_and_take_a_sharing_model(tmp_path):
     with pytest.raises(ConfigError, match="policy.gittins_samples: policy sjf-bsbf estimates job lengths"):
         parse_config({"policy": {"name": "sjf-bsbf"}})
     with pytest.raises(ConfigError, match="policy.sharing: file .*nope.yaml does not exist"):
-        parse_config({"policy": {"name": "sjf-bsbf", "gittins_samples": "teiresias/data/yarn-gput1000.csv",
-                                 "sharing": str(tmp_path / "nope.yaml")}})
-    cfg = parse_config({"policy": {"name": "sjf-bsbf", "gittins_samples": "teiresias/data/yarn-gput1000.csv",
-                                   "sharing": "etc/sharing.yaml"}})
+        parse_config(
+            {
+                "policy": {
+                    "name": "sjf-bsbf",
+                    "gittins_samples": "teiresias/data/yarn-gput1000.csv",
+                    "sharing": str(tmp_path / "nope.yaml"),
+                }
+            }
+        )
+    cfg = parse_config(
+        {
+            "policy": {
+                "name": "sjf-bsbf",
+                "gittins_samples": "teiresias/data/yarn-gput1000.csv",
+                "sharing": "etc/sharing.yaml",
+            }
+        }
+    )
     policy = default_policy(cfg, None)
     assert policy.name == "sjf-bsbf" and policy.model.gpu_memory_gb == 11  # etc/sharing.yaml's
 
@@ -162,8 +244,13 @@ def test_measured_xi_replaces_the_models_guess_and_never_goes_below_one():
 def test_a_pair_end_is_dated_by_slurm_and_xi_is_kept_per_model(tmp_path):
     recs = pair()
     recs[7].shared_since = recs[8].shared_since = 60.0
-    reconcile(CFG, recs, [sjob(7, "COMPLETED", ("node1",), start=50.0, end=90.0),
-                          sjob(8, "RUNNING", ("node1",), start=60.0)], NODES, 100.0)
+    reconcile(
+        CFG,
+        recs,
+        [sjob(7, "COMPLETED", ("node1",), start=50.0, end=90.0), sjob(8, "RUNNING", ("node1",), start=60.0)],
+        NODES,
+        100.0,
+    )
     assert recs[7].shared_until == 90.0 and recs[8].shared_until == 90.0
     store = StateStore(tmp_path / "s.db")
     with store.transaction():
@@ -178,9 +265,30 @@ def test_controller_once_json_shows_the_pair_decisions():
     from teiresias.domain import JobId, Plan
     from teiresias.domain.plan import Sharing
 
-    plan = Plan(start={JobId(8): Placement.of({"node1": 1})}, sharing={JobId(8): Sharing(
-        partner=JobId(7), sub_batch=4, accumulation=4, slowdown=1.2, partner_slowdown=1.2, alone_slowdown=1.33,
-        shared_avg_jct=818.1, sequential_avg_jct=898.6)})
-    assert plan_to_json(plan)["sharing"] == {"8": {
-        "partner": 7, "sub_batch": 4, "accumulation": 4, "slowdown": 1.2, "partner_slowdown": 1.2,
-        "alone_slowdown": 1.33, "shared_avg_jct": 818.1, "sequential_avg_jct": 898.6}}
+    plan = Plan(
+        start={JobId(8): Placement.of({"node1": 1})},
+        sharing={
+            JobId(8): Sharing(
+                partner=JobId(7),
+                sub_batch=4,
+                accumulation=4,
+                slowdown=1.2,
+                partner_slowdown=1.2,
+                alone_slowdown=1.33,
+                shared_avg_jct=818.1,
+                sequential_avg_jct=898.6,
+            )
+        },
+    )
+    assert plan_to_json(plan)["sharing"] == {
+        "8": {
+            "partner": 7,
+            "sub_batch": 4,
+            "accumulation": 4,
+            "slowdown": 1.2,
+            "partner_slowdown": 1.2,
+            "alone_slowdown": 1.33,
+            "shared_avg_jct": 818.1,
+            "sequential_avg_jct": 898.6,
+        }
+    }

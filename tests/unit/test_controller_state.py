@@ -16,8 +16,16 @@ from wrappers.protocol import Ack, format_comment, job_dir, write_ack
 def test_records_round_trip_and_wal(tmp_path):
     db = tmp_path / "s.db"
     store = StateStore(db)
-    r = JobRecord(job_id=3, user="bob", gpus=4, submit_time=1.5, phase=Phase.STARTING,
-                  planned=Placement.of({"node1": 2, "node2": 2}), preemptions=2, ckpt_bytes=10)
+    r = JobRecord(
+        job_id=3,
+        user="bob",
+        gpus=4,
+        submit_time=1.5,
+        phase=Phase.STARTING,
+        planned=Placement.of({"node1": 2, "node2": 2}),
+        preemptions=2,
+        ckpt_bytes=10,
+    )
     with store.transaction():
         store.save_job(r)
     store.close()
@@ -70,8 +78,14 @@ def test_dry_run_copy_never_writes_the_file(tmp_path):
 
 def test_ack_for_the_signalled_run_triggers_the_requeue(tmp_path):
     now = time.time()
-    r = JobRecord(job_id=11, comment=format_comment({"dir": str(tmp_path)}), phase=Phase.PREEMPTING,
-                  signal_time=now, signal_restart=1, restart_count=1)
+    r = JobRecord(
+        job_id=11,
+        comment=format_comment({"dir": str(tmp_path)}),
+        phase=Phase.PREEMPTING,
+        signal_time=now,
+        signal_restart=1,
+        restart_count=1,
+    )
     assert find_ack(r) is None and requeue_due(r, now + 1, 30) is None
     # An Ack of an earlier run does not count.
     write_ack(job_dir(tmp_path, 11), Ack(11, 0, 5, "/c", 100, 0.5, now))

@@ -23,7 +23,6 @@ from teiresias.errors import ConfigError
 from tests.conftest import REPO
 
 
-
 def _poke(tmp: Path, sock: Path, job: str = "42", context: str = "epilog_slurmctld") -> subprocess.CompletedProcess:
     script = tmp / f"poke-{sock.name}"  # one rendered script per socket path
     if not script.exists():
@@ -66,10 +65,12 @@ def test_a_poke_arriving_during_the_debounce_joins_the_burst(tmp_path):
     s = EventSocket(tmp_path / "ev.sock")
     tx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
+
         def late() -> None:
             tx.sendto(b"epilog_slurmctld 2", str(tmp_path / "ev.sock"))
             time.sleep(DEBOUNCE_S / 4)
             tx.sendto(b"epilog_slurmctld 3", str(tmp_path / "ev.sock"))
+
         threading.Timer(0.1, late).start()
         assert sorted(e.job for e in s.wait(10)) == [2, 3]
     finally:
@@ -175,6 +176,5 @@ def test_timelines_order_stages_and_drop_a_restarted_controllers_repeats(tmp_pat
     audit.stage(6, "finished", 30.0, 0)
     audit.close()
     tl = timelines(read_audit(tmp_path / "a.jsonl"))
-    assert [s for s, _, _ in tl[5]] == ["submitted", "decided", "released", "started", "signalled", "acked",
-                                       "requeued"]
+    assert [s for s, _, _ in tl[5]] == ["submitted", "decided", "released", "started", "signalled", "acked", "requeued"]
     assert tl[6] == [("finished", 30.0, 0)]

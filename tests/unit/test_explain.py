@@ -18,36 +18,66 @@ from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import Placement
 
-
 SUMMARY = {
-    "version": 1, "time": 1000.0, "round": 12, "policy": "las", "thresholds": [100.0], "promote_knob": None,
+    "version": 1,
+    "time": 1000.0,
+    "round": 12,
+    "policy": "las",
+    "thresholds": [100.0],
+    "promote_knob": None,
     "grace_seconds": 30.0,
     "nodes": {"n1": {"gpus": 4, "unavailable": 0, "free": 0}, "n2": {"gpus": 4, "unavailable": 0, "free": 1}},
     "running": {"1": [["n1", 4]], "2": [["n2", 3]]},
-    "start": {}, "preempted": {"4": [990.0, "preempted by higher-priority job 1"]}, "leases": {}, "vcs": [],
+    "start": {},
+    "preempted": {"4": [990.0, "preempted by higher-priority job 1"]},
+    "leases": {},
+    "vcs": [],
 }
 
 
 def records() -> dict[int, JobRecord]:
     return {
         # job 1: alice's, running 20 s on 4 GPUs (80 GPU-s of the 100 GPU-s threshold)
-        1: JobRecord(1, user="alice", gpus=4, phase=Phase.RUNNING, run_start=980.0, run_restart=0, rank=0,
-                     planned=Placement.of([("n1", 4)]), submit_time=900.0),
+        1: JobRecord(
+            1,
+            user="alice",
+            gpus=4,
+            phase=Phase.RUNNING,
+            run_start=980.0,
+            run_restart=0,
+            rank=0,
+            planned=Placement.of([("n1", 4)]),
+            submit_time=900.0,
+        ),
         # job 2: bob's, running; bob may not see alice's and vice versa
-        2: JobRecord(2, user="bob", gpus=3, phase=Phase.RUNNING, run_start=990.0, run_restart=0, rank=1,
-                     submit_time=910.0),
-        3: JobRecord(3, user="carol", gpus=2, phase=Phase.PENDING, rank=2, submit_time=920.0,
-                     reason="waiting for 2 GPUs, 1 free"),
-        4: JobRecord(4, user="carol", gpus=4, phase=Phase.PENDING, queue=1, rank=3, preemptions=1,
-                     closed_run_seconds=40.0, submit_time=800.0, reason="waiting for 4 GPUs, 1 free"),
+        2: JobRecord(
+            2, user="bob", gpus=3, phase=Phase.RUNNING, run_start=990.0, run_restart=0, rank=1, submit_time=910.0
+        ),
+        3: JobRecord(
+            3, user="carol", gpus=2, phase=Phase.PENDING, rank=2, submit_time=920.0, reason="waiting for 2 GPUs, 1 free"
+        ),
+        4: JobRecord(
+            4,
+            user="carol",
+            gpus=4,
+            phase=Phase.PENDING,
+            queue=1,
+            rank=3,
+            preemptions=1,
+            closed_run_seconds=40.0,
+            submit_time=800.0,
+            reason="waiting for 4 GPUs, 1 free",
+        ),
     }
 
 
 def test_pending_job_behind_running_ones():
     e = explain(3, records(), SUMMARY, 1000.0, lambda r: True)
     assert e.state == "PENDING" and e.queue == "Q1" and (e.rank, e.ranked) == (3, 4)
-    assert [(a.job, a.gpus, a.holds) for a in e.ahead] == [(1, 4, [{"node": "n1", "gpus": 4}]),
-                                                            (2, 3, [{"node": "n2", "gpus": 3}])]
+    assert [(a.job, a.gpus, a.holds) for a in e.ahead] == [
+        (1, 4, [{"node": "n1", "gpus": 4}]),
+        (2, 3, [{"node": "n2", "gpus": 3}]),
+    ]
     assert [(n["node"], n["free"]) for n in e.nodes] == [("n1", 0), ("n2", 1)]
     # Job 1 leaves Q1 at 100 GPU-s: 20 GPU-s more at 4 GPUs = 5 s after the plan.
     assert e.next_event is not None and e.next_event.at == 1005.0 and "job 1" in e.next_event.what
@@ -94,11 +124,31 @@ def test_a_round_persists_its_summary_and_carries_preemptions_while_active(tmp_p
     cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl")})
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
     ctl.store.set_meta(META_KEY, json.dumps({"preempted": {"3": [1.0, "x"], "99": [1.0, "gone"]}}))
-    sj = SlurmJob(job_id=3, name="j", user="u", account="a", partition="gpu", state="PENDING",
-                  state_reason="JobHeldUser", priority=0, restart_count=0, requeue=True, held=True, gpus=2,
-                  num_nodes=1, nodes=(), required_nodes=(), submit_time=100.0, eligible_time=None,
-                  start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="",
-                  admin_comment=HOLD_MARK)
+    sj = SlurmJob(
+        job_id=3,
+        name="j",
+        user="u",
+        account="a",
+        partition="gpu",
+        state="PENDING",
+        state_reason="JobHeldUser",
+        priority=0,
+        restart_count=0,
+        requeue=True,
+        held=True,
+        gpus=2,
+        num_nodes=1,
+        nodes=(),
+        required_nodes=(),
+        submit_time=100.0,
+        eligible_time=None,
+        start_time=None,
+        end_time=None,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+        admin_comment=HOLD_MARK,
+    )
     ctl.round(now=200.0, slurm_jobs=[sj], slurm_nodes=[SlurmNode("n1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))])
     s = json.loads(ctl.store.get_meta(META_KEY))
     assert s["round"] == 1 and s["thresholds"] == [3600.0]
@@ -107,8 +157,9 @@ def test_a_round_persists_its_summary_and_carries_preemptions_while_active(tmp_p
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "teiresias", "explain", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "teiresias", "explain", *args], capture_output=True, text=True, cwd=cwd, timeout=60
+    )
 
 
 def test_cli_bad_and_unknown_job_ids_are_exit_2_and_one_line(tmp_path):
@@ -125,14 +176,31 @@ def test_cli_bad_and_unknown_job_ids_are_exit_2_and_one_line(tmp_path):
 
 
 def test_vc_quota_and_lease_from_the_summary():
-    summary = {**SUMMARY, "leases": {"1": 1003.0},
-               "vcs": [{"name": "vision", "accounts": ["cv"], "quota_gpus": 8, "guaranteed_gpus": 4,
-                        "opportunistic_gpus": 2, "guaranteed_jobs": [1], "opportunistic_jobs": []}]}
+    summary = {
+        **SUMMARY,
+        "leases": {"1": 1003.0},
+        "vcs": [
+            {
+                "name": "vision",
+                "accounts": ["cv"],
+                "quota_gpus": 8,
+                "guaranteed_gpus": 4,
+                "opportunistic_gpus": 2,
+                "guaranteed_jobs": [1],
+                "opportunistic_jobs": [],
+            }
+        ],
+    }
     recs = records()
     recs[1].account = "cv"
     e = explain(1, recs, summary, 1000.0, lambda r: True)
-    assert e.vc == {"name": "vision", "quota_gpus": 8, "guaranteed_gpus": 4, "opportunistic_gpus": 2,
-                    "this_job": "guaranteed"}
+    assert e.vc == {
+        "name": "vision",
+        "quota_gpus": 8,
+        "guaranteed_gpus": 4,
+        "opportunistic_gpus": 2,
+        "this_job": "guaranteed",
+    }
     # The lease (3 s) ends before its demotion (5 s): that is the next event.
     assert e.lease_end == 1003.0 and e.next_event is not None and e.next_event.at == 1003.0
     assert "lease ends" in e.next_event.what
@@ -146,6 +214,7 @@ def test_a_job_the_plan_starts_waits_for_preempted_gpus():
     recs = records()
     recs[3].reason = "waiting for preempted jobs to release 1 GPU(s) on n2"
     e = explain(3, recs, summary, 1000.0, lambda r: True)
-    assert e.waiting_for_start == ("the last plan starts it on 2 GPU(s) on n2; waiting for preempted jobs to"
-                                   " release 1 GPU(s) on n2")
+    assert e.waiting_for_start == (
+        "the last plan starts it on 2 GPU(s) on n2; waiting for preempted jobs to release 1 GPU(s) on n2"
+    )
     assert [n["planned_for_it"] for n in e.nodes] == [0, 2]

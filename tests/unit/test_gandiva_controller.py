@@ -24,16 +24,39 @@ from teiresias.domain import JobId, JobState, Placement, Plan
 from teiresias.errors import ConfigError
 
 CFG = parse_config({"partitions": ["gpu"]})
-NODES = [SlurmNode("node1", frozenset({"MIXED"}), 1, 1, ("gpu",), cpus=8, mem_mb=8192),
-         SlurmNode("node2", frozenset({"IDLE"}), 1, 0, ("gpu",), cpus=8, mem_mb=8192)]
+NODES = [
+    SlurmNode("node1", frozenset({"MIXED"}), 1, 1, ("gpu",), cpus=8, mem_mb=8192),
+    SlurmNode("node2", frozenset({"IDLE"}), 1, 0, ("gpu",), cpus=8, mem_mb=8192),
+]
 
 
 def sjob(job_id: int, state: str, nodes=("node1",), *, comment: str = "") -> SlurmJob:
-    return SlurmJob(job_id=job_id, name=f"j{job_id}", user="alice", account="a", partition="gpu", state=state,
-                    state_reason="None", priority=5, restart_count=0, requeue=True, held=False, gpus=1,
-                    num_nodes=1, nodes=tuple(nodes), required_nodes=(), submit_time=10.0 + job_id,
-                    eligible_time=None, start_time=50.0, end_time=None, time_limit_minutes=None, command="x",
-                    comment=comment, gpus_per_node=1, shards=1)
+    return SlurmJob(
+        job_id=job_id,
+        name=f"j{job_id}",
+        user="alice",
+        account="a",
+        partition="gpu",
+        state=state,
+        state_reason="None",
+        priority=5,
+        restart_count=0,
+        requeue=True,
+        held=False,
+        gpus=1,
+        num_nodes=1,
+        nodes=tuple(nodes),
+        required_nodes=(),
+        submit_time=10.0 + job_id,
+        eligible_time=None,
+        start_time=50.0,
+        end_time=None,
+        time_limit_minutes=None,
+        command="x",
+        comment=comment,
+        gpus_per_node=1,
+        shards=1,
+    )
 
 
 class Calls:
@@ -51,9 +74,20 @@ class Calls:
 
 def records() -> dict[int, JobRecord]:
     on1 = Placement.of({"node1": 1})
-    return {j: JobRecord(job_id=j, gpus=1, submit_time=10.0 + j, phase=Phase.RUNNING, phase_since=50.0, planned=on1,
-                         run_start=50.0, run_restart=0, comment="teiresias:dir=/nonexistent;elastic=1-2")
-            for j in (7, 8)}
+    return {
+        j: JobRecord(
+            job_id=j,
+            gpus=1,
+            submit_time=10.0 + j,
+            phase=Phase.RUNNING,
+            phase_since=50.0,
+            planned=on1,
+            run_start=50.0,
+            run_restart=0,
+            comment="teiresias:dir=/nonexistent;elastic=1-2",
+        )
+        for j in (7, 8)
+    }
 
 
 def slicer(tmp_path: Path) -> tuple[Slicer, Calls, Path]:
@@ -82,8 +116,12 @@ def test_suspend_and_resume_are_called_counted_and_audited_with_their_numbers(tm
     s, calls, log = slicer(tmp_path)
     s.members = {7: Member(group=[8]), 8: Member(group=[7])}
     out = reconcile(CFG, records(), [sjob(7, "RUNNING"), sjob(8, "SUSPENDED")], NODES, 100.0)
-    plan = Plan(suspend=(JobId(7),), resume=(JobId(8),), keep=(JobId(7), JobId(8)),
-                notes={JobId(7): "suspend: its 3 s slice is over", JobId(8): "resume: its turn"})
+    plan = Plan(
+        suspend=(JobId(7),),
+        resume=(JobId(8),),
+        keep=(JobId(7), JobId(8)),
+        notes={JobId(7): "suspend: its 3 s slice is over", JobId(8): "resume: its turn"},
+    )
     s.enact(out, plan, 100.0)
     assert calls.calls == [("suspend", 7), ("resume", 8)]
     assert s.members[7].slices == 1 and s.members[7].slice_since == 100.0 and s.members[8].slice_since == 100.0
@@ -133,7 +171,9 @@ def test_state_round_trips_through_the_store_text():
 
 
 def test_policy_gandiva_knobs_in_the_config():
-    cfg = parse_config({"partitions": ["gpu"], "policy": {"name": "gandiva", "gandiva": {"slice": 3, "packing": False}}})
+    cfg = parse_config(
+        {"partitions": ["gpu"], "policy": {"name": "gandiva", "gandiva": {"slice": 3, "packing": False}}}
+    )
     assert dict(cfg.policy.gandiva) == {"slice": 3.0, "packing": False}
     with pytest.raises(ConfigError, match="policy.gandiva"):
         parse_config({"partitions": ["gpu"], "policy": {"name": "gandiva", "gandiva": {"slices": 3}}})
@@ -146,8 +186,12 @@ def test_queue_rows_show_the_group_slices_and_migrations():
 
     members = {7: Member(group=[8], slices=4, migrations=1), 8: Member(group=[7], slices=3)}
     rows = {r.job_id: r.to_json() for r in build_rows(records().values(), 100.0, gandiva=members)}
-    assert {k: rows[7][k] for k in ("shared_with", "colocated_with", "slices", "migrations")} == \
-        {"shared_with": 8, "colocated_with": [8], "slices": 4, "migrations": 1}
+    assert {k: rows[7][k] for k in ("shared_with", "colocated_with", "slices", "migrations")} == {
+        "shared_with": 8,
+        "colocated_with": [8],
+        "slices": 4,
+        "migrations": 1,
+    }
     assert rows[8]["shared_with"] == 7 and rows[8]["slices"] == 3
     plain = build_rows(records().values(), 100.0)[0].to_json()
     assert (plain["shared_with"], plain["slices"], plain["migrations"]) == (None, 0, 0)
@@ -164,8 +208,9 @@ def test_step_times_come_from_the_hooks_records_of_the_current_mode(tmp_path):
         (tmp_path / str(j)).mkdir()
     # Job 7: 10 steps by t=100, suspended 100..150, then 10 steps in 1 s (0.1 s/step).
     for steps, t in ((10, 100.0), (11, 150.1), (21, 151.1)):
-        append_run(tmp_path / "7", RunRecord(job_id=7, restart_count=0, steps=steps, median_step_s=0.1, nodes=1,
-                                             time=t))
+        append_run(
+            tmp_path / "7", RunRecord(job_id=7, restart_count=0, steps=steps, median_step_s=0.1, nodes=1, time=t)
+        )
     s, _, _ = slicer(tmp_path)
     s.members = {7: Member(group=[8], slice_since=150.0), 8: Member(group=[7], slice_since=150.0)}
     out = reconcile(CFG, recs, [sjob(7, "RUNNING"), sjob(8, "SUSPENDED")], NODES, 152.0)
@@ -175,8 +220,7 @@ def test_step_times_come_from_the_hooks_records_of_the_current_mode(tmp_path):
     # Packed from t=151: only the records after it count, and they are not solo.
     s.members[7].packed = s.members[8].packed = True
     s.members[7].slice_since = 151.0
-    append_run(tmp_path / "7", RunRecord(job_id=7, restart_count=0, steps=26, median_step_s=0.1, nodes=1,
-                                         time=153.1))
+    append_run(tmp_path / "7", RunRecord(job_id=7, restart_count=0, steps=26, median_step_s=0.1, nodes=1, time=153.1))
     out = reconcile(CFG, records() | {7: recs[7], 8: recs[8]}, [sjob(7, "RUNNING"), sjob(8, "RUNNING")], NODES, 154.0)
     s.annotate(out, 154.0)
     j7 = next(j for j in out.snapshot.jobs if j.job_id == 7)

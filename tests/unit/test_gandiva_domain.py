@@ -11,9 +11,15 @@ def test_each_gandiva_decision_makes_a_plan_non_empty() -> None:
     assert Plan(notes={JobId(1): "why"}).is_empty  # an explanation changes nothing
     one = (JobId(1),)
     pl = Placement.of({"s0n0": 1})
-    for plan in (Plan(suspend=one), Plan(resume=one), Plan(pack=one), Plan(unpack=one),
-                 Plan(migrate={JobId(1): pl}), Plan(resize={JobId(1): pl}),
-                 Plan(start={JobId(2): pl}, colocate={JobId(2): Colocation((JobId(1),), "slice")})):
+    for plan in (
+        Plan(suspend=one),
+        Plan(resume=one),
+        Plan(pack=one),
+        Plan(unpack=one),
+        Plan(migrate={JobId(1): pl}),
+        Plan(resize={JobId(1): pl}),
+        Plan(start={JobId(2): pl}, colocate={JobId(2): Colocation((JobId(1),), "slice")}),
+    ):
         assert not plan.is_empty, plan
 
 

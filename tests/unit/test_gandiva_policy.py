@@ -19,8 +19,12 @@ def gandiva(**kw: object) -> GandivaPolicy:
 def test_algorithm1_prefers_the_least_loaded_node_of_the_same_affinity() -> None:
     # s0n0 holds a 1-GPU job, s0n1 a 2-GPU job, s0n2 two 1-GPU jobs, s0n3 is empty.
     c = cluster(4, 4)
-    jobs = [running(1, 1, {"s0n0": 1}), running(2, 2, {"s0n1": 2}),
-            running(3, 1, {"s0n2": 1}), running(4, 1, {"s0n2": 1})]
+    jobs = [
+        running(1, 1, {"s0n0": 1}),
+        running(2, 2, {"s0n1": 2}),
+        running(3, 1, {"s0n2": 1}),
+        running(4, 1, {"s0n2": 1}),
+    ]
     plan = gandiva().decide(snap(c, *jobs, pending(5, 1), pending(6, 2), pending(7, 4), now=1))
     assert plan.start[J(5)] == Placement.of({"s0n0": 1})  # affinity 1, load 1/4 < 2/4
     assert plan.start[J(6)] == Placement.of({"s0n1": 2})  # affinity 2
@@ -31,15 +35,26 @@ def test_algorithm1_prefers_the_least_loaded_node_of_the_same_affinity() -> None
 def test_algorithm1_relaxes_affinity_before_it_over_subscribes() -> None:
     # Only s0n1 (affinity 2) has a free GPU: a 1-GPU job takes it rather than time-slice.
     c = cluster(2, 2)
-    plan = gandiva().decide(snap(c, running(1, 1, {"s0n0": 1}), running(2, 1, {"s0n0": 1}),
-                                 running(3, 1, {"s0n1": 1}), pending(4, 1), now=1))
+    plan = gandiva().decide(
+        snap(
+            c, running(1, 1, {"s0n0": 1}), running(2, 1, {"s0n0": 1}), running(3, 1, {"s0n1": 1}), pending(4, 1), now=1
+        )
+    )
     assert plan.start[J(4)] == Placement.of({"s0n1": 1}) and not plan.colocate
 
 
 def test_overload_time_slices_with_a_same_size_group_and_the_newcomer_runs_first() -> None:
     c = cluster(1, 2)
-    plan = gandiva().decide(snap(c, running(1, 1, {"s0n0": 1}, slice_since=0.0),
-                                 running(2, 1, {"s0n0": 1}, slice_since=0.0), pending(3, 1), pending(4, 2), now=5))
+    plan = gandiva().decide(
+        snap(
+            c,
+            running(1, 1, {"s0n0": 1}, slice_since=0.0),
+            running(2, 1, {"s0n0": 1}, slice_since=0.0),
+            pending(3, 1),
+            pending(4, 2),
+            now=5,
+        )
+    )
     assert plan.start[J(3)] == Placement.of({"s0n0": 1})
     assert plan.colocate[J(3)].partners == (J(1),) and plan.colocate[J(3)].mode == "slice"
     assert plan.suspend == (J(1),) and plan.resume == ()  # early feedback: the newcomer's slice first
@@ -58,9 +73,11 @@ def test_max_height_caps_how_many_jobs_share_a_gpu() -> None:
 
 def test_round_robin_swaps_the_runner_when_its_slice_is_over() -> None:
     c = cluster(1, 1)
-    group = (running(1, 1, {"s0n0": 1}, colocated_with=(J(2), J(3)), slice_since=100.0),
-             running(2, 1, {"s0n0": 1}, colocated_with=(J(1), J(3)), suspended=True, slice_since=40.0),
-             running(3, 1, {"s0n0": 1}, colocated_with=(J(1), J(2)), suspended=True, slice_since=100.0))
+    group = (
+        running(1, 1, {"s0n0": 1}, colocated_with=(J(2), J(3)), slice_since=100.0),
+        running(2, 1, {"s0n0": 1}, colocated_with=(J(1), J(3)), suspended=True, slice_since=40.0),
+        running(3, 1, {"s0n0": 1}, colocated_with=(J(1), J(2)), suspended=True, slice_since=100.0),
+    )
     policy = gandiva(slice=60.0)
     early = policy.decide(snap(c, *group, now=159.0))
     assert early.suspend == () and early.resume == ()
@@ -79,10 +96,18 @@ def test_a_group_left_with_nobody_running_resumes_one() -> None:
 
 def _pair(util: float | None, **kw: object) -> tuple:
     usage = JobUsage(0.0, util, 1 << 30, 16 << 30, 100.0, 0) if util is not None else None
-    a = running(1, 1, {"s0n0": 1}, colocated_with=(J(2),), usage=usage, slice_since=0.0,
-                solo_step_time=0.1, **kw)  # type: ignore[arg-type]
-    b = running(2, 1, {"s0n0": 1}, colocated_with=(J(1),), usage=usage, suspended=True, slice_since=0.0,
-                solo_step_time=0.2, **kw)  # type: ignore[arg-type]
+    a = running(1, 1, {"s0n0": 1}, colocated_with=(J(2),), usage=usage, slice_since=0.0, solo_step_time=0.1, **kw)  # type: ignore[arg-type]
+    b = running(
+        2,
+        1,
+        {"s0n0": 1},
+        colocated_with=(J(1),),
+        usage=usage,
+        suspended=True,
+        slice_since=0.0,
+        solo_step_time=0.2,
+        **kw,
+    )  # type: ignore[arg-type]
     return a, b
 
 
@@ -102,10 +127,12 @@ def test_a_packed_pair_slower_than_time_slicing_is_unpacked_with_its_numbers() -
     c = cluster(1, 1)
 
     def packed(step1: float, step2: float, now: float) -> object:
-        a = running(1, 1, {"s0n0": 1}, colocated_with=(J(2),), packed=True, slice_since=0.0,
-                    solo_step_time=0.1, step_time=step1)
-        b = running(2, 1, {"s0n0": 1}, colocated_with=(J(1),), packed=True, slice_since=0.0,
-                    solo_step_time=0.2, step_time=step2)
+        a = running(
+            1, 1, {"s0n0": 1}, colocated_with=(J(2),), packed=True, slice_since=0.0, solo_step_time=0.1, step_time=step1
+        )
+        b = running(
+            2, 1, {"s0n0": 1}, colocated_with=(J(1),), packed=True, slice_since=0.0, solo_step_time=0.2, step_time=step2
+        )
         return gandiva(slice=60.0).decide(snap(c, a, b, now=now))
 
     lost = packed(0.25, 0.5, now=100)  # 0.4 + 0.4 = 0.8 < 1

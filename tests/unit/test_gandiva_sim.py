@@ -16,12 +16,18 @@ from teiresias.simulator.trace import TraceJob
 from tests.unit.test_policy_contract import check_plan
 
 # Gandiva Table 1: a light model (VAE, 8.7% GPU utilisation) and a heavy one (LSTM, 87.2%).
-TABLE = SlowdownTable(models={"vae": ModelProfile(None, 1.0, 8.7), "lstm": ModelProfile(None, 1.0, 87.2),
-                              "vgg16": ModelProfile(0.743, 1.64)})
+TABLE = SlowdownTable(
+    models={
+        "vae": ModelProfile(None, 1.0, 8.7),
+        "lstm": ModelProfile(None, 1.0, 87.2),
+        "vgg16": ModelProfile(0.743, 1.64),
+    }
+)
 
 
-def run(trace: list[TraceJob], cluster: Cluster, policy: str = "gandiva", placement: str = "consolidate",
-        **opt: object) -> SimulationResult:
+def run(
+    trace: list[TraceJob], cluster: Cluster, policy: str = "gandiva", placement: str = "consolidate", **opt: object
+) -> SimulationResult:
     gp = {k: opt.pop(k) for k in list(opt) if k in GandivaParams.__dataclass_fields__}
     params = PolicyParams(placement=placement, gandiva=GandivaParams(**gp))  # type: ignore[arg-type]
     options = SimulationOptions(slowdown=TABLE, progress=False, **opt)  # type: ignore[arg-type]
@@ -72,8 +78,11 @@ def test_a_pair_of_unknown_utilisation_is_tried_packed_and_unpacked() -> None:
 
 def test_a_suspended_job_migrates_to_a_gpu_that_frees_up_at_a_cost() -> None:
     c = Cluster.from_tiresias_spec(1, 2, 1)
-    trace = [TraceJob(0, 1, 0.0, 3000.0, "lstm"), TraceJob(1, 1, 0.0, 300.0, "lstm"),
-             TraceJob(2, 1, 10.0, 1000.0, "lstm")]
+    trace = [
+        TraceJob(0, 1, 0.0, 3000.0, "lstm"),
+        TraceJob(1, 1, 0.0, 300.0, "lstm"),
+        TraceJob(2, 1, 10.0, 1000.0, "lstm"),
+    ]
     moved = run(trace, c, migration_cost=0.0, slice=60.0)
     cost = run(trace, c, migration_cost=50.0, slice=60.0)
     stay = run(trace, c, migration=False, slice=60.0)
@@ -119,13 +128,33 @@ def test_simulate_cli_gandiva_knobs_and_new_metrics_for_every_policy(tmp_path) -
     from teiresias.cli import cli
 
     trace = tmp_path / "t.csv"
-    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
-                     "0,1,0,0,lstm,1000,0\n1,1,0,0,lstm,1000,0\n")
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,0,lstm,1000,0\n1,1,0,0,lstm,1000,0\n"
+    )
     spec = tmp_path / "c.csv"
     spec.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n1,1,1,8,64\n")
     out = tmp_path / "s.json"
-    r = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", str(spec), "-p", "fifo,gandiva", "--slice", "100",
-                                 "--no-pack", "--migration-cost", "5", "--feedback", "120", "--json", str(out)])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "-t",
+            str(trace),
+            "-c",
+            str(spec),
+            "-p",
+            "fifo,gandiva",
+            "--slice",
+            "100",
+            "--no-pack",
+            "--migration-cost",
+            "5",
+            "--feedback",
+            "120",
+            "--json",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "avg feedback" in r.output and "max height" in r.output
     got = {s["policy"]: s for s in json.loads(out.read_text())}
@@ -161,9 +190,17 @@ def test_a_watcher_stops_jobs_early_and_their_work_is_what_they_did() -> None:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    rows=st.lists(st.tuples(st.sampled_from([1, 1, 1, 2, 4, 8]), st.integers(0, 400), st.integers(1, 900),
-                            st.sampled_from(["vae", "lstm", "vgg16", "other"]), st.booleans()),
-                  min_size=1, max_size=14),
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from([1, 1, 1, 2, 4, 8]),
+            st.integers(0, 400),
+            st.integers(1, 900),
+            st.sampled_from(["vae", "lstm", "vgg16", "other"]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=14,
+    ),
     placement=st.sampled_from(["consolidate", "spread"]),
     slice_len=st.sampled_from([20.0, 60.0]),
 )
@@ -175,8 +212,10 @@ def test_replays_keep_the_contract_on_every_round_and_finish(rows, placement: st
 
     from teiresias.domain import Job, Snapshot
 
-    trace = [TraceJob(i, g, float(s), float(d), m, elastic=f"1-{2 * g}" if e and g <= 2 else "")
-             for i, (g, s, d, m, e) in enumerate(rows)]
+    trace = [
+        TraceJob(i, g, float(s), float(d), m, elastic=f"1-{2 * g}" if e and g <= 2 else "")
+        for i, (g, s, d, m, e) in enumerate(rows)
+    ]
     cluster = Cluster.from_tiresias_spec(1, 2, 4)
     params = PolicyParams(placement=placement, gandiva=GandivaParams(slice=slice_len, idle_period=60.0))
     policy = build_policy("gandiva", params)
@@ -191,8 +230,11 @@ def test_replays_keep_the_contract_on_every_round_and_finish(rows, placement: st
         def decide(self, snap: Snapshot):  # type: ignore[no-untyped-def]
             nonlocal seen
             plain = [Job(**{f.name: getattr(j, f.name) for f in fields(Job)}) for j in snap.jobs]
-            check_plan(policy, Snapshot(snap.now, snap.cluster, plain, dict(snap.unavailable), dict(snap.idle_since)),
-                       preemptive=False)
+            check_plan(
+                policy,
+                Snapshot(snap.now, snap.cluster, plain, dict(snap.unavailable), dict(snap.idle_since)),
+                preemptive=False,
+            )
             seen += 1
             return policy.decide(snap)
 

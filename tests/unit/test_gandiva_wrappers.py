@@ -39,8 +39,12 @@ def test_bad_elastic_is_refused_in_one_line(bad, tmp_path):
     with pytest.raises(ValueError, match="--elastic expects"):
         parse_elastic(bad)
     exe = str(Path(sys.executable).with_name("tsbatch"))
-    r = subprocess.run([exe, f"--elastic={bad}", "--wrap", "true"], capture_output=True, text=True,
-                       env={**os.environ, "PATH": str(tmp_path)})
+    r = subprocess.run(
+        [exe, f"--elastic={bad}", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--elastic expects" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 

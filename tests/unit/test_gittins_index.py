@@ -100,8 +100,9 @@ def test_live_samples_may_include_zero_but_not_negative_or_nan() -> None:
 @settings(max_examples=100, deadline=None)
 @given(
     samples=st.lists(st.floats(0.5, 1e6), min_size=1, max_size=40),
-    pairs=st.lists(st.tuples(st.floats(0, 2e6), st.sampled_from([1.0, 60.0, 3600.0, 1e5, math.inf])),
-                   min_size=1, max_size=20),
+    pairs=st.lists(
+        st.tuples(st.floats(0, 2e6), st.sampled_from([1.0, 60.0, 3600.0, 1e5, math.inf])), min_size=1, max_size=20
+    ),
 )
 def test_vectorized_indices_equal_the_scalar_ones_exactly(samples, pairs) -> None:
     """Exactly, not approximately: equal indices must tie, so the ranking is the same."""

@@ -33,8 +33,11 @@ DASHBOARD = REPO / "etc" / "grafana" / "teiresias-dashboard.json"
 
 def samples(metrics: ControllerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = generate_latest(metrics.registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def rec(job_id: int, phase: Phase, queue: int = 0, gpus: int = 2, **kw) -> JobRecord:
@@ -44,14 +47,26 @@ def rec(job_id: int, phase: Phase, queue: int = 0, gpus: int = 2, **kw) -> JobRe
 def test_one_round_sets_every_kind_of_metric():
     m = ControllerMetrics(queue_thresholds=(8.0,))
     plan = Plan(preempt=(2,), reasons={2: "preempted by higher-priority job 1"})
-    actions = [Action(2, "signal", "preempted"), Action(3, "requeue", "checkpoint acknowledged (step 4, 1.0s, 9 B)"),
-               Action(4, "start", "Q1", ok=False), Action(5, "requeue", "x; not a tsbatch job: requeued without a"
-                                                                         " checkpoint")]
-    result = RoundResult(200.0, 7, False, plan, actions, timings={"poll_s": 0.03, "total_s": 0.2},
-                         packlimit={"value": 0.4, "source": "history"})
-    records = {1: rec(1, Phase.RUNNING, run_start=190.0, run_restart=0),  # 2 GPUs x 10 s = 20 GPU-s
-               2: rec(2, Phase.PREEMPTING, queue=1, closed_run_seconds=3.0),
-               6: rec(6, Phase.PENDING, queue=1, closed_run_seconds=5.0)}
+    actions = [
+        Action(2, "signal", "preempted"),
+        Action(3, "requeue", "checkpoint acknowledged (step 4, 1.0s, 9 B)"),
+        Action(4, "start", "Q1", ok=False),
+        Action(5, "requeue", "x; not a tsbatch job: requeued without a checkpoint"),
+    ]
+    result = RoundResult(
+        200.0,
+        7,
+        False,
+        plan,
+        actions,
+        timings={"poll_s": 0.03, "total_s": 0.2},
+        packlimit={"value": 0.4, "source": "history"},
+    )
+    records = {
+        1: rec(1, Phase.RUNNING, run_start=190.0, run_restart=0),  # 2 GPUs x 10 s = 20 GPU-s
+        2: rec(2, Phase.PREEMPTING, queue=1, closed_run_seconds=3.0),
+        6: rec(6, Phase.PENDING, queue=1, closed_run_seconds=5.0),
+    }
     done = rec(9, Phase.FINISHED, closed_run_seconds=30.0, end_time=160.0, final_state="COMPLETED")
     m.observe_round(result, {**records, 9: done}, [done], 200.0, [("vc1", 8, 4, 2)], ended=200.5)
     s = samples(m)
@@ -68,8 +83,8 @@ def test_one_round_sets_every_kind_of_metric():
     assert s[("teiresias_requeues_total", (("reason", "no-checkpoint"),))] == 1
     assert s[("teiresias_failed_actions_total", (("action", "start"),))] == 1
     assert s[("teiresias_job_completion_seconds_count", ())] == 1
-    assert s[("teiresias_job_completion_seconds_sum", ())] == 60.0          # 160 - 100
-    assert s[("teiresias_job_queueing_delay_seconds_sum", ())] == 30.0      # 60 - 30 s run
+    assert s[("teiresias_job_completion_seconds_sum", ())] == 60.0  # 160 - 100
+    assert s[("teiresias_job_queueing_delay_seconds_sum", ())] == 30.0  # 60 - 30 s run
     assert s[("teiresias_round_duration_seconds_count", ())] == 1
     assert s[("teiresias_slurm_poll_seconds_bucket", (("le", "0.05"),))] == 1
     assert s[("teiresias_slurm_poll_seconds_bucket", (("le", "0.025"),))] == 0
@@ -125,12 +140,15 @@ def test_metrics_are_off_by_default_and_loopback_when_on():
     assert parse_config({"metrics": {"port": 17970, "address": "0.0.0.0"}}).metrics == MetricsConfig("0.0.0.0", 17970)
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ({"metrics": {"prot": 1}}, "metrics.prot"),
-    ({"metrics": {"port": 70000}}, "metrics.port: must be a TCP port"),
-    ({"metrics": {"port": "x"}}, "metrics.port: must be a whole number"),
-    ({"metrics": 5}, "metrics: must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ({"metrics": {"prot": 1}}, "metrics.prot"),
+        ({"metrics": {"port": 70000}}, "metrics.port: must be a TCP port"),
+        ({"metrics": {"port": "x"}}, "metrics.port: must be a whole number"),
+        ({"metrics": 5}, "metrics: must be a mapping"),
+    ],
+)
 def test_bad_metrics_config_names_the_key(bad, msg):
     with pytest.raises(ConfigError, match=re.escape(msg)):
         parse_config(bad, "t.yaml")
@@ -150,11 +168,31 @@ def test_controller_round_feeds_its_metrics(tmp_path):
     cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl")})
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
     ctl.metrics = ControllerMetrics(cfg.policy.queues)
-    sj = SlurmJob(job_id=3, name="j", user="u", account="a", partition="gpu", state="PENDING",
-                  state_reason="JobHeldUser", priority=0, restart_count=0, requeue=True, held=True, gpus=2,
-                  num_nodes=1, nodes=(), required_nodes=(), submit_time=100.0, eligible_time=None,
-                  start_time=None, end_time=None, time_limit_minutes=None, command="x", comment="",
-                  admin_comment=HOLD_MARK)
+    sj = SlurmJob(
+        job_id=3,
+        name="j",
+        user="u",
+        account="a",
+        partition="gpu",
+        state="PENDING",
+        state_reason="JobHeldUser",
+        priority=0,
+        restart_count=0,
+        requeue=True,
+        held=True,
+        gpus=2,
+        num_nodes=1,
+        nodes=(),
+        required_nodes=(),
+        submit_time=100.0,
+        eligible_time=None,
+        start_time=None,
+        end_time=None,
+        time_limit_minutes=None,
+        command="x",
+        comment="",
+        admin_comment=HOLD_MARK,
+    )
     ctl.round(now=200.0, slurm_jobs=[sj], slurm_nodes=[SlurmNode("n1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))])
     s = samples(ctl.metrics)
     assert s[("teiresias_jobs", (("phase", "PENDING"), ("queue", "Q1")))] == 1
@@ -187,8 +225,14 @@ def test_grafana_dashboard_is_json_and_every_expr_names_an_exported_metric():
             assert _base(n) in METRIC_NAMES, f"panel expr {e!r}: {n} is not exported (metrics.METRIC_NAMES)"
             used.add(_base(n))
     # The dashboard shows everything the issue asked for.
-    assert {"teiresias_jobs", "teiresias_preemptions_total", "teiresias_job_completion_seconds",
-            "teiresias_vc_used_gpus", "teiresias_packlimit", "teiresias_gittins_refits_total"} <= used
+    assert {
+        "teiresias_jobs",
+        "teiresias_preemptions_total",
+        "teiresias_job_completion_seconds",
+        "teiresias_vc_used_gpus",
+        "teiresias_packlimit",
+        "teiresias_gittins_refits_total",
+    } <= used
 
 
 def test_the_dashboard_check_catches_a_misspelt_metric():

@@ -62,8 +62,9 @@ def test_more_gpus_than_free_is_none_and_free_map_is_untouched() -> None:
 def test_target_node_count_is_what_some_single_switch_can_do() -> None:
     # The two 8-GPU nodes sit in different switches: a 16-GPU job cannot have 2
     # nodes in one switch, so its target is switch s0's 3 nodes (8+4+4).
-    c = Cluster((Node("a8", "s0", 8), Node("a4", "s0", 4), Node("b4", "s0", 4),
-                 Node("c8", "s1", 8), Node("c4", "s1", 4)))
+    c = Cluster(
+        (Node("a8", "s0", 8), Node("a4", "s0", 4), Node("b4", "s0", 4), Node("c8", "s1", 8), Node("c4", "s1", 4))
+    )
     free = {n.name: n.gpus for n in c.nodes}
     assert place(16, free, c) == {"a8": 8, "a4": 4, "b4": 4}
 

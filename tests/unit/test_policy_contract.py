@@ -65,8 +65,16 @@ def random_snapshot(rng: random.Random, cluster: Cluster | None = None, accounts
             if want == 0:
                 for name, g in take.items():
                     left[name] -= g
-                jobs.append(Job(JobId(i), need, state=JobState.RUNNING, placement=Placement.of(take),
-                                first_start_time=kw["submit_time"], **kw))
+                jobs.append(
+                    Job(
+                        JobId(i),
+                        need,
+                        state=JobState.RUNNING,
+                        placement=Placement.of(take),
+                        first_start_time=kw["submit_time"],
+                        **kw,
+                    )
+                )
                 continue
         started = rng.random() < 0.3
         jobs.append(Job(JobId(i), need, first_start_time=kw["submit_time"] if started else None, **kw))
@@ -78,8 +86,9 @@ def random_snapshot(rng: random.Random, cluster: Cluster | None = None, accounts
 
 
 def check_contract(name: str, placement: str, continuous: bool, snap: Snapshot) -> None:
-    params = PolicyParams(queues=(100.0, 1000.0), promote_knob=2.0, distribution=DIST,
-                          placement=placement, continuous=continuous)
+    params = PolicyParams(
+        queues=(100.0, 1000.0), promote_knob=2.0, distribution=DIST, placement=placement, continuous=continuous
+    )
     check_plan(build_policy(name, params), snap, preemptive=name in PREEMPTIVE)
 
 
@@ -190,8 +199,12 @@ def test_the_cells_and_quota_policies_keep_the_contract(rng, kind, ranker) -> No
     policy = CellsPolicy(CELLS_CFG, inner) if kind == "cells" else QuotaPolicy(CELLS_CFG, inner)
     # Not minimal_preemption: a guaranteed job takes its VC's bound cell back from the
     # opportunistic jobs in it even when the node has idle GPUs of other cells (HiveD §3.2).
-    check_plan(policy, random_snapshot(rng, CELLS_CLUSTER, ("team-a", "team-b", "guest")), preemptive=True,
-               minimal_preemption=False)
+    check_plan(
+        policy,
+        random_snapshot(rng, CELLS_CLUSTER, ("team-a", "team-b", "guest")),
+        preemptive=True,
+        minimal_preemption=False,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -204,8 +217,9 @@ def test_no_waiting_job_could_use_the_gpus_left_idle(rng, name, placement) -> No
     """Skipping is only for jobs that truly cannot be placed on what is left
     (fifo excepted: its head-of-line blocking leaves GPUs idle on purpose)."""
     snap = random_snapshot(rng)
-    policy = build_policy(name, PolicyParams(queues=(100.0, 1000.0), promote_knob=2.0, distribution=DIST,
-                                             placement=placement))
+    policy = build_policy(
+        name, PolicyParams(queues=(100.0, 1000.0), promote_knob=2.0, distribution=DIST, placement=placement)
+    )
     plan = policy.decide(snap)
     by_id = {j.job_id: j for j in snap.jobs}
     left = {n.name: n.gpus - snap.unavailable.get(n.name, 0) for n in snap.cluster.nodes}

@@ -43,8 +43,9 @@ def test_last_queue_is_fifo_by_start_time_and_has_no_index() -> None:
 
 def test_index_order_drives_preemption_inside_a_queue() -> None:
     # One GPU. Running job 1 at a=0 (G=1/11) vs waiting job 2 at a=8 (G=1/4): swap.
-    plan = gittins().decide(snap(cluster(1, 1), running(1, 1, {"s0n0": 1}),
-                                 pending(2, 1, first_start_time=0.0, executed_time=8.0)))
+    plan = gittins().decide(
+        snap(cluster(1, 1), running(1, 1, {"s0n0": 1}), pending(2, 1, first_start_time=0.0, executed_time=8.0))
+    )
     assert plan.preempt == (1,) and set(plan.start) == {2}
 
 
@@ -123,8 +124,12 @@ def test_preempt_cost_keeps_a_running_job_unless_the_swap_gains_more_than_it_cos
     # Waiting job 2, preempted before, at a=10: E = (4+22)/2 = 13. Gain 5 GPU-s; a swap costs
     # each job its cost: swap iff 18 - c > 13 + c, i.e. c < 2.5 s (1 GPU each).
     def decide(cost: float):
-        s = snap(cluster(1, 1), running(1, 1, {"s0n0": 1}, executed_time=13.0),
-                 pending(2, 1, first_start_time=1.0, executed_time=10.0), now=50.0)
+        s = snap(
+            cluster(1, 1),
+            running(1, 1, {"s0n0": 1}, executed_time=13.0),
+            pending(2, 1, first_start_time=1.0, executed_time=10.0),
+            now=50.0,
+        )
         return gittins(distribution=D4, last_queue="gittins", preempt_cost=cost).decide(s)
 
     assert decide(0.0).preempt == (1,)
@@ -141,19 +146,21 @@ def test_preempt_cost_also_weighs_swaps_inside_the_indexed_upper_queues() -> Non
     # Waiting job 2 (preempted before) at a=8: P = 1, E = 4 (G = 1/4). With cost k (1 GPU each):
     # (2/3) / (22/3 - k) < 1 / (4 + k)  iff  k < 2.8: the swap happens below that cost only.
     def decide(cost: float):
-        s = snap(cluster(1, 1), running(1, 1, {"s0n0": 1}),
-                 pending(2, 1, first_start_time=0.0, executed_time=8.0))
+        s = snap(cluster(1, 1), running(1, 1, {"s0n0": 1}), pending(2, 1, first_start_time=0.0, executed_time=8.0))
         return gittins(preempt_cost=cost).decide(s)
 
     assert decide(0.0).preempt == (1,) and decide(2.0).preempt == (1,)
     assert decide(3.0).preempt == ()
-    assert decide(3.0).index[2] == pytest.approx(1 / 7) and decide(3.0).index[1] == pytest.approx((2 / 3) / (22 / 3 - 3))
+    assert decide(3.0).index[2] == pytest.approx(1 / 7) and decide(3.0).index[1] == pytest.approx(
+        (2 / 3) / (22 / 3 - 3)
+    )
 
 
 def test_the_policy_snaps_to_quantile_points_so_a_job_re_ranks_a_few_times_only() -> None:
     # points=2: the one grid point is the lower median, 8. Below it a' = 0 (G = 4/54), from it on a' = 8.
     assert D4.residual_indices([5.0, 10.0, 13.0, 40.0], points=2).tolist() == pytest.approx(
-        [4 / 54, 1 / 13, 1 / 13, 1 / 13])
+        [4 / 54, 1 / 13, 1 / 13, 1 / 13]
+    )
     # So with two points jobs at a=10 and a=13 tie and keep FIFO order; with every sample (None) they do not.
     early = pending(4, 1, first_start_time=0.0, executed_time=13.0)
     late = pending(5, 1, first_start_time=5.0, executed_time=10.0)
@@ -162,8 +169,11 @@ def test_the_policy_snaps_to_quantile_points_so_a_job_re_ranks_a_few_times_only(
     from teiresias.policy.placement import ConsolidatePlacement
 
     def order(points):
-        return GittinsPolicy(ConsolidatePlacement(), D4, (10.0,), last_queue="gittins",
-                             last_queue_points=points).decide(s).order
+        return (
+            GittinsPolicy(ConsolidatePlacement(), D4, (10.0,), last_queue="gittins", last_queue_points=points)
+            .decide(s)
+            .order
+        )
 
     assert order(2) == (4, 5) and order(None) == (5, 4)
     with pytest.raises(ConfigError, match="last queue points"):

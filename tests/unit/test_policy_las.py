@@ -103,8 +103,12 @@ def test_q1_jobs_are_never_promoted() -> None:
 
 
 def test_continuous_las_ranks_by_attained_service_then_job_id() -> None:
-    jobs = [pending(1, 2, executed_time=1.0), pending(2, 1, executed_time=1.0),
-            pending(3, 1, executed_time=2.0), pending(4, 1)]
+    jobs = [
+        pending(1, 2, executed_time=1.0),
+        pending(2, 1, executed_time=1.0),
+        pending(3, 1, executed_time=2.0),
+        pending(4, 1),
+    ]
     plan = las(continuous=True).decide(snap(cluster(1, 8), *jobs))
     # attained: 1 -> 2, 2 -> 1, 3 -> 2, 4 -> 0
     assert plan.order == (4, 2, 1, 3)

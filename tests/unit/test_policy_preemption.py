@@ -50,8 +50,12 @@ def test_nothing_is_preempted_for_a_job_that_still_cannot_start() -> None:
 
 def test_higher_priority_running_jobs_are_not_on_offer() -> None:
     # Job 1 (Q1) holds the GPUs; a Q2 waiting job cannot push it out.
-    s = snap(cluster(1, 4), running(1, 4, {"s0n0": 4}, executed_time=1.0),
-             pending(2, 4, first_start_time=0.0, executed_time=100.0), now=20.0)
+    s = snap(
+        cluster(1, 4),
+        running(1, 4, {"s0n0": 4}, executed_time=1.0),
+        pending(2, 4, first_start_time=0.0, executed_time=100.0),
+        now=20.0,
+    )
     plan = las().decide(s)
     assert plan.keep == (1,) and plan.preempt == () and plan.start == {}
 
@@ -59,8 +63,13 @@ def test_higher_priority_running_jobs_are_not_on_offer() -> None:
 def test_a_preempted_jobs_other_gpus_go_to_the_next_jobs() -> None:
     # Job 1 (Q2) spans both nodes (2+2). New job 2 needs 4 on one node (consolidated),
     # so job 1 goes; its 2 GPUs on the other node then serve job 3.
-    s = snap(cluster(2, 4), q2_running(1, 4, {"s0n0": 2, "s0n1": 2}, 0.0),
-             pending(2, 4, submit=10.0), pending(3, 4, submit=11.0), now=20.0)
+    s = snap(
+        cluster(2, 4),
+        q2_running(1, 4, {"s0n0": 2, "s0n1": 2}, 0.0),
+        pending(2, 4, submit=10.0),
+        pending(3, 4, submit=11.0),
+        now=20.0,
+    )
     plan = las().decide(s)
     assert plan.preempt == (1,)
     assert set(plan.start) == {2, 3}

@@ -60,11 +60,15 @@ def test_fitted_thresholds_beat_the_papers_hour_for_las_on_an_overloaded_replay(
 
 def test_queues_auto_through_simulate(tmp_path):
     trace = tmp_path / "t.csv"
-    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
-                     + "".join(f"{i},{1 + i % 4},{i * 30},10,resnet50,{100 + 997 * (i % 7) ** 3},30\n" for i in range(40)))
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+        + "".join(f"{i},{1 + i % 4},{i * 30},10,resnet50,{100 + 997 * (i % 7) ** 3},30\n" for i in range(40))
+    )
     base = ["simulate", "-t", str(trace), "-c", str(REPO / "etc" / "cluster.yaml"), "-p", "las", "--queues", "auto"]
     r = CliRunner().invoke(cli, base)
-    assert r.exit_code == 2 and "--queues auto fits the thresholds" in r.output and len(r.output.strip().splitlines()) == 1
+    assert (
+        r.exit_code == 2 and "--queues auto fits the thresholds" in r.output and len(r.output.strip().splitlines()) == 1
+    )
     r = CliRunner().invoke(cli, [*base, "-g", str(PHILLY)])
     assert r.exit_code == 0, r.output
     assert "--queues auto: " in r.output and "fitted to 9999 GPU-time samples" in r.output

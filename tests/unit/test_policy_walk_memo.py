@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES, PolicyParams, build_placement, build_policy
-
 from tests.unit.test_policy_contract import DIST, random_snapshot
 
 

@@ -40,8 +40,7 @@ def test_every_table_command_runs_in_a_block() -> None:
 def test_files_the_readme_names_exist() -> None:
     text = README.read_text(encoding="utf-8")
     named = set(re.findall(r"\b((?:etc|docs|teiresias/data|scripts)/[\w./-]+\.\w+)", text))
-    assert {"etc/cells.example.yaml", "etc/cluster.yaml", "teiresias/data/yarn-gput10000.csv",
-            "docs/admin.md"} <= named
+    assert {"etc/cells.example.yaml", "etc/cluster.yaml", "teiresias/data/yarn-gput10000.csv", "docs/admin.md"} <= named
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, f"README names files that are not shipped: {missing}"
 

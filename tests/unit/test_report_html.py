@@ -27,9 +27,9 @@ from click.testing import CliRunner
 
 from teiresias.cli import cli
 from teiresias.domain import Cluster
+from teiresias.policy.registry import build_policy
 from teiresias.simulator import SimulationOptions, TraceJob, run
 from teiresias.simulator.html_report import SECTIONS, jain_index
-from teiresias.policy.registry import build_policy
 from tests.debian_packages import require_program
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -49,8 +49,10 @@ def _trace(path: Path, accounts: bool) -> Path:
 def _simulate(tmp: Path, *extra: str, accounts: bool = True):
     (tmp / "spec.csv").write_text(SPEC)
     trace = _trace(tmp / "t.csv", accounts)
-    return CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", str(tmp / "spec.csv"),
-                                    "-p", "las,fifo", "-q", "600", "-o", "30", *extra])
+    return CliRunner().invoke(
+        cli,
+        ["simulate", "-t", str(trace), "-c", str(tmp / "spec.csv"), "-p", "las,fifo", "-q", "600", "-o", "30", *extra],
+    )
 
 
 def _sections(page: str) -> dict[str, str]:
@@ -111,9 +113,20 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     shot = tmp_path / "shot.png"
     res = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--window-size=1100,3800", f"--screenshot={shot}", (tmp_path / "out.html").as_uri()],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1100,3800",
+            f"--screenshot={shot}",
+            (tmp_path / "out.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
     if os.environ.get("TEIRESIAS_TEST_KEEP_SCREENSHOT"):

@@ -24,9 +24,25 @@ def _run(tmp_path: Path, *extra: str):
     trace = tmp_path / "tenants.csv"
     trace.write_text(HEADER + ROWS)
     out = tmp_path / "out.json"
-    result = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", str(CLUSTER), "-p", "las",
-                                      "-i", "10", "--jobs-csv", str(tmp_path / "jobs.csv"),
-                                      "--json", str(out), *extra])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "-t",
+            str(trace),
+            "-c",
+            str(CLUSTER),
+            "-p",
+            "las",
+            "-i",
+            "10",
+            "--jobs-csv",
+            str(tmp_path / "jobs.csv"),
+            "--json",
+            str(out),
+            *extra,
+        ],
+    )
     return result, out
 
 

@@ -65,15 +65,18 @@ def test_unconsolidated_skew_sensitive_job_is_slowed(model, expected_end):
     # node would do: VGG16 runs 1.64x slower (etc/slowdown.yaml), ResNet-50 not.
     # (``spread`` placement agrees to split it; ``consolidate`` would make it wait.)
     spread = PolicyParams(placement="spread")
-    jobs = [TraceJob(1, 3, 0, 1000, "resnet50"), TraceJob(2, 3, 0, 1000, "resnet50"),
-            TraceJob(3, 2, 0, 100, model)]
+    jobs = [TraceJob(1, 3, 0, 1000, "resnet50"), TraceJob(2, 3, 0, 1000, "resnet50"), TraceJob(3, 2, 0, 100, model)]
     res = run(jobs, cluster(2, 4), build_policy("best-effort", spread), SimulationOptions(interval=1.0))
     rec = {r.job_id: r for r in res.records}
     assert rec[3].end == pytest.approx(expected_end)
     assert len(rec[3].nodes) == 2 and rec[3].slowed is (model == "vgg16")
     # Same job consolidated (alone on the cluster) is never slowed.
-    alone = run([TraceJob(3, 2, 0, 100, model)], cluster(2, 4), build_policy("best-effort", spread),
-                SimulationOptions(interval=1.0))
+    alone = run(
+        [TraceJob(3, 2, 0, 100, model)],
+        cluster(2, 4),
+        build_policy("best-effort", spread),
+        SimulationOptions(interval=1.0),
+    )
     assert alone.records[0].end == 100 and not alone.records[0].slowed
 
 
@@ -91,8 +94,12 @@ def test_skew_reaches_the_policy_for_profile_placement():
                 seen[int(j.job_id)] = j.skew
             return self.inner.decide(snapshot)
 
-    run([TraceJob(1, 1, 0, 5, "VGG19"), TraceJob(2, 1, 0, 5, "resnet50"), TraceJob(3, 1, 0, 5, "mystery")],
-        cluster(1, 4), Spy(), SimulationOptions())
+    run(
+        [TraceJob(1, 1, 0, 5, "VGG19"), TraceJob(2, 1, 0, 5, "resnet50"), TraceJob(3, 1, 0, 5, "mystery")],
+        cluster(1, 4),
+        Spy(),
+        SimulationOptions(),
+    )
     assert seen == {1: 0.715, 2: 0.092, 3: None}
 
 
@@ -112,12 +119,20 @@ def test_ticks_only_while_jobs_wait():
     # A waiting job makes the engine tick every interval until it starts.
     # (With skip_quiet_ticks off: fifo's plan cannot change before J1 completes, so by
     # default they are skipped after the first, which plans nothing.)
-    res = run([TraceJob(1, 1, 0, 100), TraceJob(2, 1, 0, 10)], cluster(1, 1), build_policy("fifo"),
-              SimulationOptions(interval=10.0, slowdown=SlowdownTable.none(), skip_quiet_ticks=False))
+    res = run(
+        [TraceJob(1, 1, 0, 100), TraceJob(2, 1, 0, 10)],
+        cluster(1, 1),
+        build_policy("fifo"),
+        SimulationOptions(interval=10.0, slowdown=SlowdownTable.none(), skip_quiet_ticks=False),
+    )
     assert res.summary.rounds == 1 + 9 + 1  # arrival, ticks at 10..90, completion of J1 at 100
     assert ends(res) == {1: 100, 2: 110}
-    res = run([TraceJob(1, 1, 0, 100), TraceJob(2, 1, 0, 10)], cluster(1, 1), build_policy("fifo"),
-              SimulationOptions(interval=10.0, slowdown=SlowdownTable.none()))
+    res = run(
+        [TraceJob(1, 1, 0, 100), TraceJob(2, 1, 0, 10)],
+        cluster(1, 1),
+        build_policy("fifo"),
+        SimulationOptions(interval=10.0, slowdown=SlowdownTable.none()),
+    )
     assert res.summary.rounds == 3 and ends(res) == {1: 100, 2: 110}
 
 
@@ -156,8 +171,10 @@ def test_promotion_and_queue_indices_are_applied_between_rounds():
 
 
 def test_replay_is_deterministic():
-    jobs = [TraceJob(i, 1 + i % 3, float(i * 7 % 50), float(20 + i * 13 % 90), "vgg16" if i % 2 else "resnet50")
-            for i in range(40)]
+    jobs = [
+        TraceJob(i, 1 + i % 3, float(i * 7 % 50), float(20 + i * 13 % 90), "vgg16" if i % 2 else "resnet50")
+        for i in range(40)
+    ]
     opt = SimulationOptions(interval=5.0, preempt_overhead=2.0)
     a = run(jobs, cluster(2, 4), build_policy("las", PolicyParams(queues=(30.0,))), opt)
     b = run(jobs, cluster(2, 4), build_policy("las", PolicyParams(queues=(30.0,))), opt)
@@ -195,8 +212,7 @@ def test_policy_that_never_starts_anything_fails_instead_of_spinning():
     with pytest.raises(SimulationError, match="cannot finish"):
         run([TraceJob(1, 1, 0, 5)], cluster(1, 1), _Fixed(lambda s: Plan()), NO_SLOWDOWN)
     with pytest.raises(SimulationError, match="cannot finish"):
-        run([TraceJob(1, 1, 0, 5)], cluster(1, 1), _Fixed(lambda s: Plan()),
-            SimulationOptions(interval=0.0))
+        run([TraceJob(1, 1, 0, 5)], cluster(1, 1), _Fixed(lambda s: Plan()), SimulationOptions(interval=0.0))
 
 
 def test_job_larger_than_cluster_is_rejected_up_front():

@@ -23,25 +23,52 @@ from teiresias.cli import cli
 
 HERE = Path(__file__).resolve().parent
 FIX = HERE.parent / "fixtures" / "traces"
-ARGS = ["-p", "las,gittins,srtf,best-effort,fifo", "--queues", "400", "--preempt-overhead", "30",
-        "--interval", "30", "--placement", "profile"]
+ARGS = [
+    "-p",
+    "las,gittins,srtf,best-effort,fifo",
+    "--queues",
+    "400",
+    "--preempt-overhead",
+    "30",
+    "--interval",
+    "30",
+    "--placement",
+    "profile",
+]
 
 
 def _explain(name: str, expected: str, got: str) -> str:
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), got.splitlines(True),
-                                        f"expected/{name}", f"got/{name}", n=0))
-    return (f"{name} differs from the golden file (header: "
-            f"{expected.splitlines()[0] if expected else '?'}).\n{diff}\n"
-            "If intended: UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_sim_golden.py")
+    diff = "".join(
+        difflib.unified_diff(expected.splitlines(True), got.splitlines(True), f"expected/{name}", f"got/{name}", n=0)
+    )
+    return (
+        f"{name} differs from the golden file (header: "
+        f"{expected.splitlines()[0] if expected else '?'}).\n{diff}\n"
+        "If intended: UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_sim_golden.py"
+    )
 
 
 def test_golden_replay(tmp_path):
     samples = tmp_path / "gput.csv"
     # A small GPU-time distribution for gittins: the trace's own job sizes' order of magnitude.
     samples.write_text("duration\n" + "".join(f"{v}\n" for v in (60, 120, 300, 500, 900, 1600, 3000, 6000)))
-    r = CliRunner().invoke(cli, ["simulate", "-t", str(FIX / "golden_trace.csv"), "-c", str(FIX / "golden_cluster.csv"),
-                                 *ARGS, "-g", str(samples), "--jobs-csv", str(tmp_path / "jobs.csv"),
-                                 "--json", str(tmp_path / "s.json")])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "-t",
+            str(FIX / "golden_trace.csv"),
+            "-c",
+            str(FIX / "golden_cluster.csv"),
+            *ARGS,
+            "-g",
+            str(samples),
+            "--jobs-csv",
+            str(tmp_path / "jobs.csv"),
+            "--json",
+            str(tmp_path / "s.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     got_jobs = (tmp_path / "jobs.csv").read_text()
     summaries = json.loads((tmp_path / "s.json").read_text())

@@ -33,7 +33,8 @@ VARIANTS = {
 
 rows_st = st.lists(
     st.tuples(st.sampled_from([1, 1, 1, 2, 2, 4, 8]), st.integers(0, 900), st.integers(1, 3000)),
-    min_size=2, max_size=60,
+    min_size=2,
+    max_size=60,
 )
 
 
@@ -55,8 +56,7 @@ def replay(trace, cluster, name, params, opt):
 def test_keyed_replay_equals_full_replay(rows, variant, queues, overhead, interval, promote, continuous):
     name, knobs = VARIANTS[variant]
     cluster = Cluster.from_tiresias_spec(1, 2, 4)
-    trace = [TraceJob(i, g, float(s), float(d), "vgg16" if i % 3 else "resnet50")
-             for i, (g, s, d) in enumerate(rows)]
+    trace = [TraceJob(i, g, float(s), float(d), "vgg16" if i % 3 else "resnet50") for i, (g, s, d) in enumerate(rows)]
     params = PolicyParams(queues=queues, promote_knob=promote, distribution=DIST, continuous=continuous, **knobs)
     opt = SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False)
     _, full = replay(trace, cluster, name, params, replace(opt, prune_rounds=False, skip_quiet_ticks=False))
@@ -82,29 +82,45 @@ def test_keyed_rounds_happen_under_a_backlog():
 
 
 def _job(i, gpus, running, executed, start):
-    return Job(JobId(i), gpus, float(i), state=JobState.RUNNING if running else JobState.PENDING,
-               first_start_time=start, executed_time=executed, waiting_time=float(3 * i % 50),
-               placement=Placement.of({"n0": gpus}) if running else None)
+    return Job(
+        JobId(i),
+        gpus,
+        float(i),
+        state=JobState.RUNNING if running else JobState.PENDING,
+        first_start_time=start,
+        executed_time=executed,
+        waiting_time=float(3 * i % 50),
+        placement=Placement.of({"n0": gpus}) if running else None,
+    )
 
 
 snap_st = st.lists(
     st.tuples(st.sampled_from([1, 2, 4]), st.booleans(), st.floats(0, 4000), st.sampled_from([None, 5.0, 9.0])),
-    min_size=1, max_size=25,
+    min_size=1,
+    max_size=25,
 )
 
 
 @settings(max_examples=150, deadline=None)
-@given(jobs=snap_st, variant=st.sampled_from(["las", "gittins", "gittins-last-gittins", "gittins-last-gittins-cost"]),
-       promote=st.sampled_from([None, 1.0]), continuous=st.booleans(), dt=st.floats(0, 500))
+@given(
+    jobs=snap_st,
+    variant=st.sampled_from(["las", "gittins", "gittins-last-gittins", "gittins-last-gittins-cost"]),
+    promote=st.sampled_from([None, 1.0]),
+    continuous=st.booleans(),
+    dt=st.floats(0, 500),
+)
 def test_rank_keys_sort_as_decide_ranks_and_hold_until_their_time(jobs, variant, promote, continuous, dt):
     """The keys sort the jobs exactly as ``decide``'s Plan.order; a job's key recomputed
     later in the same state, before its ``until``, is the same key."""
     name, knobs = VARIANTS[variant]
-    pol = build_policy(name, PolicyParams(queues=(100.0, 1000.0), promote_knob=promote, distribution=DIST,
-                                          continuous=continuous, **knobs))
+    pol = build_policy(
+        name,
+        PolicyParams(queues=(100.0, 1000.0), promote_knob=promote, distribution=DIST, continuous=continuous, **knobs),
+    )
     assert isinstance(pol, KeyRanked)
-    js = [_job(i, g, run, e, start if start is not None or not run else 1.0)
-          for i, (g, run, e, start) in enumerate(jobs)]
+    js = [
+        _job(i, g, run, e, start if start is not None or not run else 1.0) for i, (g, run, e, start) in enumerate(jobs)
+    ]
     snap = Snapshot(10.0, Cluster.from_tiresias_spec(1, 1, 4096), js)
     keyed = pol.rank_keys(js, 10.0)
     assert sorted(k[-1] for k, _ in keyed) == sorted(j.job_id for j in js)
@@ -112,6 +128,9 @@ def test_rank_keys_sort_as_decide_ranks_and_hold_until_their_time(jobs, variant,
     for (key, until), j in zip(sorted(keyed, key=lambda t: t[0][-1]), sorted(js, key=lambda j: j.job_id)):
         if 10.0 + dt < until - 1e-6:
             # t_J grows while a job runs, delta_J while it waits (their definitions).
-            later = (replace(j, executed_time=j.executed_time + dt) if j.state is JobState.RUNNING
-                     else replace(j, waiting_time=j.waiting_time + dt))
+            later = (
+                replace(j, executed_time=j.executed_time + dt)
+                if j.state is JobState.RUNNING
+                else replace(j, waiting_time=j.waiting_time + dt)
+            )
             assert pol.rank_keys([later], 10.0 + dt)[0][0] == key

@@ -17,7 +17,8 @@ from teiresias.simulator import SimulationOptions, SlowdownTable, TraceJob, run
 
 jobs_st = st.lists(
     st.tuples(st.sampled_from([1, 1, 2, 3, 4, 8]), st.integers(0, 400), st.integers(1, 600)),
-    min_size=1, max_size=14,
+    min_size=1,
+    max_size=14,
 )
 
 
@@ -38,8 +39,13 @@ jobs_st = st.lists(
 def test_every_job_finishes_and_gpu_time_is_conserved(rows, policy, placement, overhead, interval, continuous, promote):
     cluster = Cluster.from_tiresias_spec(1, 2, 4)
     trace = [TraceJob(i, g, float(s), float(d), "vgg16") for i, (g, s, d) in enumerate(rows)]
-    params = PolicyParams(queues=(100.0,), placement=placement, continuous=continuous, promote_knob=promote,
-                          distribution=ServiceDistribution([50, 200, 800, 2000]))
+    params = PolicyParams(
+        queues=(100.0,),
+        placement=placement,
+        continuous=continuous,
+        promote_knob=promote,
+        distribution=ServiceDistribution([50, 200, 800, 2000]),
+    )
     opt = SimulationOptions(interval=interval, preempt_overhead=overhead, slowdown=SlowdownTable.none())
     res = run(trace, cluster, build_policy(policy, params), opt)
     assert sorted(r.job_id for r in res.records) == list(range(len(rows)))

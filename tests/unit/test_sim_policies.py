@@ -24,8 +24,7 @@ def test_las_beats_best_effort_beats_fifo_on_a_contended_trace():
     cluster = Cluster.from_tiresias_spec(1, 4, 8)
     opt = SimulationOptions(interval=60, preempt_overhead=30)
     avg = {p: run(jobs, cluster, build_policy(p), opt).summary for p in ("las", "best-effort", "fifo")}
-    assert avg["las"].avg_jct < avg["best-effort"].avg_jct < avg["fifo"].avg_jct, {
-        p: s.avg_jct for p, s in avg.items()}
+    assert avg["las"].avg_jct < avg["best-effort"].avg_jct < avg["fifo"].avg_jct, {p: s.avg_jct for p, s in avg.items()}
     # The gain comes from queueing, not from running faster: las preempts, the FIFOs never do.
     assert avg["las"].preemptions > 0 and avg["best-effort"].preemptions == avg["fifo"].preemptions == 0
     assert avg["las"].median_jct < avg["best-effort"].median_jct

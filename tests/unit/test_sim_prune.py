@@ -21,7 +21,8 @@ from teiresias.simulator import SimulationOptions, Simulator, TraceJob
 
 jobs_st = st.lists(
     st.tuples(st.sampled_from([1, 1, 2, 3, 4, 8]), st.integers(0, 600), st.integers(1, 900)),
-    min_size=1, max_size=30,
+    min_size=1,
+    max_size=30,
 )
 
 
@@ -43,8 +44,13 @@ def replay(trace, cluster, params, name, opt):
 def test_pruned_replay_equals_full_replay(rows, name, placement, overhead, interval, continuous, promote):
     cluster = Cluster.from_tiresias_spec(2, 2, 4)
     trace = [TraceJob(i, g, float(s), float(d), "vgg16" if i % 2 else "resnet50") for i, (g, s, d) in enumerate(rows)]
-    params = PolicyParams(queues=(100.0,), placement=placement, continuous=continuous, promote_knob=promote,
-                          distribution=ServiceDistribution([50, 200, 800, 2000]))
+    params = PolicyParams(
+        queues=(100.0,),
+        placement=placement,
+        continuous=continuous,
+        promote_knob=promote,
+        distribution=ServiceDistribution([50, 200, 800, 2000]),
+    )
     opt = SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False)
     _, full = replay(trace, cluster, params, name, replace(opt, prune_rounds=False, skip_quiet_ticks=False))
     _, fast = replay(trace, cluster, params, name, opt)
@@ -97,8 +103,9 @@ def test_policy_without_the_mark_sees_every_job():
 
     cluster = Cluster.from_tiresias_spec(1, 1, 4)
     pol = Wrapped(build_policy("las"))
-    sim = Simulator([TraceJob(0, 1, 0.0, 100.0), TraceJob(1, 1, 10.0, 100.0)], cluster, pol,
-                    SimulationOptions(progress=False))
+    sim = Simulator(
+        [TraceJob(0, 1, 0.0, 100.0), TraceJob(1, 1, 10.0, 100.0)], cluster, pol, SimulationOptions(progress=False)
+    )
     sim.run()
     assert sim.pruned_rounds == 0 and pol.sizes == [1, 2]
 
@@ -144,8 +151,12 @@ def test_pruned_replay_equals_full_replay_with_the_indexed_last_queue(rows, over
     # the `idle_first` promise the pruned rounds rely on holds.
     cluster = Cluster.from_tiresias_spec(2, 2, 4)
     trace = [TraceJob(i, g, float(s), float(d), "vgg16" if i % 2 else "resnet50") for i, (g, s, d) in enumerate(rows)]
-    params = PolicyParams(queues=(100.0,), last_queue="gittins", preempt_cost=cost,
-                          distribution=ServiceDistribution([50, 200, 800, 2000, 5000]))
+    params = PolicyParams(
+        queues=(100.0,),
+        last_queue="gittins",
+        preempt_cost=cost,
+        distribution=ServiceDistribution([50, 200, 800, 2000, 5000]),
+    )
     opt = SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False)
     _, full = replay(trace, cluster, params, "gittins", replace(opt, prune_rounds=False, skip_quiet_ticks=False))
     _, fast = replay(trace, cluster, params, "gittins", opt)

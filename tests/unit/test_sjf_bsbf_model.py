@@ -51,8 +51,10 @@ def test_iteration_time_grows_as_the_sub_batch_shrinks() -> None:
 
 def test_search_picks_the_largest_sub_batch_that_fits_memory() -> None:
     m = SharingModel(
-        profiles={"big": SharingProfile(batch=64, memory_gb=8.0, fixed_memory_gb=2.0),
-                  "small": SharingProfile(batch=32, memory_gb=6.0, fixed_memory_gb=1.0)},
+        profiles={
+            "big": SharingProfile(batch=64, memory_gb=8.0, fixed_memory_gb=2.0),
+            "small": SharingProfile(batch=32, memory_gb=6.0, fixed_memory_gb=1.0),
+        },
         gpu_memory_gb=11.0,
     )
     # Beside big (8 GB), small fits 3 GB: 1 + 5 * b/32 <= 3 -> b <= 12.8 -> 8.
@@ -60,9 +62,13 @@ def test_search_picks_the_largest_sub_batch_that_fits_memory() -> None:
     assert d is not None and d.share and (d.sub_batch, d.accumulation) == (8, 4)
     assert d.guest_slowdown_alone > 1.0
     # Nothing fits beside a host using 10.5 GB of 11: the guest must wait.
-    m2 = SharingModel(profiles={"big": SharingProfile(batch=64, memory_gb=10.5, fixed_memory_gb=10.0),
-                                "small": SharingProfile(batch=32, memory_gb=6.0, fixed_memory_gb=1.0)},
-                      gpu_memory_gb=11.0)
+    m2 = SharingModel(
+        profiles={
+            "big": SharingProfile(batch=64, memory_gb=10.5, fixed_memory_gb=10.0),
+            "small": SharingProfile(batch=32, memory_gb=6.0, fixed_memory_gb=1.0),
+        },
+        gpu_memory_gb=11.0,
+    )
     assert decide_pair(m2, "big", None, 1000.0, "small", 50.0) is None
 
 

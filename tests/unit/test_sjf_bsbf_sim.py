@@ -50,9 +50,13 @@ def test_bsbf_waits_where_sharing_hurts_and_ffs_shares_anyway() -> None:
 def test_the_guest_keeps_its_sub_batch_after_the_host_ends() -> None:
     """Memory forces sub-batch 8 of 32 (4 accumulation steps); once the host is gone the guest runs
     alone at that sub-batch's speed (r(8) > 1), so it ends later than at its full batch."""
-    model = SharingModel(profiles={"h": SharingProfile(batch=32, memory_gb=8.0, fixed_memory_gb=2.0),
-                                   "g": SharingProfile(batch=32, memory_gb=6.0, fixed_memory_gb=1.0)},
-                         gpu_memory_gb=11.0)
+    model = SharingModel(
+        profiles={
+            "h": SharingProfile(batch=32, memory_gb=8.0, fixed_memory_gb=2.0),
+            "g": SharingProfile(batch=32, memory_gb=6.0, fixed_memory_gb=1.0),
+        },
+        gpu_memory_gb=11.0,
+    )
     r8 = model.profile("g").iteration_time(8)
     assert r8 > 1.0
     trace = [TraceJob(1, 1, 0.0, 100.0, "h"), TraceJob(2, 1, 1.0, 1000.0, "g")]
@@ -66,20 +70,35 @@ def test_the_guest_keeps_its_sub_batch_after_the_host_ends() -> None:
 
 def test_plan_reasons_name_the_pair_numbers() -> None:
     model = SharingModel(default=SharingProfile(interference=3.0))
-    host = Job(JobId(1), 4, 0.0, state=JobState.RUNNING, placement=Placement.of({"s0n0": 4}),
-               duration=100.0, total_executed_time=50.0)
+    host = Job(
+        JobId(1),
+        4,
+        0.0,
+        state=JobState.RUNNING,
+        placement=Placement.of({"s0n0": 4}),
+        duration=100.0,
+        total_executed_time=50.0,
+    )
     guest = Job(JobId(2), 4, 50.0, duration=1000.0)
     plan = build_policy("sjf-bsbf", PolicyParams(sharing=model)).decide(Snapshot(50.0, C4, [host, guest]))
     assert not plan.start and plan.keep == (1,)
-    assert plan.reasons[2] == ("waits for job 1: sharing its GPUs would raise the pair's average JCT to 625 s"
-                               " from 550 s one after the other")
+    assert plan.reasons[2] == (
+        "waits for job 1: sharing its GPUs would raise the pair's average JCT to 625 s from 550 s one after the other"
+    )
     ffs = build_policy("sjf-ffs", PolicyParams(sharing=model)).decide(Snapshot(50.0, C4, [host, guest]))
     sh = ffs.sharing[2]
     assert ffs.start[2] == Placement.of({"s0n0": 4}) and sh.partner == 1
     assert (sh.sub_batch, sh.accumulation, sh.slowdown, sh.partner_slowdown) == (32, 1, 3.0, 3.0)
     # A host already paired takes no second guest (at most two jobs per GPU).
-    paired = Job(JobId(1), 4, 0.0, state=JobState.RUNNING, placement=Placement.of({"s0n0": 4}),
-                 duration=100.0, shared_with=JobId(9))
+    paired = Job(
+        JobId(1),
+        4,
+        0.0,
+        state=JobState.RUNNING,
+        placement=Placement.of({"s0n0": 4}),
+        duration=100.0,
+        shared_with=JobId(9),
+    )
     assert not build_policy("sjf-ffs").decide(Snapshot(50.0, C4, [paired, guest])).start
 
 
@@ -95,8 +114,16 @@ def test_unknown_durations_use_the_gittins_las_estimate_or_say_what_is_missing()
     assert len(pol.decide(Snapshot(0.0, C4, jobs)).start) == 2
 
 
-jobs_st = st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 300), st.integers(1, 400),
-                             st.sampled_from(["vgg16", "resnet50", "other"])), min_size=1, max_size=14)
+jobs_st = st.lists(
+    st.tuples(
+        st.sampled_from([1, 2, 4, 8]),
+        st.integers(0, 300),
+        st.integers(1, 400),
+        st.sampled_from(["vgg16", "resnet50", "other"]),
+    ),
+    min_size=1,
+    max_size=14,
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -124,22 +151,45 @@ def test_loader_refuses_unknown_keys_and_cli_wants_a_sharing_policy(tmp_path) ->
     from teiresias.cli import cli
 
     trace = tmp_path / "t.csv"
-    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
-                     "1,4,0,1,vgg16,1000,0\n2,2,10,1,resnet50,100,0\n")
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+        "1,4,0,1,vgg16,1000,0\n2,2,10,1,resnet50,100,0\n"
+    )
     out = tmp_path / "o.json"
-    r = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", "etc/cluster.yaml", "-p", "las",
-                                 "--sharing-slowdown", "etc/sharing.yaml"])
+    r = CliRunner().invoke(
+        cli,
+        ["simulate", "-t", str(trace), "-c", "etc/cluster.yaml", "-p", "las", "--sharing-slowdown", "etc/sharing.yaml"],
+    )
     assert r.exit_code == 2 and "add one of sjf-bsbf, sjf-ffs to --policy" in r.output
-    r = CliRunner().invoke(cli, ["simulate", "-t", str(trace), "-c", "etc/cluster.yaml", "-p", "sjf-bsbf,sjf",
-                                 "--sharing-slowdown", "etc/sharing.yaml", "-j", str(out), "--no-progress"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "-t",
+            str(trace),
+            "-c",
+            "etc/cluster.yaml",
+            "-p",
+            "sjf-bsbf,sjf",
+            "--sharing-slowdown",
+            "etc/sharing.yaml",
+            "-j",
+            str(out),
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rows = json.loads(out.read_text())
     assert {row["policy"] for row in (rows if isinstance(rows, list) else rows["policies"])} == {"sjf-bsbf", "sjf"}
 
 
 @settings(max_examples=100, deadline=None)
-@given(t1=st.integers(10, 5000), t2=st.integers(10, 5000), xi1=st.sampled_from([1.0, 1.25, 1.5, 2.0, 3.5]),
-       xi2=st.sampled_from([1.0, 1.3, 1.5, 2.0, 4.0]))
+@given(
+    t1=st.integers(10, 5000),
+    t2=st.integers(10, 5000),
+    xi1=st.sampled_from([1.0, 1.25, 1.5, 2.0, 3.5]),
+    xi2=st.sampled_from([1.0, 1.3, 1.5, 2.0, 4.0]),
+)
 def test_the_engine_replays_a_pair_as_theorem_1_computes_it(t1, t2, xi1, xi2) -> None:
     """Two different codes, one answer: the event-driven engine (rates, settles, re-pushed ends)
     and pair.overlapped (closed form) agree on both completion times of a forced pair."""

@@ -104,8 +104,22 @@ def test_scontrol_show_job_agrees_with_squeue_json(jobs, utc):
     for line in lines:
         s = parse_scontrol_job(line)
         q = jobs[s.job_id]
-        for field in ("name", "user", "partition", "state", "priority", "restart_count", "requeue", "held",
-                      "gpus", "num_nodes", "required_nodes", "submit_time", "time_limit_minutes", "comment"):
+        for field in (
+            "name",
+            "user",
+            "partition",
+            "state",
+            "priority",
+            "restart_count",
+            "requeue",
+            "held",
+            "gpus",
+            "num_nodes",
+            "required_nodes",
+            "submit_time",
+            "time_limit_minutes",
+            "comment",
+        ):
             assert getattr(s, field) == getattr(q, field), (s.job_id, field, getattr(s, field), getattr(q, field))
         if q.state == "RUNNING" or q.end_time:
             assert s.nodes == q.nodes and s.start_time == q.start_time
@@ -113,8 +127,13 @@ def test_scontrol_show_job_agrees_with_squeue_json(jobs, utc):
 
 def test_scontrol_values_with_spaces():
     kv = parse_scontrol_kv("JobId=7 JobName=a b Comment=teiresias:dir=/x y;profile=1  StdIn=/dev/null Power=")
-    assert kv == {"JobId": "7", "JobName": "a b", "Comment": "teiresias:dir=/x y;profile=1",
-                  "StdIn": "/dev/null", "Power": ""}
+    assert kv == {
+        "JobId": "7",
+        "JobName": "a b",
+        "Comment": "teiresias:dir=/x y;profile=1",
+        "StdIn": "/dev/null",
+        "Power": "",
+    }
     # arguments like lr=0.1 stay in the value: Slurm's keys start upper-case
     kv = parse_scontrol_kv("JobId=8 Command=/x/train.sh lr=0.1 --epochs=3 WorkDir=/w")
     assert kv["Command"] == "/x/train.sh lr=0.1 --epochs=3" and kv["WorkDir"] == "/w"
@@ -150,14 +169,18 @@ def test_error_messages_map_to_exceptions():
     errors = (FIX / "errors.txt").read_text()
     assert "Invalid job id specified" in errors  # the phrase below is Slurm's own
     assert isinstance(error_from_message("Invalid job id specified for job 5", 5), JobVanished)
-    assert isinstance(error_from_message("slurm_load_jobs error: Unable to contact slurm controller "
-                                         "(connect failure)"), SlurmUnreachable)
+    assert isinstance(
+        error_from_message("slurm_load_jobs error: Unable to contact slurm controller (connect failure)"),
+        SlurmUnreachable,
+    )
     e = error_from_message("Job is pending execution for job 16", 16)
     assert type(e) is SlurmError and "pending execution" in str(e)
 
 
 def test_scontrol_unset_numbers():
     # a job cancelled while pending prints NumTasks=N/A
-    j = parse_scontrol_job("JobId=9 JobName=x UserId=ann(1000) Priority=0 JobState=CANCELLED Reason=None "
-                           "Restarts=0 NumNodes=1 NumTasks=N/A TimeLimit=UNLIMITED NodeList=")
+    j = parse_scontrol_job(
+        "JobId=9 JobName=x UserId=ann(1000) Priority=0 JobState=CANCELLED Reason=None "
+        "Restarts=0 NumNodes=1 NumTasks=N/A TimeLimit=UNLIMITED NodeList="
+    )
     assert (j.job_id, j.user, j.gpus, j.num_nodes, j.start_time, j.time_limit_minutes) == (9, "ann", 0, 1, None, None)

@@ -36,8 +36,10 @@ def idx_text(indices: list[int]) -> str:
 
 
 @settings(max_examples=300, deadline=None)
-@given(nodes=st.lists(st.sets(st.integers(0, 15), min_size=1, max_size=16), min_size=1, max_size=6),
-       gtype=st.sampled_from(["", "tesla:", "a100_80g:"]))
+@given(
+    nodes=st.lists(st.sets(st.integers(0, 15), min_size=1, max_size=16), min_size=1, max_size=6),
+    gtype=st.sampled_from(["", "tesla:", "a100_80g:"]),
+)
 def test_count_is_the_number_of_indices_whatever_their_spacing(nodes, gtype):
     detail = [f"gpu:{gtype}{len(s)}(IDX:{idx_text(sorted(s))})" for s in nodes]
     for entry, s in zip(detail, nodes):
@@ -63,7 +65,7 @@ def test_every_form_slurm_prints():
 
 
 def test_captured_four_node_job_with_non_adjacent_indices():
-    (name, _, job_id), = [i.partition("=") for i in (FIX / "squeue_noncontig.ids").read_text().split()]
+    ((name, _, job_id),) = [i.partition("=") for i in (FIX / "squeue_noncontig.ids").read_text().split()]
     jobs = {j.job_id: j for j in parse_squeue_json((FIX / "squeue_noncontig.json").read_text())}
     j = jobs[int(job_id)]
     assert (j.state, j.gpus, j.gpus_per_node, j.num_nodes) == ("RUNNING", 8, 2, 4)

@@ -38,8 +38,15 @@ def test_without_pyslurm_auto_is_cli_and_pyslurm_says_why(monkeypatch):
         select_backend("pyslurm", env={})
 
 
-@pytest.mark.parametrize("built,site,usable", [("25.11.2", "22.05.8", False), ("22.5.0", "22.05.8", True),
-                                               ("22.05.1", "22.05.8", True), ("22.05.1", None, False)])
+@pytest.mark.parametrize(
+    "built,site,usable",
+    [
+        ("25.11.2", "22.05.8", False),
+        ("22.5.0", "22.05.8", True),
+        ("22.05.1", "22.05.8", True),
+        ("22.05.1", None, False),
+    ],
+)
 def test_version_must_match_major_minor(monkeypatch, built, site, usable):
     monkeypatch.setitem(sys.modules, "pyslurm", types.SimpleNamespace(__version__=built))
     ok, why = pyslurm_usable(site)
@@ -50,15 +57,40 @@ def test_version_must_match_major_minor(monkeypatch, built, site, usable):
 
 def test_pyslurm_objects_map_to_the_interface():
     job = SimpleNamespace(
-        id=7, name="train", user_name="ann", account="lab", partition="gpu", state="RUNNING",
-        state_reason="None", priority=100, requeue_count=2, is_requeueable=True, num_nodes=2,
-        gres_per_node={"gpu": 4}, allocated_nodes="node[1-2]", required_nodes="", submit_time=10,
-        eligible_time=11, start_time=12, end_time=999, time_limit=30, command="/x.sh", comment="c")
+        id=7,
+        name="train",
+        user_name="ann",
+        account="lab",
+        partition="gpu",
+        state="RUNNING",
+        state_reason="None",
+        priority=100,
+        requeue_count=2,
+        is_requeueable=True,
+        num_nodes=2,
+        gres_per_node={"gpu": 4},
+        allocated_nodes="node[1-2]",
+        required_nodes="",
+        submit_time=10,
+        eligible_time=11,
+        start_time=12,
+        end_time=999,
+        time_limit=30,
+        command="/x.sh",
+        comment="c",
+    )
     j = job_from_pyslurm(job)
     assert (j.job_id, j.gpus, j.gpus_per_node, j.nodes, j.restart_count) == (7, 8, 4, ("node1", "node2"), 2)
     assert j.start_time == 12 and j.end_time is None and not j.held
-    node = SimpleNamespace(name="node1", state="MIXED+DRAIN", configured_gres={"gpu:a100": 4},
-                           allocated_gres={"gpu:a100": 1}, partitions=["gpu"], total_cpus=8, real_memory=100)
+    node = SimpleNamespace(
+        name="node1",
+        state="MIXED+DRAIN",
+        configured_gres={"gpu:a100": 4},
+        allocated_gres={"gpu:a100": 1},
+        partitions=["gpu"],
+        total_cpus=8,
+        real_memory=100,
+    )
     n = node_from_pyslurm(node)
     assert n.state == {"MIXED", "DRAIN"} and (n.gpus, n.gpus_used) == (4, 1) and not n.usable
 

@@ -7,18 +7,49 @@ from __future__ import annotations
 
 from slurm_plugin.backends.parse import job_gpus, job_shards, parse_job, parse_scontrol_job
 
-RUNNING_1NODE = {"job_id": 23, "job_state": "RUNNING", "nodes": "node2", "node_count": 1,
-                 "tres_per_node": "gres:shard:4", "gres_detail": ["shard:4(IDX:1)"],
-                 "tres_alloc_str": "cpu=1,node=1,billing=1"}
-RUNNING_2NODES = {"job_id": 3, "job_state": "RUNNING", "nodes": "node[1-2]", "node_count": 2,
-                  "tres_per_node": "gres:shard:2", "gres_detail": ["shard:2(IDX:3)", "shard:2(IDX:0)"],
-                  "tres_alloc_str": "cpu=2,node=2,billing=2,gres/shard=4"}
-PENDING = {"job_id": 24, "job_state": "PENDING", "state_reason": "JobHeldUser", "nodes": "", "node_count": 1,
-           "tres_per_node": "gres:shard:1", "gres_detail": []}
-TYPED = {"job_id": 25, "job_state": "RUNNING", "nodes": "node1", "node_count": 1, "tres_per_node": "gres:shard:1",
-         "gres_detail": ["shard:g0:1(IDX:0),shard:g1:0(IDX:),shard:g2:0(IDX:),shard:g3:0(IDX:)"]}
-GPU_JOB = {"job_id": 27, "job_state": "RUNNING", "nodes": "node1", "node_count": 1,
-           "tres_per_node": "gres:gpu:2", "gres_detail": ["gpu:2(IDX:0-1)"]}
+RUNNING_1NODE = {
+    "job_id": 23,
+    "job_state": "RUNNING",
+    "nodes": "node2",
+    "node_count": 1,
+    "tres_per_node": "gres:shard:4",
+    "gres_detail": ["shard:4(IDX:1)"],
+    "tres_alloc_str": "cpu=1,node=1,billing=1",
+}
+RUNNING_2NODES = {
+    "job_id": 3,
+    "job_state": "RUNNING",
+    "nodes": "node[1-2]",
+    "node_count": 2,
+    "tres_per_node": "gres:shard:2",
+    "gres_detail": ["shard:2(IDX:3)", "shard:2(IDX:0)"],
+    "tres_alloc_str": "cpu=2,node=2,billing=2,gres/shard=4",
+}
+PENDING = {
+    "job_id": 24,
+    "job_state": "PENDING",
+    "state_reason": "JobHeldUser",
+    "nodes": "",
+    "node_count": 1,
+    "tres_per_node": "gres:shard:1",
+    "gres_detail": [],
+}
+TYPED = {
+    "job_id": 25,
+    "job_state": "RUNNING",
+    "nodes": "node1",
+    "node_count": 1,
+    "tres_per_node": "gres:shard:1",
+    "gres_detail": ["shard:g0:1(IDX:0),shard:g1:0(IDX:),shard:g2:0(IDX:),shard:g3:0(IDX:)"],
+}
+GPU_JOB = {
+    "job_id": 27,
+    "job_state": "RUNNING",
+    "nodes": "node1",
+    "node_count": 1,
+    "tres_per_node": "gres:gpu:2",
+    "gres_detail": ["gpu:2(IDX:0-1)"],
+}
 
 
 def test_a_shard_job_is_one_shared_gpu_per_node_not_zero_and_not_n():
@@ -40,10 +71,14 @@ def test_parse_job_carries_the_shards():
 
 
 def test_scontrol_shard_job():
-    line = ("JobId=3 JobName=a UserId=root(0) Priority=1 JobState=RUNNING Reason=None Restarts=0"
-            " NumNodes=2 NodeList=node[1-2] JOB_GRES=shard:4 TresPerNode=gres:shard:2 SubmitTime=2026-01-01T00:00:00")
+    line = (
+        "JobId=3 JobName=a UserId=root(0) Priority=1 JobState=RUNNING Reason=None Restarts=0"
+        " NumNodes=2 NodeList=node[1-2] JOB_GRES=shard:4 TresPerNode=gres:shard:2 SubmitTime=2026-01-01T00:00:00"
+    )
     sj = parse_scontrol_job(line)
     assert (sj.gpus, sj.gpus_per_node, sj.shards) == (2, 1, 2)
-    pend = parse_scontrol_job("JobId=4 JobName=b UserId=root(0) Priority=0 JobState=PENDING Reason=JobHeldUser"
-                              " NumNodes=1 TresPerNode=gres:shard:1 SubmitTime=2026-01-01T00:00:00")
+    pend = parse_scontrol_job(
+        "JobId=4 JobName=b UserId=root(0) Priority=0 JobState=PENDING Reason=JobHeldUser"
+        " NumNodes=1 TresPerNode=gres:shard:1 SubmitTime=2026-01-01T00:00:00"
+    )
     assert (pend.gpus, pend.gpus_per_node, pend.shards) == (1, 1, 1)

@@ -56,24 +56,35 @@ def test_tsbatch_app_goes_into_the_comment():
 
 def test_tsbatch_refuses_an_app_name_that_would_break_the_comment(tmp_path):
     exe = str(Path(sys.executable).with_name("tsbatch"))
-    r = subprocess.run([exe, "--app=a;b", "--wrap", "true"], capture_output=True, text=True,
-                       env={**os.environ, "PATH": str(tmp_path)})
+    r = subprocess.run(
+        [exe, "--app=a;b", "--wrap", "true"], capture_output=True, text=True, env={**os.environ, "PATH": str(tmp_path)}
+    )
     assert r.returncode == 2
     assert "--app 'a;b': use letters, digits" in r.stderr and "Traceback" not in r.stderr
 
 
 def _rec(jid: int, account: str, name: str, comment: str = "", phase: Phase = Phase.PENDING) -> JobRecord:
-    return JobRecord(job_id=jid, account=account, user=account, name=name, comment=comment, gpus=1,
-                     submit_time=0.0, phase=phase)
+    return JobRecord(
+        job_id=jid, account=account, user=account, name=name, comment=comment, gpus=1, submit_time=0.0, phase=phase
+    )
 
 
 def test_prepare_puts_apps_and_stored_leases_on_the_jobs(tmp_path):
     cfg = _cfg(tmp_path, "policy: {name: themis, apps: {big: [bob]}}\n")
     c = Cluster.from_tiresias_spec(1, 1, 4)
-    jobs = (Job(JobId(1), 1, 0.0, account="alice", model_name="s-1", state=JobState.RUNNING,
-                placement=Placement.of({"s0n0": 1})),
-            Job(JobId(2), 1, 0.0, account="bob", model_name="x"),
-            Job(JobId(3), 1, 0.0, account="carol", model_name="y"))
+    jobs = (
+        Job(
+            JobId(1),
+            1,
+            0.0,
+            account="alice",
+            model_name="s-1",
+            state=JobState.RUNNING,
+            placement=Placement.of({"s0n0": 1}),
+        ),
+        Job(JobId(2), 1, 0.0, account="bob", model_name="x"),
+        Job(JobId(3), 1, 0.0, account="carol", model_name="y"),
+    )
     recs = {1: _rec(1, "alice", "s-1", "teiresias:dir=/d;app=hp"), 2: _rec(2, "bob", "x"), 3: _rec(3, "carol", "y")}
     leases.prepare(cfg, Snapshot(10.0, c, jobs), recs, {"leases": {1: 30.0, 2: 40.0}})
     assert [j.app for j in jobs] == ["hp", "big", ""]
@@ -82,9 +93,20 @@ def test_prepare_puts_apps_and_stored_leases_on_the_jobs(tmp_path):
 
 def test_after_audits_expiries_and_the_auction_and_stores_state(tmp_path):
     c = Cluster.from_tiresias_spec(1, 1, 1)
-    jobs = (Job(JobId(1), 1, 0.0, app="a", state=JobState.RUNNING, placement=Placement.of({"s0n0": 1}),
-                executed_time=50.0, total_executed_time=50.0, lease_end=20.0),
-            Job(JobId(2), 1, 0.0, app="b"))
+    jobs = (
+        Job(
+            JobId(1),
+            1,
+            0.0,
+            app="a",
+            state=JobState.RUNNING,
+            placement=Placement.of({"s0n0": 1}),
+            executed_time=50.0,
+            total_executed_time=50.0,
+            lease_end=20.0,
+        ),
+        Job(JobId(2), 1, 0.0, app="b"),
+    )
     snap = Snapshot(30.0, c, jobs)
     pol = default_policy(_cfg(tmp_path, "policy: {name: themis, lease: 20}\n"), None)
     plan = pol.decide(snap)
@@ -114,15 +136,20 @@ def test_tsbatch_iterations_go_into_the_comment_and_bad_ones_are_refused(tmp_pat
     assert "iters" not in parse_comment(build_comment(JobSetup(None, "/b", 0, False, 90), None))
     exe = str(Path(sys.executable).with_name("tsbatch"))
     for bad in ("0", "ten"):
-        r = subprocess.run([exe, f"--iterations={bad}", "--wrap", "true"], capture_output=True, text=True,
-                           env={**os.environ, "PATH": str(tmp_path)})
+        r = subprocess.run(
+            [exe, f"--iterations={bad}", "--wrap", "true"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PATH": str(tmp_path)},
+        )
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert f"--iterations needs a whole number of optimizer steps >= 1, not '{bad}'" in r.stderr
 
 
 def _ckpt(restart: int, step: int) -> CheckpointRecord:
-    return CheckpointRecord(job_id=7, restart_count=restart, step=step, path=f"/c/{step}", bytes=1, seconds=0.1,
-                            time=0.0, reason="preempt")
+    return CheckpointRecord(
+        job_id=7, restart_count=restart, step=step, path=f"/c/{step}", bytes=1, seconds=0.1, time=0.0, reason="preempt"
+    )
 
 
 def _run(restart: int, steps: int, median: float) -> RunRecord:
@@ -136,8 +163,7 @@ def test_work_left_from_the_hooks_files(tmp_path):
     base = tmp_path / "jobs"
     jobdir = job_dir(base, 7)
     jobdir.mkdir(parents=True)
-    rec = _rec(7, "alice", "s-1", build_comment(JobSetup(None, str(base), 0, False, 90), None, "", 1000),
-               Phase.RUNNING)
+    rec = _rec(7, "alice", "s-1", build_comment(JobSetup(None, str(base), 0, False, 90), None, "", 1000), Phase.RUNNING)
     assert leases.record_work_left(rec) is None  # no step timed yet: the policy keeps its estimate
     append_run(jobdir, _run(0, 60, 0.5))
     append_run(jobdir, _run(0, 120, 0.5))
@@ -160,8 +186,17 @@ def test_measured_work_left_reaches_rho(tmp_path):
     append_run(jobdir, _run(0, 100, 2.0))
     cfg = _cfg(tmp_path, "policy: {name: themis}\n")
     c = Cluster.from_tiresias_spec(1, 1, 4)
-    job = Job(JobId(1), 1, 0.0, account="alice", model_name="s-1", state=JobState.RUNNING,
-              placement=Placement.of({"s0n0": 1}), total_executed_time=200.0, executed_time=200.0)
+    job = Job(
+        JobId(1),
+        1,
+        0.0,
+        account="alice",
+        model_name="s-1",
+        state=JobState.RUNNING,
+        placement=Placement.of({"s0n0": 1}),
+        total_executed_time=200.0,
+        executed_time=200.0,
+    )
     comment = build_comment(JobSetup(None, str(base), 0, False, 90), None, "", 400)
     leases.prepare(cfg, Snapshot(300.0, c, [job]), {1: _rec(1, "alice", "s-1", comment, Phase.RUNNING)}, {})
     assert job.measured_left == pytest.approx(600.0)  # (400 - 100) x 2 s

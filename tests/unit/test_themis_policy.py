@@ -16,9 +16,19 @@ C = Cluster.from_tiresias_spec(1, 1, 4)
 
 
 def _running(jid: int, app: str, gpus: int, lease_end: float | None, executed: float = 100.0) -> Job:
-    return Job(JobId(jid), gpus, 0.0, app=app, state=JobState.RUNNING, placement=Placement.of({"s0n0": gpus}),
-               first_start_time=0.0, executed_time=executed, total_executed_time=executed,
-               duration=executed + 1000.0, lease_end=lease_end)
+    return Job(
+        JobId(jid),
+        gpus,
+        0.0,
+        app=app,
+        state=JobState.RUNNING,
+        placement=Placement.of({"s0n0": gpus}),
+        first_start_time=0.0,
+        executed_time=executed,
+        total_executed_time=executed,
+        duration=executed + 1000.0,
+        lease_end=lease_end,
+    )
 
 
 def _pending(jid: int, app: str, gpus: int, submit: float = 0.0) -> Job:
@@ -82,8 +92,16 @@ def test_leftover_order_is_seeded():
 
 def test_within_an_app_its_jobs_go_in_2d_las_order():
     # App a wins 2 GPUs worth of its jobs; the one with less attained service comes first.
-    older = Job(JobId(1), 2, 0.0, app="a", first_start_time=0.0, executed_time=5000.0,
-                total_executed_time=5000.0, duration=9000.0)
+    older = Job(
+        JobId(1),
+        2,
+        0.0,
+        app="a",
+        first_start_time=0.0,
+        executed_time=5000.0,
+        total_executed_time=5000.0,
+        duration=9000.0,
+    )
     newer = Job(JobId(2), 2, 1.0, app="a", duration=100.0)
     plan = build_policy("themis").decide(Snapshot(10.0, Cluster.from_tiresias_spec(1, 1, 2), [older, newer]))
     assert set(plan.start) == {JobId(2)}
@@ -94,8 +112,12 @@ def test_while_a_filtered_app_cannot_bid_new_leases_end_with_the_next_lease():
     # with one 4-GPU job: it is the app that bids, but only 3 GPUs are on auction. a's job 1 and a's
     # waiting job 3 run on as leftovers, their leases ending with job 2's so that all 4 GPUs are on
     # auction at 400.
-    jobs = [_running(1, "a", 1, lease_end=100.0), _running(2, "a", 1, lease_end=400.0), _pending(3, "a", 1),
-            _pending(4, "b", 4)]
+    jobs = [
+        _running(1, "a", 1, lease_end=100.0),
+        _running(2, "a", 1, lease_end=400.0),
+        _pending(3, "a", 1),
+        _pending(4, "b", 4),
+    ]
     plan = build_policy("themis", PolicyParams(lease=600.0)).decide(Snapshot(100.0, C, jobs))
     assert set(plan.start) == {JobId(3)} and JobId(1) in plan.keep
     assert plan.leases == {JobId(1): 400.0, JobId(2): 400.0, JobId(3): 400.0}
@@ -110,7 +132,11 @@ def test_an_app_needing_more_gpus_than_one_lease_frees_gets_them():
     trace = [TraceJob(k, 1, 60.0 * k, 20_000.0, model_name="m", app="s") for k in range(8)]
     trace.append(TraceJob(8, 8, 500.0, 600.0, model_name="m", app="b"))
     cluster = Cluster.from_tiresias_spec(1, 1, 8)
-    res = Simulator(trace, cluster, ThemisPolicy(ConsolidatePlacement(), lease=600.0),
-                    SimulationOptions(record_timeline=False, progress=False)).run()
+    res = Simulator(
+        trace,
+        cluster,
+        ThemisPolicy(ConsolidatePlacement(), lease=600.0),
+        SimulationOptions(record_timeline=False, progress=False),
+    ).run()
     b = next(r for r in res.records if r.job_id == 8)
     assert b.start <= 1200.0 + 60.0, f"b's 8-GPU job waited until {b.start:.0f} s"

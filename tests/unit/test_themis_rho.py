@@ -33,8 +33,18 @@ def test_slowdown_by_node_rack_and_across():
 def test_rho_of_each_app_by_equation_1():
     # One node of 4 GPUs, two apps, so a 1/N share is 2 GPUs.
     c = Cluster.from_tiresias_spec(1, 1, 4)
-    a = Job(JobId(1), 2, 0.0, account="a", model_name="x", duration=100.0, state=JobState.RUNNING,
-            placement=Placement.of({"s0n0": 2}), first_start_time=0.0, lease_end=600.0)
+    a = Job(
+        JobId(1),
+        2,
+        0.0,
+        account="a",
+        model_name="x",
+        duration=100.0,
+        state=JobState.RUNNING,
+        placement=Placement.of({"s0n0": 2}),
+        first_start_time=0.0,
+        lease_end=600.0,
+    )
     b = Job(JobId(2), 1, 0.0, account="b", model_name="y", duration=200.0)
     pol = ThemisPolicy(ConsolidatePlacement(), lease=600.0)
     _, inputs, now_rho = pol.app_rhos(Snapshot(50.0, c, [a, b]))
@@ -55,8 +65,22 @@ def test_jain_index():
 
 
 def _rec(jid: int, app: str, gpus: int, submit: float, end: float, work: float) -> JobRecord:
-    return JobRecord(job_id=jid, gpus=gpus, model="m", submit=submit, start=submit, end=end, jct=end - submit,
-                     queue_delay=0.0, preemptions=0, overhead=0.0, slowed=False, nodes=(), app=app, work=work)
+    return JobRecord(
+        job_id=jid,
+        gpus=gpus,
+        model="m",
+        submit=submit,
+        start=submit,
+        end=end,
+        jct=end - submit,
+        queue_delay=0.0,
+        preemptions=0,
+        overhead=0.0,
+        slowed=False,
+        nodes=(),
+        app=app,
+        work=work,
+    )
 
 
 def test_reported_rho_uses_the_average_contention_over_the_apps_lifetime():
@@ -94,9 +118,20 @@ def test_an_app_finishes_no_sooner_than_its_slowest_job():
     capped by its own GPUs. An app running its one long 1-GPU job, with a 60-s 8-GPU job waiting,
     is not unfair: alone on its share it could not end before that long job either."""
     c = Cluster.from_tiresias_spec(1, 2, 8)  # 16 GPUs, two apps: a share of 8
-    long = Job(JobId(1), 1, 0.0, account="a", model_name="x", duration=10_000.0, state=JobState.RUNNING,
-               placement=Placement.of({"s0n0": 1}), first_start_time=0.0, executed_time=1000.0,
-               total_executed_time=1000.0, lease_end=5000.0)
+    long = Job(
+        JobId(1),
+        1,
+        0.0,
+        account="a",
+        model_name="x",
+        duration=10_000.0,
+        state=JobState.RUNNING,
+        placement=Placement.of({"s0n0": 1}),
+        first_start_time=0.0,
+        executed_time=1000.0,
+        total_executed_time=1000.0,
+        lease_end=5000.0,
+    )
     short = Job(JobId(2), 8, 0.0, account="a", model_name="x", duration=60.0)
     other = Job(JobId(3), 1, 0.0, account="b", model_name="y", duration=100.0)
     _, inputs, now_rho = ThemisPolicy(ConsolidatePlacement()).app_rhos(Snapshot(1000.0, c, [long, short, other]))

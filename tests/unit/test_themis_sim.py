@@ -38,8 +38,9 @@ def multi_app_trace() -> list[TraceJob]:
 
 
 def test_themis_lowers_max_rho_against_las_and_fifo_at_equal_utilisation():
-    res = {n: Simulator(multi_app_trace(), CLUSTER, build_policy(n), OPT).run().summary
-           for n in ("themis", "las", "fifo")}
+    res = {
+        n: Simulator(multi_app_trace(), CLUSTER, build_policy(n), OPT).run().summary for n in ("themis", "las", "fifo")
+    }
     assert res["themis"].max_rho < 0.8 * res["las"].max_rho
     assert res["themis"].max_rho < 0.5 * res["fifo"].max_rho
     assert res["themis"].jain_rho > res["las"].jain_rho > res["fifo"].jain_rho
@@ -59,9 +60,26 @@ def test_an_app_that_halves_its_reported_rho_does_not_gain(app):
 def test_simulate_cli_reports_rho_for_every_policy_and_plots_its_cdf(tmp_path: Path):
     write_trace(tmp_path / "apps.csv", multi_app_trace())
     (tmp_path / "c.yaml").write_text("num_switch: 1\nnum_node_p_switch: 2\nnum_gpu_p_node: 8\n")
-    r = CliRunner().invoke(cli, ["simulate", "-t", str(tmp_path / "apps.csv"), "-c", str(tmp_path / "c.yaml"),
-                                 "-p", "themis,las,fifo", "--lease", "300", "--fairness-knob", "0.7",
-                                 "--json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "p.svg")])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "-t",
+            str(tmp_path / "apps.csv"),
+            "-c",
+            str(tmp_path / "c.yaml"),
+            "-p",
+            "themis,las,fifo",
+            "--lease",
+            "300",
+            "--fairness-knob",
+            "0.7",
+            "--json",
+            str(tmp_path / "s.json"),
+            "--plot",
+            str(tmp_path / "p.svg"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "max rho" in r.output and "app0" in r.output
     rows = json.loads((tmp_path / "s.json").read_text())
@@ -72,23 +90,41 @@ def test_simulate_cli_reports_rho_for_every_policy_and_plots_its_cdf(tmp_path: P
     assert "rho CDF" in (tmp_path / "p.svg").read_text()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--lease", "0"], "lease 0.0 must be a positive number of seconds"),
-    (["--fairness-knob", "1.5"], "fairness knob 1.5 must be in (0, 1)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lease", "0"], "lease 0.0 must be a positive number of seconds"),
+        (["--fairness-knob", "1.5"], "fairness knob 1.5 must be in (0, 1)"),
+    ],
+)
 def test_bad_themis_knobs_are_one_line_exit_2(tmp_path: Path, args, message):
     write_trace(tmp_path / "apps.csv", multi_app_trace())
     (tmp_path / "c.yaml").write_text("num_switch: 1\nnum_node_p_switch: 2\nnum_gpu_p_node: 8\n")
-    r = CliRunner().invoke(cli, ["simulate", "-t", str(tmp_path / "apps.csv"), "-c", str(tmp_path / "c.yaml"),
-                                 "-p", "themis", *args])
+    r = CliRunner().invoke(
+        cli, ["simulate", "-t", str(tmp_path / "apps.csv"), "-c", str(tmp_path / "c.yaml"), "-p", "themis", *args]
+    )
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
 def test_trace_synth_groups_jobs_into_apps(tmp_path: Path):
     root = Path(__file__).resolve().parents[2]
-    args = ["trace", "synth", "-k", "philly", "-n", "200", "-S", str(root / "teiresias/data/yarn-gput10000.csv"),
-            "-G", "64", "-A", "6", "-s", "3"]
+    args = [
+        "trace",
+        "synth",
+        "-k",
+        "philly",
+        "-n",
+        "200",
+        "-S",
+        str(root / "teiresias/data/yarn-gput10000.csv"),
+        "-G",
+        "64",
+        "-A",
+        "6",
+        "-s",
+        "3",
+    ]
     a = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "a.csv")], catch_exceptions=False)
     b = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "b.csv")], catch_exceptions=False)
     assert a.exit_code == 0 and b.exit_code == 0, a.output

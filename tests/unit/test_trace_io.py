@@ -51,7 +51,10 @@ def test_reference_60_job_trace_is_accepted():
     [
         ("", "t.csv:1: empty trace"),
         (HEADER, "t.csv:2: trace has a header but no jobs"),
-        ("job_id,num_gpu,submit_time,iterations,model_name,interval\n0,1,0,1,a,1\n", "t.csv:1: missing column duration"),
+        (
+            "job_id,num_gpu,submit_time,iterations,model_name,interval\n0,1,0,1,a,1\n",
+            "t.csv:1: missing column duration",
+        ),
         (HEADER + "0,1,0,1,a,10,0\n1,-2,5,1,a,10,0\n", "t.csv:3: num_gpu must be > 0, got '-2'"),
         (HEADER + "0,0,0,1,a,10,0\n", "t.csv:2: num_gpu must be > 0, got '0'"),
         (HEADER + "0,1.5,0,1,a,10,0\n", "t.csv:2: num_gpu must be an integer, got '1.5'"),

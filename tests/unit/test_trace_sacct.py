@@ -37,9 +37,17 @@ STEPS_OUT = DATA / "sacct-22.05-steps.txt"
 # above expects; job 10's submit is its first submission (20:48:47, 11 s
 # after the first kept job's 20:48:36) and its duration both runs (3 + 8).
 EXPECTED = [
-    (5, 1, 0, 3), (6, 2, 0, 3), (7, 4, 0, 3), (8, 3, 0, 3), (9, 4, 0, 5),
-    (10, 1, 11, 11), (12, 8, 11, 2),
-    (14, 1, 95, 1), (15, 2, 104, 20), (16, 4, 104, 1), (17, 4, 104, 1),
+    (5, 1, 0, 3),
+    (6, 2, 0, 3),
+    (7, 4, 0, 3),
+    (8, 3, 0, 3),
+    (9, 4, 0, 5),
+    (10, 1, 11, 11),
+    (12, 8, 11, 2),
+    (14, 1, 95, 1),
+    (15, 2, 104, 20),
+    (16, 4, 104, 1),
+    (17, 4, 104, 1),
 ]
 
 
@@ -137,19 +145,29 @@ def _one_line_exit_2(r, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("name, content, needles", [
-    ("trace.csv", b"job_id,num_gpu,submit_time\n1,2,3\n", ("trace.csv:1", "not sacct output")),
-    ("empty.txt", b"\n\n", ("empty.txt", "empty")),
-    ("latin1.txt", PARSABLE_OUT.read_bytes().replace(b"wrap", b"r\xe9sum\xe9"), ("latin1.txt:2", "not UTF-8")),
-    ("broken.json", b'{"jobs": [\n{"job_id": 1,\n', ("broken.json:3", "not valid JSON")),
-    ("other.json", b'{"nodes": []}', ("other.json", "not `sacct --json` output")),
-    ("nojobs.json", b'{"meta": {}, "errors": [], "jobs": []}', ("nojobs.json", "no finished GPU jobs")),
-    ("cols.txt", b"JobID|State|Submit\n1|COMPLETED|2024-01-01T00:00:00\n", ("cols.txt:1", "Start, End, AllocTRES")),
-    ("time.txt", b"JobIDRaw|State|Submit|Start|End|AllocTRES\n1|COMPLETED|yesterday|x|y|gres/gpu=1\n",
-     ("time.txt:2", "Submit 'yesterday'")),
-    ("array.txt", b"JobID|State|Submit|Start|End|AllocTRES\n7_1|COMPLETED|2024-01-01T00:00:00|"
-                  b"2024-01-01T00:00:00|2024-01-01T00:01:00|gres/gpu=1\n", ("array.txt:2", "JobIDRaw")),
-])
+@pytest.mark.parametrize(
+    "name, content, needles",
+    [
+        ("trace.csv", b"job_id,num_gpu,submit_time\n1,2,3\n", ("trace.csv:1", "not sacct output")),
+        ("empty.txt", b"\n\n", ("empty.txt", "empty")),
+        ("latin1.txt", PARSABLE_OUT.read_bytes().replace(b"wrap", b"r\xe9sum\xe9"), ("latin1.txt:2", "not UTF-8")),
+        ("broken.json", b'{"jobs": [\n{"job_id": 1,\n', ("broken.json:3", "not valid JSON")),
+        ("other.json", b'{"nodes": []}', ("other.json", "not `sacct --json` output")),
+        ("nojobs.json", b'{"meta": {}, "errors": [], "jobs": []}', ("nojobs.json", "no finished GPU jobs")),
+        ("cols.txt", b"JobID|State|Submit\n1|COMPLETED|2024-01-01T00:00:00\n", ("cols.txt:1", "Start, End, AllocTRES")),
+        (
+            "time.txt",
+            b"JobIDRaw|State|Submit|Start|End|AllocTRES\n1|COMPLETED|yesterday|x|y|gres/gpu=1\n",
+            ("time.txt:2", "Submit 'yesterday'"),
+        ),
+        (
+            "array.txt",
+            b"JobID|State|Submit|Start|End|AllocTRES\n7_1|COMPLETED|2024-01-01T00:00:00|"
+            b"2024-01-01T00:00:00|2024-01-01T00:01:00|gres/gpu=1\n",
+            ("array.txt:2", "JobIDRaw"),
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, name, content, needles):
     p = tmp_path / name
     p.write_bytes(content)
@@ -201,8 +219,9 @@ def test_samples_are_the_jobs_gpu_times_and_read_by_gittins(tmp_path):
     out, samples = tmp_path / "t.csv", tmp_path / "gput.csv"
     r = run(str(JSON_OUT), "-o", str(out), "-S", str(samples))
     assert r.exit_code == 0, r.output
-    assert sorted(ServiceDistribution.from_samples_file(samples).samples) == \
-        sorted(float(g * d) for _, g, _, d in EXPECTED)
+    assert sorted(ServiceDistribution.from_samples_file(samples).samples) == sorted(
+        float(g * d) for _, g, _, d in EXPECTED
+    )
 
 
 def test_outputs_are_checked_before_reading_and_written_both_or_neither(tmp_path):

@@ -58,9 +58,30 @@ def test_synth_cli_writes_a_readable_trace(tmp_path):
     samples = tmp_path / "gput.csv"
     samples.write_text("duration\n" + "\n".join(str(s) for s in SAMPLES) + "\n")
     out = tmp_path / "p.csv"
-    r = CliRunner().invoke(cli, ["trace", "synth", "--kind", "philly", "-n", "50", "-S", str(samples),
-                                 "-G", "32", "--load", "1.2", "--gpu-mix", "1:3,2:1,8:1", "-s", "4",
-                                 "-o", str(out), "--json"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "trace",
+            "synth",
+            "--kind",
+            "philly",
+            "-n",
+            "50",
+            "-S",
+            str(samples),
+            "-G",
+            "32",
+            "--load",
+            "1.2",
+            "--gpu-mix",
+            "1:3,2:1,8:1",
+            "-s",
+            "4",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     info = json.loads(r.stdout.strip().splitlines()[-1])
     assert info["jobs"] == 50 and set(info["gpus"]) <= {"1", "2", "8"}

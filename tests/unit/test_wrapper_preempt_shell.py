@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import psutil
 import pytest
@@ -37,8 +36,9 @@ time.sleep(120)
 def batch(tmp_path):
     base = tmp_path / "base"
     script = tmp_path / "batch.sh"
-    script.write_text(render(CHILD, JobSetup(hook_site=str(tmp_path / "site"), base=str(base), every=0,
-                                             profile=False, grace=90)))
+    script.write_text(
+        render(CHILD, JobSetup(hook_site=str(tmp_path / "site"), base=str(base), every=0, profile=False, grace=90))
+    )
     script.chmod(0o755)
     seen = tmp_path / "seen.txt"
     procs: list[subprocess.Popen] = []
@@ -67,8 +67,9 @@ def test_usr1_before_any_process_started_is_acked_by_the_shell(batch):
     p = start()
     p.send_signal(signal.SIGUSR1)
     ack = poll("the shell's Ack", lambda: protocol.read_ack(jobdir), timeout=10, every=0.05)
-    assert ack == protocol.Ack(job_id=7, restart_count=1, step=12, path="", bytes=0, seconds=0.0,
-                               time=ack.time, saved=False)
+    assert ack == protocol.Ack(
+        job_id=7, restart_count=1, step=12, path="", bytes=0, seconds=0.0, time=ack.time, saved=False
+    )
     assert (jobdir / protocol.PREEMPT_REQUEST.format(restart=1)).exists()
     poll("the forwarded USR1", lambda: seen.exists() and "SIGUSR1" in seen.read_text(), timeout=10)
     assert p.poll() is None, "the batch shell must survive USR1"

@@ -25,37 +25,53 @@ from wrappers.tsbatch import HOOK_SITE, _header_words, _job_name, _profiling, _s
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE.parent / "fixtures" / "train_scripts" / "tsbatch_golden_profile.sh"
-VALID = Profile(valid=True, layer="gloo", ranks=2, iterations=10, collectives_per_iteration=10,
-                bytes_per_iteration=1e6, model_bytes=1e6, period_s=0.1, intensity_bps=1e7, skew=0.7,
-                skew_source="traffic", traffic_skew=0.7, traffic_skew_valid=True)
+VALID = Profile(
+    valid=True,
+    layer="gloo",
+    ranks=2,
+    iterations=10,
+    collectives_per_iteration=10,
+    bytes_per_iteration=1e6,
+    model_bytes=1e6,
+    period_s=0.1,
+    intensity_bps=1e7,
+    skew=0.7,
+    skew_source="traffic",
+    traffic_skew=0.7,
+    traffic_skew_valid=True,
+)
 
 
 # ----------------------------------------------------------------- GPU counting
 
-@pytest.mark.parametrize("cli, header, want", [
-    (["-G", "2"], [], 2),
-    (["-G2"], [], 2),
-    (["--gpus=a100:3"], [], 3),
-    (["--gpus", "4"], [], 4),
-    (["--gpus-per-n=2", "-N", "2"], [], 4),  # getopt abbreviation of --gpus-per-node
-    (["--gres=gpu:2"], [], 2),
-    (["--gres=gpu:a100:2", "-N", "2"], [], 4),
-    (["--gres=gpu"], [], 1),
-    (["--gres=gres/gpu:2,mps:100"], [], 2),
-    (["--gres=mps:100"], [], 0),
-    (["--gpus-per-node=2", "--nodes=3"], [], 6),
-    (["--gpus-per-node=2", "-N", "2-4"], [], 4),  # the minimum of a range
-    (["--gpus-per-task=1", "-n", "4"], [], 4),
-    (["--gpus-per-task=2", "--ntasks-per-node=2", "-N2"], [], 8),
-    (["--gpus-per-task=2"], [], 2),  # one task by default
-    (["-c", "4", "--mem=1G"], [], 0),
-    ([], ["-G", "2"], 2),  # #SBATCH lines count
-    (["-G", "1"], ["-G", "4"], 1),  # the command line wins over #SBATCH
-    ([], ["--gpus-per-node=4", "-N", "2"], 8),
-    (["-N", "2"], ["--gpus-per-node=4"], 8),  # mixed sources
-    (["-vG", "2"], [], 2),  # a flag bundled before the value option
-    (["--gpus=x"], [], 0),  # unreadable: sbatch will say so
-])
+
+@pytest.mark.parametrize(
+    "cli, header, want",
+    [
+        (["-G", "2"], [], 2),
+        (["-G2"], [], 2),
+        (["--gpus=a100:3"], [], 3),
+        (["--gpus", "4"], [], 4),
+        (["--gpus-per-n=2", "-N", "2"], [], 4),  # getopt abbreviation of --gpus-per-node
+        (["--gres=gpu:2"], [], 2),
+        (["--gres=gpu:a100:2", "-N", "2"], [], 4),
+        (["--gres=gpu"], [], 1),
+        (["--gres=gres/gpu:2,mps:100"], [], 2),
+        (["--gres=mps:100"], [], 0),
+        (["--gpus-per-node=2", "--nodes=3"], [], 6),
+        (["--gpus-per-node=2", "-N", "2-4"], [], 4),  # the minimum of a range
+        (["--gpus-per-task=1", "-n", "4"], [], 4),
+        (["--gpus-per-task=2", "--ntasks-per-node=2", "-N2"], [], 8),
+        (["--gpus-per-task=2"], [], 2),  # one task by default
+        (["-c", "4", "--mem=1G"], [], 0),
+        ([], ["-G", "2"], 2),  # #SBATCH lines count
+        (["-G", "1"], ["-G", "4"], 1),  # the command line wins over #SBATCH
+        ([], ["--gpus-per-node=4", "-N", "2"], 8),
+        (["-N", "2"], ["--gpus-per-node=4"], 8),  # mixed sources
+        (["-vG", "2"], [], 2),  # a flag bundled before the value option
+        (["--gpus=x"], [], 0),  # unreadable: sbatch will say so
+    ],
+)
 def test_requested_gpus(cli, header, want):
     assert requested_gpus(header, cli) == want
 
@@ -73,6 +89,7 @@ def test_gpus_counted_from_a_real_command_line_and_script():
 
 
 # ----------------------------------------------------------------- the decision
+
 
 def env_with_store(tmp_path: Path, profiled: tuple[str, ...] = ()) -> dict[str, str]:
     store = ProfileStore(tmp_path / "profiles")
@@ -169,8 +186,14 @@ def test_profiling_decision_gives_the_interposer(tmp_path):
 # ----------------------------------------------------------------- the batch script
 
 USER = "#!/bin/bash\n#SBATCH --gpus=2\ntorchrun --nproc-per-node=2 train.py\n"
-SETUP = JobSetup(hook_site="/opt/teiresias/wrappers/hooks/site", base="/shared/ckpt", every=0, profile=True,
-                 grace=90, profile_lib="/opt/teiresias/profiler/_tprof.so")
+SETUP = JobSetup(
+    hook_site="/opt/teiresias/wrappers/hooks/site",
+    base="/shared/ckpt",
+    every=0,
+    profile=True,
+    grace=90,
+    profile_lib="/opt/teiresias/profiler/_tprof.so",
+)
 
 
 def test_profiled_script_matches_golden_file():
@@ -179,7 +202,8 @@ def test_profiled_script_matches_golden_file():
         GOLDEN.write_text(got)
     assert got == GOLDEN.read_text(), (
         "the generated batch script changed; if intended, rerun with TEIRESIAS_UPDATE_GOLDEN=1 "
-        f"and review the diff of {GOLDEN.name}")
+        f"and review the diff of {GOLDEN.name}"
+    )
     assert subprocess.run(["bash", "-n"], input=got, text=True, check=False).returncode == 0
 
 
@@ -200,14 +224,19 @@ echo "window=${{TEIRESIAS_PROFILE_SECONDS:-unset}}/${{TEIRESIAS_PROFILE_ITERS:-u
 
 
 def run_batch(tmp_path: Path, env_extra: dict[str, str], lib: str | None = None) -> tuple[dict[str, str], str]:
-    setup = JobSetup(str(HOOK_SITE), str(tmp_path / "base"), 0, True, 90,
-                     profile_lib=lib or str(profiler.library_path()),
-                     window=profiling.window_from_env({profiling.ENV_SECONDS: "5", profiling.ENV_ITERS: "12"}))
+    setup = JobSetup(
+        str(HOOK_SITE),
+        str(tmp_path / "base"),
+        0,
+        True,
+        90,
+        profile_lib=lib or str(profiler.library_path()),
+        window=profiling.window_from_env({profiling.ENV_SECONDS: "5", profiling.ENV_ITERS: "12"}),
+    )
     script = tmp_path / "batch.sh"
     script.write_text(render(SHOW.format(python=sys.executable), setup))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TEIRESIAS_", "LD_PRELOAD"))}
-    env.update({"SLURM_JOB_ID": "4242", "LD_PRELOAD": "libm.so.6", "TMPDIR": str(tmp_path)},
-               **env_extra)
+    env.update({"SLURM_JOB_ID": "4242", "LD_PRELOAD": "libm.so.6", "TMPDIR": str(tmp_path)}, **env_extra)
     r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     got = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
@@ -241,14 +270,29 @@ def test_model_hook_installed_where_teiresias_is_not(tmp_path):
     loads profiler/model_hook.py by path (it needs only the standard library)."""
     python = Path("/usr/bin/python3")
     probe = "import importlib.util as u; print(u.find_spec('profiler') is None)"
-    if not python.exists() or subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
-                                             check=False, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path).stdout.strip() != "True":
+    if (
+        not python.exists()
+        or subprocess.run(
+            [str(python), "-c", probe],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+        ).stdout.strip()
+        != "True"
+    ):
         pytest.skip("needs a system python3 without teiresias")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(HOOK_SITE), "TEIRESIAS_PROFILE": "1",
-           "TEIRESIAS_PROFILE_DIR": str(tmp_path / "profile")}
-    show = ("import sys; print(type(sys.meta_path[0]).__name__, '_teiresias_model_hook' in sys.modules,"
-            " 'profiler' in sys.modules)")
-    r = subprocess.run([str(python), "-c", show], env=env, capture_output=True, text=True, check=False,
-                       cwd=tmp_path)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(HOOK_SITE),
+        "TEIRESIAS_PROFILE": "1",
+        "TEIRESIAS_PROFILE_DIR": str(tmp_path / "profile"),
+    }
+    show = (
+        "import sys; print(type(sys.meta_path[0]).__name__, '_teiresias_model_hook' in sys.modules,"
+        " 'profiler' in sys.modules)"
+    )
+    r = subprocess.run([str(python), "-c", show], env=env, capture_output=True, text=True, check=False, cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert r.stdout.split() == ["_Finder", "True", "False"]

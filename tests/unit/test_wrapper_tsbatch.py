@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import poll
 from wrappers.batchscript import JobSetup, NotABatchScript, header_lines, render, wrap_script
 from wrappers.sbatch_args import parse
 from wrappers.tsbatch import build_comment
-from tests.conftest import poll
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE.parent / "fixtures" / "train_scripts" / "tsbatch_golden.sh"
@@ -35,7 +35,8 @@ def test_generated_script_matches_golden_file():
         GOLDEN.write_text(got)
     assert got == GOLDEN.read_text(), (
         "the generated batch script changed; if intended, rerun with TEIRESIAS_UPDATE_GOLDEN=1 "
-        f"and review the diff of {GOLDEN.relative_to(HERE.parent.parent)}")
+        f"and review the diff of {GOLDEN.relative_to(HERE.parent.parent)}"
+    )
 
 
 def test_generated_script_is_valid_bash_and_embeds_script_verbatim():
@@ -63,15 +64,29 @@ def test_wrap_matches_sbatch():
     assert wrap_script("hostname") == "#!/bin/sh\n# This script was created by sbatch --wrap.\n\nhostname\n"
 
 
-@pytest.mark.parametrize("argv, script, args, opts, own", [
-    (["-p", "gpu", "s.sh", "-p", "x"], "s.sh", ["-p", "x"], ["-p", "gpu"], {}),
-    (["--checkpoint-dir", "/c", "-N2", "--time=5", "s.sh"], "s.sh", [], ["-N2", "--time=5"], {"checkpoint-dir": "/c"}),
-    (["--part", "gpu", "--", "s.sh", "--x"], "s.sh", ["--x"], ["--part", "gpu"], {}),
-    (["-Hk", "-J", "n", "--exclusive", "s.sh"], "s.sh", [], ["-Hk", "-J", "n", "--exclusive"], {}),
-    (["--profile", "--profile=task", "s.sh"], "s.sh", [], ["--profile=task"], {"profile": "1"}),
-    (["--checkpoint-every=7", "--no-checkpoint", "s.sh"], "s.sh", [], [],
-     {"checkpoint-every": "7", "no-checkpoint": "1"}),
-])
+@pytest.mark.parametrize(
+    "argv, script, args, opts, own",
+    [
+        (["-p", "gpu", "s.sh", "-p", "x"], "s.sh", ["-p", "x"], ["-p", "gpu"], {}),
+        (
+            ["--checkpoint-dir", "/c", "-N2", "--time=5", "s.sh"],
+            "s.sh",
+            [],
+            ["-N2", "--time=5"],
+            {"checkpoint-dir": "/c"},
+        ),
+        (["--part", "gpu", "--", "s.sh", "--x"], "s.sh", ["--x"], ["--part", "gpu"], {}),
+        (["-Hk", "-J", "n", "--exclusive", "s.sh"], "s.sh", [], ["-Hk", "-J", "n", "--exclusive"], {}),
+        (["--profile", "--profile=task", "s.sh"], "s.sh", [], ["--profile=task"], {"profile": "1"}),
+        (
+            ["--checkpoint-every=7", "--no-checkpoint", "s.sh"],
+            "s.sh",
+            [],
+            [],
+            {"checkpoint-every": "7", "no-checkpoint": "1"},
+        ),
+    ],
+)
 def test_parse_splits_like_getopt(argv, script, args, opts, own):
     p = parse(argv)
     assert (p.script, p.script_args, p.sbatch_opts, p.own, p.unknown) == (script, args, opts, own, None)
@@ -135,14 +150,19 @@ def test_batch_shell_survives_and_forwards_each_signal_once(tmp_path):
 
     script = render(CHILD.format(python=sys.executable), JobSetup(None, str(tmp_path), 0, False, 90))
     (tmp_path / "batch.sh").write_text(script)
-    proc = subprocess.Popen(["bash", str(tmp_path / "batch.sh"), str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(tmp_path / "batch.sh"), str(tmp_path)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         poll("the child", (tmp_path / "ready").exists, 20, 0.02)
         for sig, word in ((signal.SIGUSR2, "usr2"), (signal.SIGUSR1, "usr1")):
             proc.send_signal(sig)
-            poll(f"{word} at the child",
-                 lambda word=word: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text(), 20, 0.02)
+            poll(
+                f"{word} at the child",
+                lambda word=word: (tmp_path / "got").exists() and word in (tmp_path / "got").read_text(),
+                20,
+                0.02,
+            )
         (tmp_path / "stop").write_text("")
         assert proc.wait(timeout=20) == 7
         assert proc.stdout.read() == "child done\n"

@@ -51,8 +51,7 @@ def _install() -> None:
         rt.install_signals()
         _runtime = rt
     except Exception as exc:  # never stop the user's program over our hooks
-        print(f"teiresias: warning: checkpoint hooks not installed: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(f"teiresias: warning: checkpoint hooks not installed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 class _TorchFinder(importlib.abc.MetaPathFinder):

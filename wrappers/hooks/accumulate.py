@@ -135,7 +135,7 @@ class _MicroIter:
         self._inner = inner
         self._gen = _grouped_batches(acc, inner) if group else _micro_batches(acc, inner)
 
-    def __iter__(self) -> "_MicroIter":
+    def __iter__(self) -> _MicroIter:
         return self
 
     def __next__(self) -> Any:
@@ -157,8 +157,11 @@ def elastic_steps(env: Mapping[str, str]) -> int:
     try:
         return protocol.parse_elastic(text).accumulation(int(env.get("WORLD_SIZE") or 1))
     except ValueError as exc:
-        print(f"teiresias: warning: elastic accumulation off, the global batch changes with the size: {exc}",
-              file=sys.stderr, flush=True)
+        print(
+            f"teiresias: warning: elastic accumulation off, the global batch changes with the size: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
 
 

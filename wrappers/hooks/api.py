@@ -17,7 +17,8 @@ Docs: docs/checkpointing.md.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from wrappers import hooks
 
@@ -70,7 +71,7 @@ def resumed_step() -> int | None:
     return rt.ckpt["step"] if rt.replaying else rt.resumed_from
 
 
-def steps(total: int, start: int = 0) -> "StepRange":
+def steps(total: int, start: int = 0) -> StepRange:
     """``range(start, total)`` that teiresias can checkpoint and resume like a DataLoader:
     on resume it continues after the last step that was checkpointed."""
     return StepRange(start, total)
@@ -95,7 +96,7 @@ class _StepIter:
     def __init__(self, rt: Any, rec: Any, inner: Iterator[int]) -> None:
         self.rt, self.rec, self.inner = rt, rec, inner
 
-    def __iter__(self) -> "_StepIter":
+    def __iter__(self) -> _StepIter:
         return self
 
     def __next__(self) -> int:

@@ -189,10 +189,12 @@ def check_trusted(jobdir: Path, path: Path) -> None:
             raise CheckpointRefused(f"refusing checkpoint: {p} is a symlink")
         if st.st_uid != uid:
             raise CheckpointRefused(
-                f"refusing foreign checkpoint: {p} belongs to uid {st.st_uid}, not to you (uid {uid})")
+                f"refusing foreign checkpoint: {p} belongs to uid {st.st_uid}, not to you (uid {uid})"
+            )
         if st.st_mode & 0o022:
             raise CheckpointRefused(
-                f"refusing checkpoint: {p} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+                f"refusing checkpoint: {p} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+            )
     if not stat.S_ISREG(os.lstat(path).st_mode):
         raise CheckpointRefused(f"refusing checkpoint: {path} is not a regular file")
 
@@ -222,9 +224,11 @@ def verify_integrity(path: Path) -> None:
 # LR scheduler classes, builtin containers. Not "any torch or numpy class":
 # numpy.memmap(path, mode="w+") would truncate a file of the file's choosing.
 _NUMPY_REBUILDERS = frozenset(
-    f"{pkg}.multiarray.{fn}" for pkg in ("numpy.core", "numpy._core") for fn in ("_reconstruct", "scalar"))
+    f"{pkg}.multiarray.{fn}" for pkg in ("numpy.core", "numpy._core") for fn in ("_reconstruct", "scalar")
+)
 _BUILTIN_CONTAINERS = frozenset(
-    f"builtins.{name}" for name in ("set", "frozenset", "bytearray", "slice", "complex", "range"))
+    f"builtins.{name}" for name in ("set", "frozenset", "bytearray", "slice", "complex", "range")
+)
 
 
 def _resolve(name: str) -> Any:
@@ -287,20 +291,24 @@ def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
             raise CheckpointRefused(
                 f"refusing checkpoint {path}: it names globals that weights_only loading does not allow "
                 f"({', '.join(blocked)}); loading it could run code of the file's choosing, and the hooks "
-                f"never write these unless your own objects are in the state: check where the file came from")
+                f"never write these unless your own objects are in the state: check where the file came from"
+            )
         try:
             objs = [(_resolve(g), g) for g in sorted(need)]
         except (ImportError, AttributeError) as exc:
-            raise CheckpointRefused(f"checkpoint {path}: cannot import a global {protocol.ENV_TRUST} "
-                                    f"allows ({_first_line(exc)})") from exc
+            raise CheckpointRefused(
+                f"checkpoint {path}: cannot import a global {protocol.ENV_TRUST} allows ({_first_line(exc)})"
+            ) from exc
         try:
             with torch.serialization.safe_globals(objs):
                 data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception as exc:  # noqa: BLE001
             m = re.search(r"but got <class '([\w.]+)'>", str(exc))
             if m is None or m.group(1) in need:
-                raise CheckpointRefused(f"checkpoint {path} is refused by weights_only loading even with "
-                                        f"{', '.join(sorted(need))} allowed ({_first_line(exc)})") from exc
+                raise CheckpointRefused(
+                    f"checkpoint {path} is refused by weights_only loading even with "
+                    f"{', '.join(sorted(need))} allowed ({_first_line(exc)})"
+                ) from exc
             need.add(m.group(1))
             continue
         if blocked:  # loaded with harmless globals only, to name every one of them; not used
@@ -308,7 +316,8 @@ def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
                 f"refusing checkpoint {path}: it names globals that weights_only loading does not allow "
                 f"({', '.join(blocked)}); they are numpy values, torch optimizer/scheduler classes or builtin "
                 f"containers, which rebuild without running code: if your optimizer "
-                f"or scheduler state holds them, allow them with {protocol.ENV_TRUST}={','.join(sorted(need))}")
+                f"or scheduler state holds them, allow them with {protocol.ENV_TRUST}={','.join(sorted(need))}"
+            )
         return data
     raise CheckpointRefused(f"checkpoint {path} needs too many globals beyond weights_only's own")
 

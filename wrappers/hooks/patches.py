@@ -39,9 +39,13 @@ def _quiet_schedulers_in_replay(rt: Runtime) -> None:
     come out empty are void (the restore overwrites every scheduler), so skip
     them: no work, and no "lr_scheduler.step() before optimizer.step()" warning.
     A scheduler still being constructed (no ``_last_lr`` yet) steps as usual."""
-    classes = [c for c in vars(lr_scheduler).values()
-               if isinstance(c, type) and "step" in vars(c)
-               and (issubclass(c, lr_scheduler.LRScheduler) or c is lr_scheduler.ReduceLROnPlateau)]
+    classes = [
+        c
+        for c in vars(lr_scheduler).values()
+        if isinstance(c, type)
+        and "step" in vars(c)
+        and (issubclass(c, lr_scheduler.LRScheduler) or c is lr_scheduler.ReduceLROnPlateau)
+    ]
     for cls in classes:
         original = cls.step
 
@@ -70,8 +74,9 @@ def install(rt: Runtime) -> None:
 
     @functools.wraps(orig_iter)
     def loader_iter(self: Any) -> Any:
-        it, rec = rt.on_iter(self, "loader",
-                             lambda skip, at_start: loader_iter_at(self, skip, orig_iter, orig_next, at_start))
+        it, rec = rt.on_iter(
+            self, "loader", lambda skip, at_start: loader_iter_at(self, skip, orig_iter, orig_next, at_start)
+        )
         if rec is not None:
             it._teiresias_rec = rec
         return it

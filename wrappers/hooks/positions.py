@@ -17,8 +17,9 @@ and dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -41,8 +42,16 @@ class IterRecord:
         return (self.ord, self.n)
 
     def to_plain(self) -> dict[str, Any]:
-        return {"kind": self.kind, "ord": self.ord, "n": self.n, "pos": self.pos, "gens": self.gens, "rng": self.rng,
-                "first_gens": self.first_gens, "first_rng": self.first_rng}
+        return {
+            "kind": self.kind,
+            "ord": self.ord,
+            "n": self.n,
+            "pos": self.pos,
+            "gens": self.gens,
+            "rng": self.rng,
+            "first_gens": self.first_gens,
+            "first_rng": self.first_rng,
+        }
 
 
 def generators_of(owner: Any) -> list[torch.Generator]:
@@ -115,7 +124,7 @@ class Positions:
 
 # ---------------------------------------------------------------------- skipping
 class _SkipIter:
-    def __init__(self, owner: "SkippingSampler") -> None:
+    def __init__(self, owner: SkippingSampler) -> None:
         self.owner = owner
         self.it: Iterator[Any] | None = None
 
@@ -130,7 +139,7 @@ class _SkipIter:
                 if next(self.it, _END) is _END:
                     break
 
-    def __iter__(self) -> "_SkipIter":
+    def __iter__(self) -> _SkipIter:
         return self
 
     def __next__(self) -> Any:
@@ -162,8 +171,13 @@ class SkippingSampler:
         return getattr(self.inner, name)
 
 
-def loader_iter_at(loader: Any, skip: int, make: Callable[[Any], Any], next_: Callable[[Any], Any],
-                   at_start: Callable[[], None] | None = None) -> Any:
+def loader_iter_at(
+    loader: Any,
+    skip: int,
+    make: Callable[[Any], Any],
+    next_: Callable[[Any], Any],
+    at_start: Callable[[], None] | None = None,
+) -> Any:
     """A new iterator of ``loader`` (made by the original ``DataLoader.__iter__``)
     that continues after ``skip`` batches; ``at_start`` runs right before its
     sampler starts (after the iterator drew its base seed)."""
@@ -197,7 +211,7 @@ def loader_iter_at(loader: Any, skip: int, make: Callable[[Any], Any], next_: Ca
 class Consumed:
     """An iteration that was already complete before the checkpoint: yields nothing."""
 
-    def __iter__(self) -> "Consumed":
+    def __iter__(self) -> Consumed:
         return self
 
     def __next__(self) -> Any:

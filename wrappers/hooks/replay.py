@@ -48,8 +48,10 @@ class Replay:
         data = self._resized(data)
         local = self.local_part(data)
         if local["point"]["kind"] == "none":
-            say(f"warning: {path.name} has no data position (the script uses no DataLoader "
-                f"or api.steps): this run starts from the beginning")
+            say(
+                f"warning: {path.name} has no data position (the script uses no DataLoader "
+                f"or api.steps): this run starts from the beginning"
+            )
             return
         self.ckpt, self.ckpt_path = data, path
 
@@ -103,8 +105,10 @@ class Replay:
 
     @staticmethod
     def _fail(reason: str) -> NoReturn:
-        say(f"error: {reason}. Nothing was loaded. Remove the file, or set "
-            f"{protocol.ENV_START_FRESH}=1 to start this job from scratch.")
+        say(
+            f"error: {reason}. Nothing was loaded. Remove the file, or set "
+            f"{protocol.ENV_START_FRESH}=1 to start this job from scratch."
+        )
         raise SystemExit(2)
 
     def _resized(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -125,8 +129,10 @@ class Replay:
             for item in [out["point"], *out["iterators"]]:
                 if item.get("pos", -1) > 0:
                     if item["pos"] * old % new:
-                        raise ResumeError(f"cannot resume at {new} rank(s): the checkpoint's data position "
-                                          f"{item['pos']} at {old} rank(s) falls inside an optimizer step")
+                        raise ResumeError(
+                            f"cannot resume at {new} rank(s): the checkpoint's data position "
+                            f"{item['pos']} at {old} rank(s) falls inside an optimizer step"
+                        )
                     item["pos"] = item["pos"] * old // new
             return out
 

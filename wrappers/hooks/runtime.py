@@ -93,8 +93,9 @@ class Runtime:
         self._dir_checked = False
         self.ranks = Ranks(env)
         self.replay = Replay(env, self.store, self.ranks)
-        self.timer = StepTimer(env, self.jobdir, self.job_id, self.restart_count,
-                               lambda: self.enabled and self.rank() == 0)
+        self.timer = StepTimer(
+            env, self.jobdir, self.job_id, self.restart_count, lambda: self.enabled and self.rank() == 0
+        )
         self.suspender = Suspender(self.jobdir, self.job_id, self.restart_count)
 
     # ------------------------------------------------------------------ ranks
@@ -146,8 +147,10 @@ class Runtime:
             except CheckpointDirUnusable as exc:
                 self.enabled = False
                 if self.rank() == 0:
-                    say(f"warning: checkpoints disabled, the job runs without them: {exc} "
-                         f"(choose another directory with tsbatch --checkpoint-dir)")
+                    say(
+                        f"warning: checkpoints disabled, the job runs without them: {exc} "
+                        f"(choose another directory with tsbatch --checkpoint-dir)"
+                    )
             else:
                 # GPU/CPU usage for the controller (wrappers/hooks/usage.py); one sampler per node.
                 usage.start(self.env, self.jobdir, self.job_id, self.restart_count)
@@ -275,7 +278,8 @@ class Runtime:
         if self.replaying:
             raise ResumeError(
                 "an optimizer step ran before the resume point was reached: this script does not "
-                "replay deterministically up to its checkpoint (see docs/checkpointing.md)")
+                "replay deterministically up to its checkpoint (see docs/checkpointing.md)"
+            )
         if not self.enabled:
             if self.suspender.requested:
                 self._park()
@@ -326,9 +330,18 @@ class Runtime:
         written = self.save(stop, point)
         if stop == Stop.PREEMPT:
             if self.rank() == 0 and written is not None:
-                protocol.write_ack(self.jobdir, protocol.Ack(
-                    job_id=int(self.job_id), restart_count=self.restart_count, step=written.step,
-                    path=str(written.path), bytes=written.bytes, seconds=written.seconds, time=time.time()))
+                protocol.write_ack(
+                    self.jobdir,
+                    protocol.Ack(
+                        job_id=int(self.job_id),
+                        restart_count=self.restart_count,
+                        step=written.step,
+                        path=str(written.path),
+                        bytes=written.bytes,
+                        seconds=written.seconds,
+                        time=time.time(),
+                    ),
+                )
                 say(f"preempted: checkpoint at step {written.step} written, waiting to be requeued")
             self.waiting = True
             wait_for_requeue()
@@ -361,20 +374,34 @@ class Runtime:
                 "ranks": ranks,
             }
             written = self.store.write(payload, self.step)
-            protocol.append_record(self.jobdir, protocol.CheckpointRecord(
-                job_id=int(self.job_id), restart_count=self.restart_count, step=written.step,
-                path=str(written.path), bytes=written.bytes, seconds=round(written.seconds, 6),
-                time=time.time(), reason=stop.name.lower()))
+            protocol.append_record(
+                self.jobdir,
+                protocol.CheckpointRecord(
+                    job_id=int(self.job_id),
+                    restart_count=self.restart_count,
+                    step=written.step,
+                    path=str(written.path),
+                    bytes=written.bytes,
+                    seconds=round(written.seconds, 6),
+                    time=time.time(),
+                    reason=stop.name.lower(),
+                ),
+            )
             self.write_run()
         self.ranks.barrier()
         return written
+
 
 def _persistent(owner: Any, n: int) -> bool:
     """A later epoch of a persistent-workers loader whose iterator does not exist
     yet in this run: the original only reset its iterator (no base-seed draw),
     we must make one."""
-    return (n > 0 and bool(getattr(owner, "persistent_workers", False)) and getattr(owner, "num_workers", 0) > 0
-            and getattr(owner, "_iterator", None) is None)
+    return (
+        n > 0
+        and bool(getattr(owner, "persistent_workers", False))
+        and getattr(owner, "num_workers", 0) > 0
+        and getattr(owner, "_iterator", None) is None
+    )
 
 
 def _set_states(owner: Any, gens: list[torch.Tensor], rng: torch.Tensor) -> None:

@@ -58,8 +58,9 @@ def requeue_self(job_id: str) -> None:
     try:
         # USR1/USR2 ignored in scontrol (SIG_IGN survives exec): a repeated
         # warning forwarded to our descendants must not kill it mid-request.
-        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30,
-                       preexec_fn=_ignore_job_signals)
+        subprocess.run(
+            ["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30, preexec_fn=_ignore_job_signals
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         say(f"warning: scontrol requeue {job_id} failed: {exc}")
 
@@ -69,10 +70,12 @@ def quiet_launcher_signal(previous: Callable[..., Any]) -> Callable[..., Any]:
     catches: at every requeue (and cancel) its traceback landed in the job's
     output. The agent has already stopped its workers when it gets here (and
     logged one line saying so); leave as a process killed by that signal would."""
+
     def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         if exc_type.__name__ == "SignalException" and exc_type.__module__.startswith("torch.distributed.elastic"):
             exit_now(128 + int(getattr(exc, "sigval", signal.SIGTERM)))
         previous(exc_type, exc, tb)
+
     return hook
 
 

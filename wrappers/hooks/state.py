@@ -25,7 +25,7 @@ import torch
 class Tracked:
     """Objects the script created, in creation order (weakly held)."""
 
-    modules: "weakref.WeakSet[torch.nn.Module]" = field(default_factory=weakref.WeakSet)
+    modules: weakref.WeakSet[torch.nn.Module] = field(default_factory=weakref.WeakSet)
     optimizers: list[weakref.ref] = field(default_factory=list)
     schedulers: list[weakref.ref] = field(default_factory=list)
     scalers: list[weakref.ref] = field(default_factory=list)
@@ -136,8 +136,13 @@ def capture_rng() -> dict[str, Any]:
         import numpy as np
 
         name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-        out["numpy"] = {"name": name, "keys": [int(k) for k in keys], "pos": int(pos),
-                        "has_gauss": int(has_gauss), "cached": float(cached)}
+        out["numpy"] = {
+            "name": name,
+            "keys": [int(k) for k in keys],
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        }
     except ImportError:
         pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():

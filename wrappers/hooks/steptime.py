@@ -26,8 +26,14 @@ class StepTimer:
     """A few float operations per step; ``may_write()`` says whether this process
     writes (rank 0 of a job whose checkpoints are enabled)."""
 
-    def __init__(self, env: os._Environ[str] | dict[str, str], jobdir: Path, job_id: str, restart_count: int,
-                 may_write: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        env: os._Environ[str] | dict[str, str],
+        jobdir: Path,
+        job_id: str,
+        restart_count: int,
+        may_write: Callable[[], bool],
+    ) -> None:
         self.env = env
         self.jobdir = jobdir
         self.job_id = job_id
@@ -66,8 +72,16 @@ class StepTimer:
         median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
         nodes = int(self.env.get("SLURM_JOB_NUM_NODES") or self.env.get("SLURM_NNODES") or 0)
         try:
-            protocol.append_run(self.jobdir, protocol.RunRecord(
-                job_id=int(self.job_id), restart_count=self.restart_count, steps=self._steps_timed,
-                median_step_s=round(median, 6), nodes=nodes, time=time.time()))
+            protocol.append_run(
+                self.jobdir,
+                protocol.RunRecord(
+                    job_id=int(self.job_id),
+                    restart_count=self.restart_count,
+                    steps=self._steps_timed,
+                    median_step_s=round(median, 6),
+                    nodes=nodes,
+                    time=time.time(),
+                ),
+            )
         except (OSError, ValueError) as exc:
             say(f"warning: iteration time not recorded: {exc}")

@@ -63,6 +63,7 @@ def offload(models: list[torch.nn.Module], optimizers: list[Any]) -> _Moved:
 
         def back(t: torch.Tensor = t, device: torch.device = device) -> None:
             t.data = t.data.to(device)
+
         moved.back.append(back)
 
     for model in models:
@@ -80,9 +81,11 @@ def offload(models: list[torch.nn.Module], optimizers: list[Any]) -> _Moved:
                     moved.bytes += value.numel() * value.element_size()
                     state[key] = value.to("cpu")
 
-                    def back_state(state: dict[str, Any] = state, key: str = key,
-                                   device: torch.device = device) -> None:
+                    def back_state(
+                        state: dict[str, Any] = state, key: str = key, device: torch.device = device
+                    ) -> None:
                         state[key] = state[key].to(device)
+
                     moved.back.append(back_state)
     if moved.back and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
@@ -144,9 +147,17 @@ class Suspender:
         if rank != 0 or not self.job_id:
             return
         try:
-            protocol.append_slice(self.jobdir, protocol.SliceRecord(
-                job_id=int(self.job_id), restart_count=self.restart_count, step=step,
-                signalled=round(signalled, 6), parked=round(parked, 6), resumed=round(resumed, 6),
-                offloaded_bytes=moved.bytes))
+            protocol.append_slice(
+                self.jobdir,
+                protocol.SliceRecord(
+                    job_id=int(self.job_id),
+                    restart_count=self.restart_count,
+                    step=step,
+                    signalled=round(signalled, 6),
+                    parked=round(parked, 6),
+                    resumed=round(resumed, 6),
+                    offloaded_bytes=moved.bytes,
+                ),
+            )
         except (OSError, ValueError) as exc:
             print(f"teiresias: warning: time slice not recorded: {exc}", file=sys.stderr, flush=True)

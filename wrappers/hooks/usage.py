@@ -32,8 +32,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import psutil
 
@@ -63,7 +64,7 @@ class Nvml:
         self.handles = handles
 
     @classmethod
-    def open(cls, gpus: list[str], lib: Any = None) -> tuple["Nvml | None", str]:
+    def open(cls, gpus: list[str], lib: Any = None) -> tuple[Nvml | None, str]:
         if not gpus:
             return None, "no GPU assigned to the job on this node"
         try:
@@ -105,9 +106,17 @@ def tree_root() -> psutil.Process:
 class Sampler:
     """One node's samples. ``sample()`` is synchronous (tests call it directly)."""
 
-    def __init__(self, jobdir: Path, job_id: int, restart_count: int, node: str, gpus: list[str],
-                 root: psutil.Process, nvml_open: Callable[[list[str]], tuple[Nvml | None, str]] = Nvml.open,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        jobdir: Path,
+        job_id: int,
+        restart_count: int,
+        node: str,
+        gpus: list[str],
+        root: psutil.Process,
+        nvml_open: Callable[[list[str]], tuple[Nvml | None, str]] = Nvml.open,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.jobdir = jobdir
         self.job_id = job_id
         self.restart_count = restart_count
@@ -156,9 +165,19 @@ class Sampler:
             except Exception as exc:
                 note = f"NVML read failed ({_nvml_text(exc)})"
         return protocol.UsageSample(
-            job_id=self.job_id, restart_count=self.restart_count, node=self.node, time=self.clock(),
-            gpus=len(self.gpus), gpu_util=None if util is None else round(util, 1), gpu_mem_used=used,
-            gpu_mem_total=total, cpu_percent=round(cpu, 1), rss_bytes=rss, processes=count, gpu_note=note)
+            job_id=self.job_id,
+            restart_count=self.restart_count,
+            node=self.node,
+            time=self.clock(),
+            gpus=len(self.gpus),
+            gpu_util=None if util is None else round(util, 1),
+            gpu_mem_used=used,
+            gpu_mem_total=total,
+            cpu_percent=round(cpu, 1),
+            rss_bytes=rss,
+            processes=count,
+            gpu_note=note,
+        )
 
     def write(self) -> None:
         protocol.write_usage(self.jobdir, self.sample())
@@ -180,8 +199,10 @@ def start(env: Mapping[str, str], jobdir: Path, job_id: str, restart_count: int)
     try:
         every = float(env.get(protocol.ENV_USAGE_EVERY, DEFAULT_EVERY_S) or DEFAULT_EVERY_S)
     except ValueError:
-        _say(f"warning: {protocol.ENV_USAGE_EVERY}={env.get(protocol.ENV_USAGE_EVERY)!r} is not a number of"
-             f" seconds; sampling every {DEFAULT_EVERY_S:g}s")
+        _say(
+            f"warning: {protocol.ENV_USAGE_EVERY}={env.get(protocol.ENV_USAGE_EVERY)!r} is not a number of"
+            f" seconds; sampling every {DEFAULT_EVERY_S:g}s"
+        )
         every = DEFAULT_EVERY_S
     if every <= 0 or not job_id.isdigit():
         return None

@@ -62,14 +62,26 @@ def get_node(job: Job, r: Round, placement: PlacementPolicy, max_height: int) ->
         return Choice(pl, "affinity relaxed")
     # Over-subscription: a group of g-GPU jobs on nodes of affinity g, not on a draining node.
     unavailable = r.snapshot.unavailable
-    hosts = [grp for grp in r.groups
-             if grp.gpus == g and not grp.packed and grp.size < max_height
-             and not any(m.job_id in r.start for m in grp.members)  # a partner must be running already
-             and all(m.num_gpus == g for m in grp.members)
-             and all(aff[n] == g and not unavailable.get(n, 0) for n in grp.nodes)]
+    hosts = [
+        grp
+        for grp in r.groups
+        if grp.gpus == g
+        and not grp.packed
+        and grp.size < max_height
+        and not any(m.job_id in r.start for m in grp.members)  # a partner must be running already
+        and all(m.num_gpus == g for m in grp.members)
+        and all(aff[n] == g and not unavailable.get(n, 0) for n in grp.nodes)
+    ]
     if hosts:
-        host = min(hosts, key=lambda grp: (grp.size, max(r.load(n) for n in grp.nodes),
-                                           min(order[n] for n in grp.nodes), grp.members[0].job_id))
+        host = min(
+            hosts,
+            key=lambda grp: (
+                grp.size,
+                max(r.load(n) for n in grp.nodes),
+                min(order[n] for n in grp.nodes),
+                grp.members[0].job_id,
+            ),
+        )
         return Choice(host.placement, f"over-subscribed: height {host.size + 1} with affinity {g}", host)
     if any(a == g for a in aff.values()):
         return f"waits: every group of {g}-GPU jobs already time-slices {max_height} jobs (--max-height)"

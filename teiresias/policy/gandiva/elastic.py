@@ -15,8 +15,11 @@ from teiresias.policy.gandiva.state import Round
 
 
 def _elastic(r: Round) -> list[Job]:
-    return [g.members[0] for g in r.groups
-            if g.size == 1 and g.members[0].elastic is not None and g.members[0].job_id not in r.touched]
+    return [
+        g.members[0]
+        for g in r.groups
+        if g.size == 1 and g.members[0].elastic is not None and g.members[0].job_id not in r.touched
+    ]
 
 
 def shrink(r: Round, waiting: list[Job]) -> None:
@@ -41,8 +44,10 @@ def shrink(r: Round, waiting: list[Job]) -> None:
                 continue
             r.resize[job.job_id] = Placement.of({node: size})
             r.touched.add(job.job_id)
-            r.notes[job.job_id] = (f"shrink: {job.num_gpus} -> {size} GPUs on {node}: job {want.job_id} waits"
-                                   f" for {want.num_gpus} and the node has {r.free.get(node, 0)} idle")
+            r.notes[job.job_id] = (
+                f"shrink: {job.num_gpus} -> {size} GPUs on {node}: job {want.job_id} waits"
+                f" for {want.num_gpus} and the node has {r.free.get(node, 0)} idle"
+            )
             return  # one waiting job served per round; the next round sees the freed GPUs
 
 
@@ -68,6 +73,7 @@ def grow(r: Round, idle_period: float) -> float:
         r.resize[job.job_id] = to
         r.take(Placement.of({node: extra}))
         r.touched.add(job.job_id)
-        r.notes[job.job_id] = (f"grow: {job.num_gpus} -> {size} GPUs on {node}, idle for {now - since:.0f} s"
-                               f" (>= {idle_period:g} s)")
+        r.notes[job.job_id] = (
+            f"grow: {job.num_gpus} -> {size} GPUs on {node}, idle for {now - since:.0f} s (>= {idle_period:g} s)"
+        )
     return wake

@@ -40,8 +40,13 @@ def _move(r: Round, job: Job, to: Placement, note: str) -> None:
 
 def lower_height(r: Round, placement: PlacementPolicy) -> None:
     """Move time-sliced jobs onto idle GPUs, longest-suspended first."""
-    movers = [m for g in r.groups if g.size > 1 and not g.packed for m in g.members
-              if not r.runs[m.job_id] and m.job_id not in r.touched]
+    movers = [
+        m
+        for g in r.groups
+        if g.size > 1 and not g.packed
+        for m in g.members
+        if not r.runs[m.job_id] and m.job_id not in r.touched
+    ]
     movers.sort(key=lambda m: (m.slice_since if m.slice_since is not None else float("-inf"), m.job_id))
     for m in movers:
         g = r.group_of[m.job_id]
@@ -50,8 +55,12 @@ def lower_height(r: Round, placement: PlacementPolicy) -> None:
         got = get_node(m, r, placement, max_height=0)
         if isinstance(got, str):
             continue
-        _move(r, m, got.placement, f"migrate: leaves a time-sliced group of {g.size} for idle GPUs"
-                                   f" ({got.line}); the height drops")
+        _move(
+            r,
+            m,
+            got.placement,
+            f"migrate: leaves a time-sliced group of {g.size} for idle GPUs ({got.line}); the height drops",
+        )
 
 
 def consolidate(r: Round, placement: PlacementPolicy, max_gpus_per_node: int) -> None:
@@ -65,8 +74,13 @@ def consolidate(r: Round, placement: PlacementPolicy, max_gpus_per_node: int) ->
             continue
         to = placement.place(job, r.free, r.snapshot.cluster)
         if to is not None and to.num_nodes < g.placement.num_nodes:
-            _move(r, job, to, f"migrate: consolidates from {g.placement.num_nodes} nodes"
-                              f" ({', '.join(g.placement.nodes)}) to {to.num_nodes} ({', '.join(to.nodes)})")
+            _move(
+                r,
+                job,
+                to,
+                f"migrate: consolidates from {g.placement.num_nodes} nodes"
+                f" ({', '.join(g.placement.nodes)}) to {to.num_nodes} ({', '.join(to.nodes)})",
+            )
 
 
 def defragment(r: Round, threshold: int) -> None:
@@ -78,17 +92,27 @@ def defragment(r: Round, threshold: int) -> None:
         sources = sorted((n for n in busy if r.free.get(n, 0) >= threshold), key=lambda n: (-r.free[n], order[n]))
         moved = False
         for src in sources:
-            jobs = [g.members[0] for g in r.groups if g.size == 1 and g.nodes == (src,)
-                    and g.members[0].job_id not in r.touched]
+            jobs = [
+                g.members[0]
+                for g in r.groups
+                if g.size == 1 and g.nodes == (src,) and g.members[0].job_id not in r.touched
+            ]
             for job in sorted((j for j in jobs if j.num_gpus > 0), key=lambda j: (j.num_gpus, j.job_id)):
-                dests = [n for n in busy if n != src and not unavailable.get(n, 0)
-                         and job.num_gpus <= r.free.get(n, 0) < r.free[src]]
+                dests = [
+                    n
+                    for n in busy
+                    if n != src and not unavailable.get(n, 0) and job.num_gpus <= r.free.get(n, 0) < r.free[src]
+                ]
                 if not dests:
                     continue
                 dst = min(dests, key=lambda n: (r.free[n], order[n]))
-                _move(r, job, Placement.of({dst: job.num_gpus}),
-                      f"migrate: defragmentation, node {src} had {r.free[src]} free GPUs (threshold {threshold}),"
-                      f" {dst} has {r.free[dst]}")
+                _move(
+                    r,
+                    job,
+                    Placement.of({dst: job.num_gpus}),
+                    f"migrate: defragmentation, node {src} had {r.free[src]} free GPUs (threshold {threshold}),"
+                    f" {dst} has {r.free[dst]}",
+                )
                 moved = True
                 break
             if moved:

@@ -61,19 +61,22 @@ def introspect(r: Round, pack_util: float, settle: float) -> float:
                 continue
             if tput is None or tput >= 1.0:
                 continue
-            rates = ", ".join(f"job {m.job_id} {m.solo_step_time:.3g}/{m.step_time:.3g} s"
-                              for m in g.members if m.step_time and m.solo_step_time)
+            rates = ", ".join(
+                f"job {m.job_id} {m.solo_step_time:.3g}/{m.step_time:.3g} s"
+                for m in g.members
+                if m.step_time and m.solo_step_time
+            )
             g.packed = False
             for i, m in enumerate(g.members):
                 r.unpack.append(m.job_id)
                 r.touched.add(m.job_id)
                 r.runs[m.job_id] = i == 0  # back to slicing: the first member takes the first slice
-                r.notes[m.job_id] = (f"unpack: packed throughput {tput:.2f} < 1.00 of time-slicing"
-                                     f" (solo/packed mini-batch: {rates})")
+                r.notes[m.job_id] = (
+                    f"unpack: packed throughput {tput:.2f} < 1.00 of time-slicing (solo/packed mini-batch: {rates})"
+                )
             continue
         # Jobs arrive in exclusive mode and are profiled first (§4.2.2): each member must have run a slice.
-        if any(m.pack_failed or m.first_start_time is None or now - m.first_start_time < settle
-               for m in g.members):
+        if any(m.pack_failed or m.first_start_time is None or now - m.first_start_time < settle for m in g.members):
             continue
         utils = [_util(m) for m in g.members]
         mem = _fits_memory(g)
@@ -81,12 +84,20 @@ def introspect(r: Round, pack_util: float, settle: float) -> float:
             total = sum(u for u in utils if u is not None)
             if total > pack_util or mem is False:
                 continue
-            why = (f"pack: GPU utilisation {' + '.join(f'{u:.0f}' for u in utils if u is not None)}"
-                   f" = {total:.0f}% <= {pack_util:g}%" + ("" if mem is None else ", memory fits"))
+            why = (
+                f"pack: GPU utilisation {' + '.join(f'{u:.0f}' for u in utils if u is not None)}"
+                f" = {total:.0f}% <= {pack_util:g}%" + ("" if mem is None else ", memory fits")
+            )
             candidates.append((total, int(g.members[0].job_id), g, why))
         elif all(m.solo_step_time for m in g.members) and mem is not False:
-            candidates.append((float("inf"), int(g.members[0].job_id), g,
-                               "pack: no GPU utilisation measured; trying it (solo mini-batch times known)"))
+            candidates.append(
+                (
+                    float("inf"),
+                    int(g.members[0].job_id),
+                    g,
+                    "pack: no GPU utilisation measured; trying it (solo mini-batch times known)",
+                )
+            )
     # Greedy, lightest first (§4.2.2): the order only matters for the audit, each group is independent.
     for _, _, g, why in sorted(candidates, key=lambda c: (c[0], c[1])):
         g.packed = True

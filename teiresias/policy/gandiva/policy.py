@@ -95,26 +95,52 @@ class GandivaPolicy:
         """Time-slice ``job`` with group ``g`` (Algorithm 1 line 12)."""
         partners = tuple(m.job_id for m in g.members)
         slicing.hand_over(r, g, job)
-        r.colocate[job.job_id] = Colocation(partners=partners, mode="slice",
-                                            reason=f"height {g.size + 1} on {', '.join(g.nodes)}: all GPUs busy,"
-                                                   f" time-sliced with job(s) {', '.join(map(str, partners))}")
+        r.colocate[job.job_id] = Colocation(
+            partners=partners,
+            mode="slice",
+            reason=f"height {g.size + 1} on {', '.join(g.nodes)}: all GPUs busy,"
+            f" time-sliced with job(s) {', '.join(map(str, partners))}",
+        )
         r.join(g, job)
 
     def _plan(self, snapshot: Snapshot, r: Round) -> Plan:
         running = [j for j in snapshot.jobs if j.is_running]
-        suspend = tuple(j.job_id for j in running if not j.suspended and not r.runs.get(j.job_id, True)
-                        and j.job_id not in r.migrate)
-        resume = tuple(j.job_id for j in running if j.suspended and r.runs.get(j.job_id, False)
-                       and j.job_id not in r.migrate)
+        suspend = tuple(
+            j.job_id
+            for j in running
+            if not j.suspended and not r.runs.get(j.job_id, True) and j.job_id not in r.migrate
+        )
+        resume = tuple(
+            j.job_id for j in running if j.suspended and r.runs.get(j.job_id, False) and j.job_id not in r.migrate
+        )
         order = tuple(j.job_id for j in sorted(running, key=lambda j: (j.submit_time, j.job_id)))
-        order += tuple(j.job_id for j in sorted((j for j in snapshot.jobs if not j.is_running),
-                                                key=lambda j: (j.submit_time, j.job_id)))
+        order += tuple(
+            j.job_id
+            for j in sorted((j for j in snapshot.jobs if not j.is_running), key=lambda j: (j.submit_time, j.job_id))
+        )
         ids: list[JobId] = [j.job_id for j in snapshot.jobs]
         return Plan(
-            start=dict(r.start), keep=tuple(j.job_id for j in running), queues={i: 0 for i in ids}, order=order,
-            reasons=dict(r.reasons), suspend=suspend, resume=resume, colocate=dict(r.colocate),
-            pack=tuple(r.pack), unpack=tuple(r.unpack), migrate=dict(r.migrate), resize=dict(r.resize),
-            notes={k: v for k, v in r.notes.items()
-                   if k in r.start or k in r.migrate or k in r.resize or k in r.pack or k in r.unpack
-                   or k in suspend or k in resume},
+            start=dict(r.start),
+            keep=tuple(j.job_id for j in running),
+            queues={i: 0 for i in ids},
+            order=order,
+            reasons=dict(r.reasons),
+            suspend=suspend,
+            resume=resume,
+            colocate=dict(r.colocate),
+            pack=tuple(r.pack),
+            unpack=tuple(r.unpack),
+            migrate=dict(r.migrate),
+            resize=dict(r.resize),
+            notes={
+                k: v
+                for k, v in r.notes.items()
+                if k in r.start
+                or k in r.migrate
+                or k in r.resize
+                or k in r.pack
+                or k in r.unpack
+                or k in suspend
+                or k in resume
+            },
         )

@@ -50,10 +50,11 @@ def rotate(r: Round, slice_len: float) -> float:
             nxt = waiting[0]
             r.runs[keep.job_id] = False
             r.runs[nxt.job_id] = True
-            r.notes[keep.job_id] = (f"suspend: its {slice_len:g} s slice is over ({now - _since(keep):.0f} s run);"
-                                    f" job {nxt.job_id} of its group of {g.size} resumes")
-            r.notes[nxt.job_id] = (f"resume: its turn in a group of {g.size}, suspended"
-                                   f" {now - _since(nxt):.0f} s")
+            r.notes[keep.job_id] = (
+                f"suspend: its {slice_len:g} s slice is over ({now - _since(keep):.0f} s run);"
+                f" job {nxt.job_id} of its group of {g.size} resumes"
+            )
+            r.notes[nxt.job_id] = f"resume: its turn in a group of {g.size}, suspended {now - _since(nxt):.0f} s"
             r.touched.update((keep.job_id, nxt.job_id))
             wake = min(wake, now + slice_len)
         elif waiting:

@@ -125,4 +125,3 @@ def build_round(snapshot: Snapshot) -> Round:
                 first[a.node] = key
     aff = {n.name: (first[n.name][2] if n.name in first else 0) for n in snapshot.cluster.nodes}
     return Round(snapshot=snapshot, free=free, groups=groups, group_of=group_of, runs=runs, alloc=alloc, aff=aff)
-

@@ -11,8 +11,8 @@ Times are relative: a job's iteration time at its full per-GPU batch ``B`` is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from teiresias.errors import ConfigError
 
@@ -46,8 +46,9 @@ class SharingProfile:
         if self.batch < 1:
             raise ConfigError(f"batch {self.batch} must be >= 1")
         if not 0.0 <= self.fixed_memory_gb <= max(self.memory_gb, 0.0) or self.memory_gb < 0:
-            raise ConfigError(f"memory: need 0 <= fixed_memory_gb ({self.fixed_memory_gb}) <= memory_gb"
-                              f" ({self.memory_gb})")
+            raise ConfigError(
+                f"memory: need 0 <= fixed_memory_gb ({self.fixed_memory_gb}) <= memory_gb ({self.memory_gb})"
+            )
         if not 0.0 <= self.compute_fixed < 1.0:
             raise ConfigError(f"compute_fixed {self.compute_fixed} must be in [0, 1)")
         if self.sync < 0 or self.overlap < 1.0:
@@ -65,7 +66,7 @@ class SharingProfile:
         s = -(-self.batch // b)
         g = self.grad_time(b)
         gamma = self.overlap
-        last = float((g ** gamma + self.sync ** gamma) ** (1.0 / gamma))  # float ** float is typed Any
+        last = float((g**gamma + self.sync**gamma) ** (1.0 / gamma))  # float ** float is typed Any
         return (s - 1) * g + last
 
     def iteration_time(self, b: int) -> float:

@@ -93,8 +93,13 @@ def decide_pair(
         times = overlapped(t1, t2 * r, xi1, xi2)
         cand = PairDecision(
             share=first_fit or times.average < seq.average,
-            sub_batch=b, accumulation=-(-guest.batch // b), xi_host=xi1, xi_guest=xi2,
-            guest_slowdown_alone=r, shared=times, sequential=seq,
+            sub_batch=b,
+            accumulation=-(-guest.batch // b),
+            xi_host=xi1,
+            xi_guest=xi2,
+            guest_slowdown_alone=r,
+            shared=times,
+            sequential=seq,
         )
         if first_fit:
             return cand

@@ -25,7 +25,8 @@ service, divided by the job's GPUs; without either, a ConfigError.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from teiresias.domain import Job, JobId, Placement, Plan, Snapshot
 from teiresias.domain.plan import Sharing
@@ -42,8 +43,7 @@ class SjfBsbfPolicy:
     preemptive = False
     first_fit = False
 
-    def __init__(self, placement: PlacementPolicy, model: SharingModel | None = None,
-                 distribution: Any = None) -> None:
+    def __init__(self, placement: PlacementPolicy, model: SharingModel | None = None, distribution: Any = None) -> None:
         self.placement = placement
         self.model = model if model is not None else SharingModel()
         self.distribution = distribution
@@ -78,8 +78,11 @@ class SjfBsbfPolicy:
         node_order = {n.name: i for i, n in enumerate(snapshot.cluster.nodes)}
         # Hosts: running jobs alone on their GPUs, on nodes with nothing unavailable (a draining node
         # takes no new job, not even a guest), first-fit order = their first node, then id.
-        hosts = [h for h in running if h.shared_with is None
-                 and not any(snapshot.unavailable.get(a.node, 0) for a in h.placement.allocations)]
+        hosts = [
+            h
+            for h in running
+            if h.shared_with is None and not any(snapshot.unavailable.get(a.node, 0) for a in h.placement.allocations)
+        ]
         hosts.sort(key=lambda h: (min(node_order.get(n, 0) for n in h.placement.nodes), h.job_id))
         start: dict[JobId, Placement] = {}
         sharing: dict[JobId, Sharing] = {}
@@ -101,15 +104,24 @@ class SjfBsbfPolicy:
             host, pl, dec = got
             start[job.job_id] = pl
             sharing[job.job_id] = Sharing(
-                partner=host.job_id, sub_batch=dec.sub_batch, accumulation=dec.accumulation,
-                slowdown=dec.xi_guest, partner_slowdown=dec.xi_host, alone_slowdown=dec.guest_slowdown_alone,
-                shared_avg_jct=dec.shared.average, sequential_avg_jct=dec.sequential.average,
+                partner=host.job_id,
+                sub_batch=dec.sub_batch,
+                accumulation=dec.accumulation,
+                slowdown=dec.xi_guest,
+                partner_slowdown=dec.xi_host,
+                alone_slowdown=dec.guest_slowdown_alone,
+                shared_avg_jct=dec.shared.average,
+                sequential_avg_jct=dec.sequential.average,
             )
             hosts.remove(host)
         order = tuple(j.job_id for j in sorted(running, key=self.key)) + tuple(j.job_id for j in pending)
         return Plan(
-            start=start, keep=tuple(j.job_id for j in jobs if j.is_running),
-            queues={j.job_id: 0 for j in jobs}, order=order, reasons=reasons, sharing=sharing,
+            start=start,
+            keep=tuple(j.job_id for j in jobs if j.is_running),
+            queues={j.job_id: 0 for j in jobs},
+            order=order,
+            reasons=reasons,
+            sharing=sharing,
         )
 
     def _share(self, job: Job, hosts: list[Job], snapshot: Snapshot) -> tuple[Job, Placement, PairDecision] | str:
@@ -122,16 +134,25 @@ class SjfBsbfPolicy:
             pl = self.placement.place(job, on, snapshot.cluster)
             if pl is None:
                 continue
-            dec = decide_pair(self.model, host.model_name, host.sub_batch, self.remaining(host),
-                              job.model_name, self.remaining(job), first_fit=self.first_fit)
+            dec = decide_pair(
+                self.model,
+                host.model_name,
+                host.sub_batch,
+                self.remaining(host),
+                job.model_name,
+                self.remaining(job),
+                first_fit=self.first_fit,
+            )
             if dec is None:
                 why = f"waits: no sub-batch of it fits GPU memory beside job {host.job_id}"
                 continue
             if self.first_fit:
                 return host, pl, dec
             if not dec.share:
-                why = (f"waits for job {host.job_id}: sharing its GPUs would raise the pair's average JCT"
-                       f" to {dec.shared.average:.0f} s from {dec.sequential.average:.0f} s one after the other")
+                why = (
+                    f"waits for job {host.job_id}: sharing its GPUs would raise the pair's average JCT"
+                    f" to {dec.shared.average:.0f} s from {dec.sequential.average:.0f} s one after the other"
+                )
                 continue
             if best is None or dec.shared.average < best[2].shared.average:
                 best = (host, pl, dec)

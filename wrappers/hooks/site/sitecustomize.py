@@ -30,8 +30,7 @@ def _chain_next_sitecustomize() -> None:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # as site.py does for a failing sitecustomize
-        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _load_wrappers_package() -> None:
@@ -43,7 +42,8 @@ def _load_wrappers_package() -> None:
 
     pkg_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     spec = importlib.util.spec_from_file_location(
-        "wrappers", os.path.join(pkg_dir, "__init__.py"), submodule_search_locations=[pkg_dir])
+        "wrappers", os.path.join(pkg_dir, "__init__.py"), submodule_search_locations=[pkg_dir]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["wrappers"] = module
     spec.loader.exec_module(module)
@@ -70,7 +70,8 @@ def _install_model_hook() -> None:
 
         repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         spec = importlib.util.spec_from_file_location(
-            "_teiresias_model_hook", os.path.join(repo, "profiler", "model_hook.py"))
+            "_teiresias_model_hook", os.path.join(repo, "profiler", "model_hook.py")
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules["_teiresias_model_hook"] = module
         spec.loader.exec_module(module)
@@ -82,5 +83,4 @@ if os.environ.get("TEIRESIAS_PROFILE") == "1" and os.environ.get("TEIRESIAS_PROF
     try:
         _install_model_hook()
     except Exception as exc:  # noqa: BLE001 - profiling must never break the job
-        print(f"teiresias: warning: profiler model hook not installed: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(f"teiresias: warning: profiler model hook not installed: {type(exc).__name__}: {exc}", file=sys.stderr)
