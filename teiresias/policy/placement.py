@@ -100,7 +100,27 @@ class _TopologyCache:
         return self._topo
 
 
-class ConsolidatePlacement(_TopologyCache):
+class _ByGpuCount(_TopologyCache):
+    """A placement where only a job's GPU count decides where it fits."""
+
+    # Feasibility is monotone in the free GPUs: a job placeable on some free map is
+    # placeable on any map with at least as many free GPUs on every node (the
+    # simulator relies on it to skip provably unchanged rounds).
+    monotone = True
+
+    def job_key(self, job: Job) -> int:
+        """What of a job decides where it fits (lets callers memoize failures)."""
+        return job.num_gpus
+
+    def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
+        need = job.num_gpus
+        return None if need <= 0 else self._place(need, free, self.topology(cluster), cluster)
+
+    def _place(self, need: int, free: Mapping[str, int], topo: _Topology, cluster: Cluster) -> Placement | None:
+        raise NotImplementedError
+
+
+class ConsolidatePlacement(_ByGpuCount):
     """Consolidated placement (Tiresias §3.3): the fewest nodes possible, in one switch.
 
     A strict constraint, as in the YARN-CS production cluster the paper starts
@@ -114,20 +134,8 @@ class ConsolidatePlacement(_TopologyCache):
     """
 
     name = "consolidate"
-    # Feasibility is monotone in the free GPUs: a job placeable on some free map is
-    # placeable on any map with at least as many free GPUs on every node (the
-    # simulator relies on it to skip provably unchanged rounds).
-    monotone = True
 
-    def job_key(self, job: Job) -> int:
-        """What of a job decides where it fits (lets callers memoize failures)."""
-        return job.num_gpus
-
-    def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
-        need = job.num_gpus
-        if need <= 0:
-            return None
-        topo = self.topology(cluster)
+    def _place(self, need: int, free: Mapping[str, int], topo: _Topology, cluster: Cluster) -> Placement | None:
         k = topo.min_nodes(need)
         if k == 1:
             return _best_single_node(need, free, topo)
@@ -151,7 +159,7 @@ class ConsolidatePlacement(_TopologyCache):
         return None if chosen is None else _as_placement(chosen, topo.order)
 
 
-class SpreadPlacement(_TopologyCache):
+class SpreadPlacement(_ByGpuCount):
     """Fragmentation-minimizing best fit: fill partly used nodes first.
 
     One node if any can hold the job (the tightest such node). Otherwise the
@@ -162,19 +170,8 @@ class SpreadPlacement(_TopologyCache):
     """
 
     name = "spread"
-    # Feasibility is monotone in the free GPUs: a job placeable on some free map is
-    # placeable on any map with at least as many free GPUs on every node (the
-    # simulator relies on it to skip provably unchanged rounds).
-    monotone = True
 
-    def job_key(self, job: Job) -> int:
-        return job.num_gpus
-
-    def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
-        need = job.num_gpus
-        if need <= 0:
-            return None
-        topo = self.topology(cluster)
+    def _place(self, need: int, free: Mapping[str, int], topo: _Topology, cluster: Cluster) -> Placement | None:
         order = topo.order
         # A single node that fits (the tightest) keeps the job whole at no cost
         # to fragmentation; only spread when no single node can hold it.
