@@ -9,7 +9,7 @@ from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.gittins import ServiceDistribution
-from teiresias.policy.mlfq import mlfq_keys, rank_mlfq
+from teiresias.policy.mlfq import Mlfq
 
 # How the last queue is ordered: the paper's FIFO by first start, or the Gittins index with Delta = infinity.
 LAST_QUEUE_ORDERS = ("fifo", "gittins")
@@ -34,7 +34,7 @@ class GittinsPolicy:
 
     ``preempt_cost`` (seconds of checkpoint + restore per preemption; 0 off,
     the paper's): in every queue ranked by an index, jobs swap only for more
-    expected gain than the swap costs them (``rank_mlfq``).
+    expected gain than the swap costs them (``Mlfq.rank``).
 
     Continuous (``continuous=True``, Fig. 7): every job ranked by the
     supremum over Delta of Pseudocode 1's ratio, highest first, ties by job id.
@@ -93,6 +93,18 @@ class GittinsPolicy:
             self.last_queue_points,
         )
 
+    def _mlfq(self) -> Mlfq:
+        """2D-Gittins' queues (§3.2.3) with the current distribution's indices."""
+        dist = self.distribution
+        return Mlfq(
+            self.thresholds,
+            self.promote_knob,
+            dist.indices,
+            self._last_index if self.last_queue == "gittins" else None,
+            self.preempt_cost,
+            dist.finish_probabilities,
+        )
+
     def _last_index(self, attained):
         return self.distribution.residual_indices(attained, self.last_queue_points)
 
@@ -102,16 +114,7 @@ class GittinsPolicy:
         dist = self.distribution
         if self.continuous:
             return [((-dist.index(j.attained_service), j.job_id), now) for j in jobs]
-        keyed = mlfq_keys(
-            jobs,
-            self.thresholds,
-            self.promote_knob,
-            now,
-            dist.indices,
-            self._last_index if self.last_queue == "gittins" else None,
-            self.preempt_cost,
-            dist.finish_probabilities,
-        )
+        keyed = self._mlfq().keys(jobs, now)
         if self.last_queue != "gittins":
             return keyed
         # A running job's last-queue index (last, -g, start, submit, id) holds until its
@@ -139,15 +142,6 @@ class GittinsPolicy:
             w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
             return to_plan(ranked, w, index=index)
 
-        ranked, queues, promoted, indices = rank_mlfq(
-            jobs,
-            self.thresholds,
-            self.promote_knob,
-            snapshot.now,
-            dist.indices,
-            self._last_index if self.last_queue == "gittins" else None,
-            self.preempt_cost,
-            dist.finish_probabilities,
-        )
+        ranked, queues, promoted, indices = self._mlfq().rank(jobs, snapshot.now)
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted, index=indices)

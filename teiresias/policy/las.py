@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from teiresias.domain import Job, Plan, Snapshot
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
-from teiresias.policy.mlfq import mlfq_keys, mlfq_quiet_until, rank_mlfq
+from teiresias.policy.mlfq import Mlfq, mlfq_quiet_until, rank_mlfq
 
 
 class LasPolicy:
@@ -56,7 +56,7 @@ class LasPolicy:
         teiresias.policy.base)."""
         if self.continuous:
             return [((j.attained_service, j.job_id), now) for j in jobs]
-        return mlfq_keys(jobs, self.thresholds, self.promote_knob, now)
+        return Mlfq(self.thresholds, self.promote_knob).keys(jobs, now)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs

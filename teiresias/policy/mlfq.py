@@ -18,180 +18,186 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from teiresias.domain import Job, JobId, JobState
 
+IndexFn = Callable[[Sequence[float], Sequence[float]], Sequence[float]]
+"""Values for many jobs at once from (attained services, quanta): Gittins indices or finish chances."""
+LastIndexFn = Callable[[Sequence[float]], Sequence[float]]
+"""Last-queue indices (Delta = infinity) for many jobs at once from their attained services."""
+
+
+@dataclass(frozen=True)
+class Mlfq:
+    """The discretized 2DAS queues' settings (Tiresias §3.2.3), ranking jobs by them.
+
+    ``thresholds`` (T_1 < ... < T_{K-1}) and ``promote_knob`` (None: no
+    starvation promotion) alone give 2D-LAS; ``index`` makes it 2D-Gittins,
+    ``last_index`` sorts the last queue by index too, and ``restart_cost``
+    with ``finish_prob`` makes the indices preemption-cost aware (``rank``).
+    """
+
+    thresholds: Sequence[float]
+    promote_knob: float | None
+    index: IndexFn | None = None
+    last_index: LastIndexFn | None = None
+    restart_cost: float = 0.0
+    finish_prob: IndexFn | None = None
+
+    def rank(
+        self, jobs: Sequence[Job], now: float
+    ) -> tuple[list[Job], dict[JobId, int], list[JobId], dict[JobId, float]]:
+        """Rank jobs for discretized 2DAS (§3.2.3): queue first, then inside the queue.
+
+        Queue: q = #{thresholds <= W_J t_J}, or 0 for a job promoted this round
+        (a WAITING job in a lower queue with delta_J >= PROMOTEKNOB * t_J).
+
+        Inside queue q < K-1, with ``index`` given (2D-Gittins), by index highest
+        first, ties by job id; ``index(attained, quanta)`` computes all of them at
+        once (a promoted job is indexed at attained service 0, as it will be once
+        the owner resets t_J; the quantum of Q_q is its threshold). Otherwise
+        (2D-LAS, and the last queue always) FIFO by first start time (§3.2.3),
+        ties by submit time and job id; jobs that never started come after every
+        started one, by submit time: the paper orders by start time precisely so
+        that a queue's not-yet-started jobs cannot push out started ones ("FIFO
+        ordering on submission time instead of start time can lead to unnecessary
+        preemptions"), and the reference simulator likewise moves waiting jobs
+        behind running ones. A running job without a recorded start counts as
+        started now.
+
+        With ``last_index`` given (``policy.last_queue: gittins``), the last queue
+        too is sorted by an index, highest first, ``last_index(attained)``
+        computing all of them at once (Delta = infinity there); equal indices keep
+        the FIFO order above, so jobs the distribution cannot tell apart are
+        never reshuffled.
+
+        ``restart_cost`` (seconds a preemption costs a job: checkpoint plus
+        restore) makes every index-ranked queue preemption-cost aware. An index
+        is P / E: the chance to finish within the quantum over the expected
+        GPU-time spent in it (Delta = infinity: P = 1, E the expected remaining
+        GPU-time). A running job's E is lowered, a waiting job's that must
+        restore raised, by its cost in GPU-seconds (cost x GPUs;
+        ``finish_prob(attained, quanta)`` gives P). So a waiting job displaces a
+        running one only for more expected gain than the swap costs the two of
+        them; with cost 0 nothing changes.
+
+        Lean on purpose: the simulator ranks every job on every event.
+        Returns (ranked, queues, promoted, indices).
+        """
+        keyed, queues, promoted, indices = self._keyed(jobs, now)
+        keyed.sort()
+        return [t[-1] for t in keyed], queues, promoted, indices
+
+    def keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]:
+        """(key, until) per job: the sort key ``rank`` gives it, ending
+        in its job id, and until when that key stays the same while the job stays in its state.
+
+        ``rank`` orders jobs by exactly these keys, smallest first; a key
+        depends on its job alone, so keys of a subset rank it as the whole set
+        ranks it (what ``KeyRanked`` promises; teiresias.policy.base). A running
+        job keyed FIFO (q, first start, submit, id) keeps its key until W_J t_J
+        reaches its queue's threshold (demotion; for ever in the last queue); a
+        running job's index key moves with its attained service: ``now``,
+        recompute it next time. A waiting job's t_J stands still, so its key
+        holds for ever, unless promotion is on (it may be promoted: ``now``).
+        """
+        thresholds, promote_knob = self.thresholds, self.promote_knob
+        last = len(thresholds)
+        running = JobState.RUNNING
+        inf = math.inf
+        out = []
+        for t in self._keyed(jobs, now)[0]:
+            j = t[-1]
+            q = t[0]
+            until = now
+            if j.state is not running:
+                if promote_knob is None:
+                    until = inf
+            elif j.first_start_time is not None and j.num_gpus > 0 and len(t) == 5:
+                # FIFO-keyed (q, start, submit, id, job): only demotion moves it.
+                if q >= last:
+                    until = inf
+                else:
+                    until = now + (thresholds[q] - j.attained_service) / j.num_gpus
+            out.append((t[:-1], until))
+        return out
+
+    def _keyed(
+        self, jobs: Sequence[Job], now: float
+    ) -> tuple[list[tuple], dict[JobId, int], list[JobId], dict[JobId, float]]:
+        """``rank``'s sort keys, unsorted: (queue, ..., job id, job) per job."""
+        thresholds, promote_knob, index, last_index = self.thresholds, self.promote_knob, self.index, self.last_index
+        restart_cost, finish_prob = self.restart_cost, self.finish_prob
+        last = len(thresholds)
+        queues: dict[JobId, int] = {}
+        promoted: list[JobId] = []
+        indices: dict[JobId, float] = {}
+        keyed: list[tuple] = []
+        add = keyed.append
+        running = JobState.RUNNING
+        bisect_right = bisect.bisect_right
+        # Jobs of non-last queues waiting for their Gittins index: (job, q, attained).
+        to_index: list[tuple[Job, int, float]] = []
+        # Jobs of the last queue waiting for their index: (job, attained, start).
+        to_last: list[tuple[Job, float, float]] = []
+        inf = math.inf
+        single = len(thresholds) == 1
+        t0 = thresholds[0] if single else 0.0
+        for j in jobs:
+            jid = j.job_id
+            attained = j.attained_service  # W_J x t_J (teiresias.domain.service)
+            # K = 2 (the paper's default) needs no binary search.
+            q = (1 if attained >= t0 else 0) if single else bisect_right(thresholds, attained)
+            if (
+                promote_knob is not None
+                and q > 0
+                and j.state is not running
+                and j.waiting_time >= promote_knob * j.executed_time
+            ):
+                promoted.append(jid)
+                q = 0
+                attained = 0.0
+            queues[jid] = q
+            # Sort keys end in the unique job id, then the job: jobs are never compared.
+            if index is not None and q < last:
+                to_index.append((j, q, attained))
+                continue
+            start = j.first_start_time
+            if start is None:
+                # Never started: after every started job of the queue, by submit time.
+                start = now if j.state is running else inf
+            if last_index is not None and q == last:
+                to_last.append((j, attained, start))
+                continue
+            add((q, start, j.submit_time, jid, j))
+        if to_index:
+            att, quanta = [t[2] for t in to_index], [thresholds[t[1]] for t in to_index]
+            values = index(att, quanta)
+            probs = finish_prob(att, quanta) if restart_cost > 0 and finish_prob is not None else None
+            for k, ((j, q, _), g) in enumerate(zip(to_index, values)):
+                g = float(g)
+                if probs is not None and g > 0:
+                    # index = P / E (E: expected GPU-time within the quantum): the cost joins E.
+                    g = _with_cost(g, float(probs[k]), restart_cost * j.num_gpus, j)
+                indices[j.job_id] = g
+                add((q, -g, j.job_id, j))
+        if to_last:
+            values = last_index([t[1] for t in to_last])
+            for (j, _, start), g in zip(to_last, values):
+                g = float(g)
+                if restart_cost > 0 and g > 0:
+                    g = _with_cost(g, 1.0, restart_cost * j.num_gpus, j)
+                indices[j.job_id] = g
+                add((last, -g, start, j.submit_time, j.job_id, j))
+        return keyed, queues, promoted, indices
+
 
 def rank_mlfq(
-    jobs: Sequence[Job],
-    thresholds: Sequence[float],
-    promote_knob: float | None,
-    now: float,
-    index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
-    last_index: Callable[[Sequence[float]], Sequence[float]] | None = None,
-    restart_cost: float = 0.0,
-    finish_prob: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
+    jobs: Sequence[Job], thresholds: Sequence[float], promote_knob: float | None, now: float
 ) -> tuple[list[Job], dict[JobId, int], list[JobId], dict[JobId, float]]:
-    """Rank jobs for discretized 2DAS: queue first, then inside the queue.
-
-    Queue: q = #{thresholds <= W_J t_J}, or 0 for a job promoted this round
-    (a WAITING job in a lower queue with delta_J >= PROMOTEKNOB * t_J).
-
-    Inside queue q < K-1, with ``index`` given (2D-Gittins), by index highest
-    first, ties by job id; ``index(attained, quanta)`` computes all of them at
-    once (a promoted job is indexed at attained service 0, as it will be once
-    the owner resets t_J; the quantum of Q_q is its threshold). Otherwise
-    (2D-LAS, and the last queue always) FIFO by first start time (§3.2.3),
-    ties by submit time and job id; jobs that never started come after every
-    started one, by submit time: the paper orders by start time precisely so
-    that a queue's not-yet-started jobs cannot push out started ones ("FIFO
-    ordering on submission time instead of start time can lead to unnecessary
-    preemptions"), and the reference simulator likewise moves waiting jobs
-    behind running ones. A running job without a recorded start counts as
-    started now.
-
-    With ``last_index`` given (``policy.last_queue: gittins``), the last queue
-    too is sorted by an index, highest first, ``last_index(attained)``
-    computing all of them at once (Delta = infinity there); equal indices keep
-    the FIFO order above, so jobs the distribution cannot tell apart are
-    never reshuffled.
-
-    ``restart_cost`` (seconds a preemption costs a job: checkpoint plus
-    restore) makes every index-ranked queue preemption-cost aware. An index
-    is P / E: the chance to finish within the quantum over the expected
-    GPU-time spent in it (Delta = infinity: P = 1, E the expected remaining
-    GPU-time). A running job's E is lowered, a waiting job's that must
-    restore raised, by its cost in GPU-seconds (cost x GPUs;
-    ``finish_prob(attained, quanta)`` gives P). So a waiting job displaces a
-    running one only for more expected gain than the swap costs the two of
-    them; with cost 0 nothing changes.
-
-    Lean on purpose: the simulator ranks every job on every event.
-    Returns (ranked, queues, promoted, indices).
-    """
-    keyed, queues, promoted, indices = _keyed(
-        jobs, thresholds, promote_knob, now, index, last_index, restart_cost, finish_prob
-    )
-    keyed.sort()
-    return [t[-1] for t in keyed], queues, promoted, indices
-
-
-def mlfq_keys(
-    jobs: Sequence[Job],
-    thresholds: Sequence[float],
-    promote_knob: float | None,
-    now: float,
-    index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
-    last_index: Callable[[Sequence[float]], Sequence[float]] | None = None,
-    restart_cost: float = 0.0,
-    finish_prob: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None = None,
-) -> list[tuple[tuple, float]]:
-    """(key, until) per job: the sort key ``rank_mlfq`` gives it (same arguments), ending
-    in its job id, and until when that key stays the same while the job stays in its state.
-
-    ``rank_mlfq`` orders jobs by exactly these keys, smallest first; a key
-    depends on its job alone, so keys of a subset rank it as the whole set
-    ranks it (what ``KeyRanked`` promises; teiresias.policy.base). A running
-    job keyed FIFO (q, first start, submit, id) keeps its key until W_J t_J
-    reaches its queue's threshold (demotion; for ever in the last queue); a
-    running job's index key moves with its attained service: ``now``,
-    recompute it next time. A waiting job's t_J stands still, so its key
-    holds for ever, unless promotion is on (it may be promoted: ``now``).
-    """
-    last = len(thresholds)
-    running = JobState.RUNNING
-    inf = math.inf
-    out = []
-    for t in _keyed(jobs, thresholds, promote_knob, now, index, last_index, restart_cost, finish_prob)[0]:
-        j = t[-1]
-        q = t[0]
-        until = now
-        if j.state is not running:
-            if promote_knob is None:
-                until = inf
-        elif j.first_start_time is not None and j.num_gpus > 0 and len(t) == 5:
-            # FIFO-keyed (q, start, submit, id, job): only demotion moves it.
-            if q >= last:
-                until = inf
-            else:
-                until = now + (thresholds[q] - j.attained_service) / j.num_gpus
-        out.append((t[:-1], until))
-    return out
-
-
-def _keyed(
-    jobs: Sequence[Job],
-    thresholds: Sequence[float],
-    promote_knob: float | None,
-    now: float,
-    index: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None,
-    last_index: Callable[[Sequence[float]], Sequence[float]] | None,
-    restart_cost: float,
-    finish_prob: Callable[[Sequence[float], Sequence[float]], Sequence[float]] | None,
-) -> tuple[list[tuple], dict[JobId, int], list[JobId], dict[JobId, float]]:
-    """``rank_mlfq``'s sort keys, unsorted: (queue, ..., job id, job) per job."""
-    last = len(thresholds)
-    queues: dict[JobId, int] = {}
-    promoted: list[JobId] = []
-    indices: dict[JobId, float] = {}
-    keyed: list[tuple] = []
-    add = keyed.append
-    running = JobState.RUNNING
-    bisect_right = bisect.bisect_right
-    # Jobs of non-last queues waiting for their Gittins index: (job, q, attained).
-    to_index: list[tuple[Job, int, float]] = []
-    # Jobs of the last queue waiting for their index: (job, attained, start).
-    to_last: list[tuple[Job, float, float]] = []
-    inf = math.inf
-    single = len(thresholds) == 1
-    t0 = thresholds[0] if single else 0.0
-    for j in jobs:
-        jid = j.job_id
-        attained = j.attained_service  # W_J x t_J (teiresias.domain.service)
-        # K = 2 (the paper's default) needs no binary search.
-        q = (1 if attained >= t0 else 0) if single else bisect_right(thresholds, attained)
-        if (
-            promote_knob is not None
-            and q > 0
-            and j.state is not running
-            and j.waiting_time >= promote_knob * j.executed_time
-        ):
-            promoted.append(jid)
-            q = 0
-            attained = 0.0
-        queues[jid] = q
-        # Sort keys end in the unique job id, then the job: jobs are never compared.
-        if index is not None and q < last:
-            to_index.append((j, q, attained))
-            continue
-        start = j.first_start_time
-        if start is None:
-            # Never started: after every started job of the queue, by submit time.
-            start = now if j.state is running else inf
-        if last_index is not None and q == last:
-            to_last.append((j, attained, start))
-            continue
-        add((q, start, j.submit_time, jid, j))
-    if to_index:
-        att, quanta = [t[2] for t in to_index], [thresholds[t[1]] for t in to_index]
-        values = index(att, quanta)
-        probs = finish_prob(att, quanta) if restart_cost > 0 and finish_prob is not None else None
-        for k, ((j, q, _), g) in enumerate(zip(to_index, values)):
-            g = float(g)
-            if probs is not None and g > 0:
-                # index = P / E (E: expected GPU-time within the quantum): the cost joins E.
-                g = _with_cost(g, float(probs[k]), restart_cost * j.num_gpus, j)
-            indices[j.job_id] = g
-            add((q, -g, j.job_id, j))
-    if to_last:
-        values = last_index([t[1] for t in to_last])
-        for (j, _, start), g in zip(to_last, values):
-            g = float(g)
-            if restart_cost > 0 and g > 0:
-                g = _with_cost(g, 1.0, restart_cost * j.num_gpus, j)
-            indices[j.job_id] = g
-            add((last, -g, start, j.submit_time, j.job_id, j))
-    return keyed, queues, promoted, indices
+    """2D-LAS's ranking (Tiresias §3.2.3): ``Mlfq(thresholds, promote_knob).rank(jobs, now)``."""
+    return Mlfq(thresholds, promote_knob).rank(jobs, now)
 
 
 def _with_cost(g: float, p: float, cost: float, j: Job) -> float:
