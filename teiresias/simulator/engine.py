@@ -55,10 +55,12 @@ from teiresias.policy.base import (
     CarriesState,
     KeyRanked,
     SchedulingPolicy,
+    grants_leases,
     is_idle_first,
     is_preemptive,
     monotone_placement,
     quiet_until_of,
+    uses_slices,
     wake_at_of,
 )
 from teiresias.policy.themis.apps import app_of
@@ -197,11 +199,13 @@ class Simulator:
         self.overhead_total = 0.0
         # GPU sharing (Plan.sharing): guest -> (host, guest's rate alone at its sub-batch, host's rate before)
         self._share: dict[JobId, tuple[JobId, float, float]] = {}
-        # Gandiva's mechanisms (teiresias/simulator/gandiva.py): a policy with ``wake_at`` gets a
-        # round at every completion and at the times it names (slice ends, idle periods).
+        # Gandiva's mechanisms (teiresias/simulator/gandiva.py) for a policy that declares Slices
+        # (as the controller's Slicer); a policy with ``wake_at`` gets a round at every completion
+        # and at the times it names (slice ends, idle periods).
         self._wake_at = wake_at_of(policy)
         self._wake = math.inf
-        self._mech = Mechanisms(self, self._wake_at is not None)
+        self._mech = Mechanisms(self, uses_slices(policy))
+        self._leases = grants_leases(policy)  # Leases: its plan.leases go back on the jobs
         self._watch: Callable[[float], float] | None = None
         self._t_watch = math.inf
         self._stopped = 0
@@ -283,17 +287,9 @@ class Simulator:
         for a in placement.allocations:
             held[a.node] = held.get(a.node, 0) + a.gpus
         self._free_total -= j.num_gpus
-        self._pending_gpus -= j.num_gpus
-        j.settle()
-        del self._pending[j.job_id]
-        self._running[j.job_id] = j
+        self._to_running(j, placement, now)
         if self._rank_keys is not None:
             self._runkeyed.add(j.job_id)
-            self._drop_pending_key(j.job_id)
-        j.state = JobState.RUNNING
-        j.placement = placement
-        if j.first_start_time is None:
-            j.first_start_time = now
         if j.needs_restore:
             j.restore_left = self.opt.preempt_overhead
             j.overhead += j.restore_left
@@ -304,8 +300,6 @@ class Simulator:
         j.rate = 1.0 / slowdown
         if slowdown > 1.0:
             j.slowed = True
-        j.nodes = placement.nodes
-        j.work_at_start = j.work_left
         end = now + j.restore_left + j.work_left / j.rate
         self._seq += 1
         heapq.heappush(self._events, (end, self._seq, j.version, j.job_id))
@@ -423,19 +417,9 @@ class Simulator:
             )
         if min(sh.slowdown, sh.partner_slowdown, sh.alone_slowdown) <= 0:
             raise SimulationError(f"policy {name} gave job {j.job_id} a non-positive slowdown")
-        self._pending_gpus -= j.num_gpus
-        j.settle()
-        del self._pending[j.job_id]
-        self._drop_pending_key(j.job_id)
-        self._running[j.job_id] = j
-        j.state = JobState.RUNNING
-        j.placement = placement
-        if j.first_start_time is None:
-            j.first_start_time = now
+        self._to_running(j, placement, now)
         alone = 1.0 / sh.alone_slowdown
         j.rate = alone / sh.slowdown
-        j.nodes = placement.nodes
-        j.work_at_start = j.work_left
         j.shared_with, j.sub_batch, j.accumulation = host.job_id, sh.sub_batch, sh.accumulation
         host.settle()
         self._share[j.job_id] = (host.job_id, alone, host.rate)
@@ -592,6 +576,21 @@ class Simulator:
         jobs.extend(pending)
         return self.policy.decide(Snapshot(now, self.cluster, jobs, unavailable))
 
+    def _to_running(self, j: SimJob, placement: Placement, now: float) -> None:
+        """Move a pending job to running on ``placement``, its run beginning ``now``; the caller
+        has checked the placement and sets the job's rate."""
+        self._pending_gpus -= j.num_gpus
+        j.settle()
+        del self._pending[j.job_id]
+        self._drop_pending_key(j.job_id)
+        self._running[j.job_id] = j
+        j.state = JobState.RUNNING
+        j.placement = placement
+        if j.first_start_time is None:
+            j.first_start_time = now
+        j.nodes = placement.nodes
+        j.work_at_start = j.work_left
+
     def _drop_pending_key(self, jid: JobId) -> None:
         """Forget a pending job's kept rank key (it started, or was promoted)."""
         self._punkeyed.discard(jid)
@@ -704,10 +703,10 @@ class Simulator:
                 if self._rank_keys is not None and jid in self._pending:
                     self._drop_pending_key(jid)  # its key moved
                     self._punkeyed.add(jid)
-        for jid, end in plan.leases.items():
+        for jid, end in plan.leases.items() if self._leases else ():
             j = active.get(jid)
             if j is not None:
-                j.lease_end = end  # leasing policies (themis): carried to the next round on the job
+                j.lease_end = end  # carried to the next round on the job, as the controller's store does
         if plan.suspend or plan.resume or plan.pack or plan.unpack or plan.migrate or plan.resize:
             self._mech.enact(plan, now)
         if self._wake_at is not None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from teiresias.domain import Colocation, JobId, JobState, JobUsage, Placement, Plan
+from teiresias.domain import Colocation, JobId, JobUsage, Placement, Plan
 
 if TYPE_CHECKING:
     from teiresias.simulator.engine import Simulator
@@ -42,7 +42,7 @@ class Mechanisms:
 
     def __init__(self, sim: Simulator, active: bool) -> None:
         self.sim = sim
-        self.active = active  # the policy uses the mechanisms (it has ``wake_at``)
+        self.active = active  # the policy declares Slices (teiresias/policy/base.py)
         self.changed: dict[str, float] = {}  # Snapshot.idle_since
         self.extra: dict[str, int] = {}  # GPUs per node allocated to colocated members beyond the first
         self.max_height = 0
@@ -132,17 +132,7 @@ class Mechanisms:
             raise sim.error(
                 f"policy {name} colocated job {j.job_id} on {placement.num_gpus} GPUs, it needs {j.num_gpus}"
             )
-        sim._pending_gpus -= j.num_gpus
-        j.settle()
-        del sim._pending[j.job_id]
-        sim._drop_pending_key(j.job_id)
-        sim._running[j.job_id] = j
-        j.state = JobState.RUNNING
-        j.placement = placement
-        if j.first_start_time is None:
-            j.first_start_time = now
-        j.nodes = placement.nodes
-        j.work_at_start = j.work_left
+        sim._to_running(j, placement, now)
         group = [p for p in partners if p is not None] + [j]
         for m in group:
             m.settle()
