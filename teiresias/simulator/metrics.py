@@ -60,7 +60,10 @@ class JobRecord:
 
 @dataclass(frozen=True)
 class GandivaFigures:
-    """Replay-wide figures of the module docstring that records cannot give."""
+    """Replay-wide figures of the module docstring that records cannot give.
+
+    Summary repeats these fields by name, last, so that its JSON stays one flat object.
+    """
 
     avg_load: float = 0.0
     peak_load: float = 0.0
@@ -182,14 +185,7 @@ def summarize(
         median_feedback=med_fb,
         p95_feedback=p95_fb,
         useful_utilization=useful,
-        avg_load=g.avg_load,
-        peak_load=g.peak_load,
-        max_height=g.max_height,
-        suspensions=g.suspensions,
-        migrations=g.migrations,
-        packs=g.packs,
-        unpacks=g.unpacks,
-        resizes=g.resizes,
+        **asdict(g),
     )
     tt, tb = timeline if timeline is not None else ([], [])
     return SimulationResult(summary, records, list(tt), list(tb), total_gpus)
