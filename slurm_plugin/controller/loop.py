@@ -37,7 +37,7 @@ from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.cells.scheduler import CellsPolicy
 from teiresias.domain import Plan, Snapshot
 from teiresias.errors import SlurmError, SlurmUnreachable
-from teiresias.policy.base import CarriesState, SchedulingPolicy, decide_round
+from teiresias.policy.base import CarriesState, SchedulingPolicy, decide_round, grants_leases, uses_slices
 
 log = logging.getLogger("teiresias.controller")
 
@@ -120,7 +120,7 @@ class Controller:
         self.preempter = Preempter(config, backend, audit, dry_run=dry_run)
         self.starter = Starter(config, store, audit, dry_run=dry_run)
         # Gandiva's suspend/resume, colocation, packing, migration, resize (controller/slicing.py);
-        # its state is loaded from the store at the first gandiva round.
+        # its state is loaded from the store at the first round of a Slices policy.
         self.slicer: Slicer | None = None
         # Active records kept between rounds (the controller is the only writer of
         # the DB); dropped and reloaded after any failed round.
@@ -187,24 +187,26 @@ class Controller:
         t2 = time.perf_counter()
         policy = self.policy()
         carry_state = None  # a CarriesState policy's plan.carry, stored for the next round
-        themis_state = None  # themis' leases and rho, stored for the next round (controller/leases.py)
+        lease_state = None  # a Leases policy's leases and rho, stored for the next round (controller/leases.py)
         if isinstance(policy, CarriesState):
             # HiveD's virtual->physical binding outlives a round: it comes from the store.
             plan, carry_state = decide_stored(policy, rec.snapshot, self.store.get_meta(policy.carry_key))
         else:
-            themis = getattr(policy, "name", "") == "themis"
-            if themis:
+            # The abilities the policy declares (teiresias/policy/base.py), read as the simulator
+            # reads them: never by the policy's name, so a renamed or new policy gets the same care.
+            leasing = grants_leases(policy)
+            if leasing:
                 carried = leases.load(self.store.get_meta(leases.META_KEY))
                 leases.prepare(self.config, rec.snapshot, rec.records, carried)
-            if getattr(policy, "name", "") == "gandiva":
+            if uses_slices(policy):
                 if self.slicer is None:
                     self.slicer = Slicer(self.backend, self.audit, dry_run=self.dry_run)
                     self.slicer.members = slicing.load(self.store.get_meta(slicing.META_KEY))
                     self.starter.colocate = self.slicer.start_colocated
                 self.slicer.annotate(rec, now)
             plan = policy.decide(rec.snapshot)
-            if themis and not self.dry_run:
-                themis_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
+            if leasing and not self.dry_run:
+                lease_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
         t3 = time.perf_counter()
         notes = self.books.bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
@@ -226,8 +228,8 @@ class Controller:
                 self.store.set_meta(EXPLAIN_META_KEY, json.dumps(summary))
                 if carry_state is not None and isinstance(policy, CarriesState):
                     self.store.set_meta(policy.carry_key, carry_state)
-                if themis_state is not None:
-                    self.store.set_meta(leases.META_KEY, themis_state)
+                if lease_state is not None:
+                    self.store.set_meta(leases.META_KEY, lease_state)
                 if self.slicer is not None:
                     self.store.set_meta(slicing.META_KEY, slicing.dump(self.slicer.members))
         result = RoundResult(

@@ -33,6 +33,12 @@ never by ``getattr`` of its own, so both read a policy the same way:
 - ``CarriesState``: the policy carries state from one round to the next in
   its Plan (``plan.carry``), such as HiveD's cell binding; the owner stores
   it and hands it back (``decide_round``).
+- ``Leases`` / ``grants_leases``: the plans grant leases (``plan.leases``,
+  Themis §4) that the owner keeps and puts back on the running jobs
+  (``Job.lease_end``) next round;
+- ``Slices`` / ``uses_slices``: the plans suspend, resume, colocate, pack,
+  migrate or resize jobs (Gandiva §3), which the owner enacts with its own
+  per-job mechanism state.
 """
 
 from __future__ import annotations
@@ -152,6 +158,28 @@ class CarriesState(Protocol):
     def carry_from_json(self, data: Any) -> object: ...
 
 
+@runtime_checkable
+class Leases(Protocol):
+    """``leases = True``: the policy's plans grant leases (``plan.leases``: when each
+    running job's GPUs go back to auction, Themis §4) and the policy reads them back
+    from ``Job.lease_end`` next round. The policy stays pure: the owner keeps the
+    leases between rounds (the simulator on its jobs, the controller in its store,
+    with each job's app and measured work left) and expires them."""
+
+    leases: bool
+
+
+@runtime_checkable
+class Slices(Protocol):
+    """``slices = True``: the policy's plans use Gandiva's mechanisms (Gandiva §3:
+    suspend/resume for time slices, colocate/pack/unpack, migrate, resize), and it
+    reads back each job's slice state from the snapshot. The owner enacts them with
+    per-job mechanism state of its own (the simulator's ``Mechanisms``, the
+    controller's ``Slicer``), which a policy without the ability never needs."""
+
+    slices: bool
+
+
 def is_idle_first(policy: object) -> bool:
     """Whether ``policy`` declares ``idle_first = True`` (IdleFirst)."""
     return isinstance(policy, IdleFirst) and policy.idle_first is True
@@ -177,6 +205,16 @@ def monotone_placement(policy: object) -> bool:
     on some free GPUs stays placeable when more GPUs are free."""
     placement = getattr(policy, "placement", None)  # a scheduling policy's own placement, if it has one
     return isinstance(placement, MonotonePlacement) and placement.monotone is True
+
+
+def grants_leases(policy: object) -> bool:
+    """Whether ``policy`` declares ``leases = True`` (Leases): the owner keeps its leases."""
+    return isinstance(policy, Leases) and policy.leases is True
+
+
+def uses_slices(policy: object) -> bool:
+    """Whether ``policy`` declares ``slices = True`` (Slices): the owner runs its mechanisms."""
+    return isinstance(policy, Slices) and policy.slices is True
 
 
 def decide_round(policy: SchedulingPolicy, snapshot: Snapshot, carried: object | None) -> Plan:

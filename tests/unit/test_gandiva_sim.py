@@ -223,6 +223,7 @@ def test_replays_keep_the_contract_on_every_round_and_finish(rows, placement: st
 
     class Checked:
         name = "gandiva"
+        slices = True  # the simulator's mechanisms, as for gandiva itself
 
         def __init__(self) -> None:
             self.placement = policy.placement

@@ -35,6 +35,8 @@ class GandivaPolicy:
 
     name = "gandiva"
     preemptive = False
+    # Its plans suspend/colocate/pack/migrate/resize with the owner's mechanisms (base.Slices).
+    slices = True
 
     def __init__(self, placement: PlacementPolicy, params: GandivaParams | None = None) -> None:
         self.placement = placement

@@ -56,6 +56,8 @@ class ThemisPolicy:
     # must show it every job (no pruned rounds).
     idle_first = False
     preemptive = True
+    # Its plans grant leases the owner keeps and hands back on the jobs (base.Leases).
+    leases = True
 
     def __init__(
         self,
