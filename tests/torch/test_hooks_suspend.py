@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -31,12 +33,21 @@ def _stopped(proc: subprocess.Popen) -> bool:
     return _state(proc.pid) == "T"
 
 
-def test_sigtstp_parks_at_a_step_boundary_and_sigcont_resumes_bitwise(tmp_path, reference) -> None:
-    base = tmp_path / "jobs"
-    log = tmp_path / "out.log"
-    out = tmp_path / "w.pt"
-    proc = start("train_plain.py", [str(out)], job_env(base, 81, TRAIN_STEP_SLEEP="0.05"), log)
+@contextmanager
+def _training(tmp_path: Path, job: int, step_sleep: str) -> Iterator[tuple[subprocess.Popen, Path, Path]]:
+    """train_plain.py as job ``job`` under the hooks, pausing ``step_sleep`` s after each
+    step: (process, its log, its weights file); killed if still running at the end."""
+    log, out = tmp_path / "out.log", tmp_path / "w.pt"
+    proc = start("train_plain.py", [str(out)], job_env(tmp_path / "jobs", job, TRAIN_STEP_SLEEP=step_sleep), log)
     try:
+        yield proc, log, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigtstp_parks_at_a_step_boundary_and_sigcont_resumes_bitwise(tmp_path, reference) -> None:
+    with _training(tmp_path, 81, "0.05") as (proc, log, out):
         poll("step 3", lambda: last_step(log) >= 3)
         # SIGTSTP alone: the process must stop itself (Slurm's SIGSTOP comes 2 s later).
         proc.send_signal(signal.SIGTSTP)
@@ -44,11 +55,8 @@ def test_sigtstp_parks_at_a_step_boundary_and_sigcont_resumes_bitwise(tmp_path, 
         at = last_step(log)
         proc.send_signal(signal.SIGCONT)
         assert proc.wait(timeout=120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert same_weights(out, reference)
-    [rec] = read_slices(job_dir(base, 81))
+    [rec] = read_slices(job_dir(tmp_path / "jobs", 81))
     # Parked inside optimizer.step()'s post-hook: the script prints that step after the resume.
     assert rec.step == at + 1
     assert rec.parked > 0 and rec.signalled <= rec.parked <= rec.resumed
@@ -58,23 +66,16 @@ def test_sigtstp_parks_at_a_step_boundary_and_sigcont_resumes_bitwise(tmp_path, 
 def test_stopped_mid_step_by_slurm_does_not_park_again_after_resume(tmp_path, reference) -> None:
     """Slurm's SIGSTOP can come before the step ends; after SIGCONT the process
     must go on, not stop itself with nobody left to wake it."""
-    base = tmp_path / "jobs"
-    log = tmp_path / "out.log"
-    out = tmp_path / "w.pt"
     # A long pause after each step: the signals land between steps, before any boundary is reached.
-    proc = start("train_plain.py", [str(out)], job_env(base, 82, TRAIN_STEP_SLEEP="0.3"), log)
-    try:
+    with _training(tmp_path, 82, "0.3") as (proc, log, out):
         poll("step 2", lambda: last_step(log) >= 2)
         proc.send_signal(signal.SIGTSTP)
         proc.send_signal(signal.SIGSTOP)
         poll("stopped by SIGSTOP", lambda: _stopped(proc), timeout=30)
         proc.send_signal(signal.SIGCONT)
         assert proc.wait(timeout=120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert same_weights(out, reference)
-    assert read_slices(job_dir(base, 82)) == []
+    assert read_slices(job_dir(tmp_path / "jobs", 82)) == []
 
 
 def test_process_without_optimizer_stops_at_once(tmp_path) -> None:
