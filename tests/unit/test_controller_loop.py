@@ -7,70 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import SlurmJob, SlurmNode
 from slurm_plugin.config import parse_config
 from slurm_plugin.controller.audit import AuditLog, read_audit
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import Phase, StateStore
 from tests.conftest import REPO
-
-
-def _refuse(name: str):
-    def call(self, *args, **kwargs):
-        raise AssertionError(f"the round called backend.{name}")
-
-    return call
-
-
-class NoBackend(SlurmBackend):
-    """Not a stand-in for Slurm: these rounds get Slurm's data injected and must not act,
-    so every backend call fails the test."""
-
-
-for _name in (
-    "jobs",
-    "nodes",
-    "hold",
-    "release",
-    "set_priority",
-    "set_nodelist",
-    "signal",
-    "requeue",
-    "clear_begin_time",
-    "cancel",
-    "set_hold_mark",
-):
-    setattr(NoBackend, _name, _refuse(_name))
-NoBackend.__abstractmethods__ = frozenset()
-
-
-def job(job_id: int) -> SlurmJob:
-    return SlurmJob(
-        job_id=job_id,
-        name="j",
-        user="u",
-        account="a",
-        partition="gpu",
-        state="PENDING",
-        state_reason="JobHeldUser",
-        priority=0,
-        restart_count=0,
-        requeue=True,
-        held=True,
-        gpus=2,
-        num_nodes=1,
-        nodes=(),
-        required_nodes=(),
-        submit_time=100.0,
-        eligible_time=None,
-        start_time=None,
-        end_time=None,
-        time_limit_minutes=None,
-        command="x",
-        comment="",
-        admin_comment=HOLD_MARK,
-    )  # held by job_submit.lua
-
+from tests.unit.round_support import NoBackend, held_job
 
 DRAINED = [SlurmNode("node1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))]
 
@@ -88,11 +31,11 @@ def make(tmp_path: Path) -> Controller:
 
 def test_vanished_job_is_one_line_and_its_record_is_closed(tmp_path, caplog):
     ctl = make(tmp_path)
-    r1 = ctl.round(now=200.0, slurm_jobs=[job(1), job(2)], slurm_nodes=DRAINED)
+    r1 = ctl.round(now=200.0, slurm_jobs=[held_job(1), held_job(2)], slurm_nodes=DRAINED)
     assert r1.actions == [] and set(r1.plan.order) == {1, 2}
     assert r1.plan.start == {}  # the only node is drained: nothing can start
     caplog.set_level("WARNING", logger="teiresias.controller")
-    r2 = ctl.round(now=205.0, slurm_jobs=[job(2)], slurm_nodes=DRAINED)
+    r2 = ctl.round(now=205.0, slurm_jobs=[held_job(2)], slurm_nodes=DRAINED)
     assert r2.notes == ["job 1: vanished from Slurm between two rounds; record closed"]
     assert [m for m in caplog.messages if "vanished" in m] == [
         "[job 1] vanished from Slurm between two rounds; record closed"
@@ -105,12 +48,12 @@ def test_vanished_job_is_one_line_and_its_record_is_closed(tmp_path, caplog):
         "vanished"
     ]
     # The next round says nothing more about it: no crash loop, no repeated line.
-    r3 = ctl.round(now=210.0, slurm_jobs=[job(2)], slurm_nodes=DRAINED)
+    r3 = ctl.round(now=210.0, slurm_jobs=[held_job(2)], slurm_nodes=DRAINED)
     assert r3.notes == [] and list(r3.plan.order) == [2]
 
 
 def test_round_json_has_plan_and_actions(tmp_path):
-    out = make(tmp_path).round(now=200.0, slurm_jobs=[job(3)], slurm_nodes=DRAINED).to_json()
+    out = make(tmp_path).round(now=200.0, slurm_jobs=[held_job(3)], slurm_nodes=DRAINED).to_json()
     assert set(out) >= {"plan", "actions", "time", "round"}
     assert out["plan"]["order"] == [3] and out["plan"]["queues"] == {"3": 0}
     json.dumps(out)
@@ -151,7 +94,7 @@ def test_dry_run_plans_a_start_but_touches_neither_slurm_nor_the_state(tmp_path)
     cfg = parse_config({"state_db": str(db), "policy": {"name": "las", "queues": [10]}})
     StateStore(db).close()
     ctl = Controller(cfg, NoBackend(), StateStore(db, readonly_copy=True), AuditLog(None), dry_run=True)
-    r = ctl.round(now=200.0, slurm_jobs=[job(4)], slurm_nodes=IDLE)
+    r = ctl.round(now=200.0, slurm_jobs=[held_job(4)], slurm_nodes=IDLE)
     assert list(r.plan.start) == [4]
     assert [(a.job, a.action, a.ok) for a in r.actions] == [(4, "start", None)]
     assert StateStore(db).jobs(active_only=False) == {}
@@ -161,7 +104,7 @@ def finished(job_id: int, gpus: int, start: float, end: float) -> SlurmJob:
     from dataclasses import replace
 
     return replace(
-        job(job_id), state="COMPLETED", held=False, gpus=gpus, start_time=start, end_time=end, nodes=("node1",)
+        held_job(job_id), state="COMPLETED", held=False, gpus=gpus, start_time=start, end_time=end, nodes=("node1",)
     )
 
 
@@ -171,7 +114,7 @@ def test_gittins_runs_as_las_until_a_job_finishes_then_learns_from_it(tmp_path):
     assert ctl.policy().name == "las"  # Tiresias Pseudocode 1: no distribution -> LAS
     running = SlurmJob(
         **{
-            **{f: getattr(job(5), f) for f in job(5).__slots__},
+            **{f: getattr(held_job(5), f) for f in held_job(5).__slots__},
             "state": "RUNNING",
             "held": False,
             "start_time": 100.0,
@@ -190,8 +133,8 @@ def test_a_no_requeue_job_is_not_preempted_and_said_so_once(tmp_path):
 
     ctl = make(tmp_path)
     busy = [SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 4, ("gpu",))]
-    a = replace(job(1), state="RUNNING", held=False, gpus=4, requeue=False, start_time=100.0, nodes=("node1",))
-    b = replace(job(2), gpus=4, submit_time=150.0)
+    a = replace(held_job(1), state="RUNNING", held=False, gpus=4, requeue=False, start_time=100.0, nodes=("node1",))
+    b = replace(held_job(2), gpus=4, submit_time=150.0)
     for now in (200.0, 203.0):
         r = ctl.round(now=now, slurm_jobs=[a, b], slurm_nodes=busy)
         assert list(r.plan.preempt) == [1] and r.actions == []  # the policy asks; the controller cannot
@@ -213,9 +156,9 @@ def test_a_starving_job_is_promoted_and_its_tj_and_deltaj_restart(tmp_path):
     )
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
     busy = [SlurmNode("node1", frozenset({"ALLOCATED"}), 2, 2, ("gpu",))]
-    running = replace(job(1), state="RUNNING", held=False, start_time=100.0, nodes=("node1",))
+    running = replace(held_job(1), state="RUNNING", held=False, start_time=100.0, nodes=("node1",))
     ctl.round(now=110.0, slurm_jobs=[running], slurm_nodes=busy)  # 2 GPUs x 10 s: demoted to Q2
-    requeued = replace(job(1), restart_count=1)
+    requeued = replace(held_job(1), restart_count=1)
     ctl.round(now=111.0, slurm_jobs=[requeued], slurm_nodes=DRAINED)
     r = ctl.store.jobs()[1]
     assert r.queue == 1 and total_executed(r, 111.0) == 10.0

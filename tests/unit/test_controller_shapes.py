@@ -6,45 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import SlurmNode
 from slurm_plugin.config import parse_config
 from slurm_plugin.controller.enact import fit_shape
 from slurm_plugin.controller.reconcile import never_fits, not_waiting_reason, reconcile
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Placement
+from tests.unit.round_support import held_job
 
 CFG = parse_config({"partitions": ["gpu"]})
 NODES = [SlurmNode(f"node{i}", frozenset({"IDLE"}), 4, 0, ("gpu",)) for i in range(1, 5)]
 NOW = 1000.0
-
-
-def job(job_id: int = 1, **kw) -> SlurmJob:
-    base = dict(
-        job_id=job_id,
-        name="j",
-        user="u",
-        account="a",
-        partition="gpu",
-        state="PENDING",
-        state_reason="JobHeldUser",
-        priority=0,
-        restart_count=0,
-        requeue=True,
-        held=True,
-        gpus=2,
-        num_nodes=1,
-        nodes=(),
-        required_nodes=(),
-        submit_time=100.0,
-        eligible_time=None,
-        start_time=None,
-        end_time=None,
-        time_limit_minutes=None,
-        command="x",
-        comment="",
-        admin_comment=HOLD_MARK,
-    )
-    return SlurmJob(**{**base, **kw})
 
 
 def rec(job_id: int = 1) -> JobRecord:
@@ -52,52 +24,52 @@ def rec(job_id: int = 1) -> JobRecord:
 
 
 def test_only_the_projects_own_hold_is_waiting():
-    assert not_waiting_reason(job(), rec(), NODES, NOW) is None
-    why = not_waiting_reason(job(admin_comment=""), rec(), NODES, NOW)
+    assert not_waiting_reason(held_job(), rec(), NODES, NOW) is None
+    why = not_waiting_reason(held_job(admin_comment=""), rec(), NODES, NOW)
     assert why and why.startswith("held by its owner (JobHeldUser)")
-    why = not_waiting_reason(job(admin_comment="", state_reason="JobHeldAdmin"), rec(), NODES, NOW)
+    why = not_waiting_reason(held_job(admin_comment="", state_reason="JobHeldAdmin"), rec(), NODES, NOW)
     assert why and why.startswith("held by an admin")
 
 
 def test_dependency_and_begin_time():
     assert "waiting for its dependency" in not_waiting_reason(
-        job(dependency="afterok:7(unfulfilled)"), rec(), NODES, NOW
+        held_job(dependency="afterok:7(unfulfilled)"), rec(), NODES, NOW
     )
-    assert "never be satisfied" in not_waiting_reason(job(dependency="afterok:7(failed)"), rec(), NODES, NOW)
-    assert "(--begin)" in not_waiting_reason(job(eligible_time=NOW + 600), rec(), NODES, NOW)
+    assert "never be satisfied" in not_waiting_reason(held_job(dependency="afterok:7(failed)"), rec(), NODES, NOW)
+    assert "(--begin)" in not_waiting_reason(held_job(eligible_time=NOW + 600), rec(), NODES, NOW)
     # after a requeue the begin time is Slurm's: the job waits for GPUs
-    assert not_waiting_reason(job(eligible_time=NOW + 100, restart_count=1), rec(), NODES, NOW) is None
+    assert not_waiting_reason(held_job(eligible_time=NOW + 100, restart_count=1), rec(), NODES, NOW) is None
 
 
 def test_sizes_no_partition_can_give():
-    assert never_fits(job(gpus=16), NODES) is None
-    assert "asks for 100 GPUs; partition gpu has 16 in all" in never_fits(job(gpus=100), NODES)
-    assert never_fits(job(gpus=8, gpus_per_node=4, num_nodes=2), NODES) is None
-    assert "with 8 GPUs each" in never_fits(job(gpus=8, gpus_per_node=8, num_nodes=1), NODES)
-    assert "5 node(s)" in never_fits(job(gpus=10, gpus_per_node=2, num_nodes=5), NODES)
+    assert never_fits(held_job(gpus=16), NODES) is None
+    assert "asks for 100 GPUs; partition gpu has 16 in all" in never_fits(held_job(gpus=100), NODES)
+    assert never_fits(held_job(gpus=8, gpus_per_node=4, num_nodes=2), NODES) is None
+    assert "with 8 GPUs each" in never_fits(held_job(gpus=8, gpus_per_node=8, num_nodes=1), NODES)
+    assert "5 node(s)" in never_fits(held_job(gpus=10, gpus_per_node=2, num_nodes=5), NODES)
 
 
 def test_backoff_keeps_a_job_out_until_it_is_over():
-    assert "next try in 30s" in not_waiting_reason(job(), rec(), NODES, NOW, (NOW + 30, "refused"))
-    assert not_waiting_reason(job(), rec(), NODES, NOW, (NOW - 1, "refused")) is None
+    assert "next try in 30s" in not_waiting_reason(held_job(), rec(), NODES, NOW, (NOW + 30, "refused"))
+    assert not_waiting_reason(held_job(), rec(), NODES, NOW, (NOW - 1, "refused")) is None
 
 
 def test_array_meta_record_is_split_not_scheduled():
-    meta = job(9, array_job_id=9, array_tasks="0-1,3", gpus=1)
-    task = job(10, array_job_id=9, array_task_id=2, gpus=1)
+    meta = held_job(9, array_job_id=9, array_tasks="0-1,3", gpus=1)
+    task = held_job(10, array_job_id=9, array_task_id=2, gpus=1)
     out = reconcile(CFG, {}, [meta, task], NODES, NOW)
     assert out.to_split == ["9_0", "9_1", "9_3"]
     assert [j.job_id for j in out.snapshot.jobs] == [10] and task.target == "9_2" and meta.target == "9"
 
 
 def test_not_waiting_jobs_are_out_of_the_snapshot():
-    out = reconcile(CFG, {}, [job(1), job(2, gpus=100), job(3, admin_comment="")], NODES, NOW)
+    out = reconcile(CFG, {}, [held_job(1), held_job(2, gpus=100), held_job(3, admin_comment="")], NODES, NOW)
     assert [j.job_id for j in out.snapshot.jobs] == [1]
     assert set(out.not_waiting) == {2, 3} and out.to_hold == {}
 
 
 def test_fit_shape_keeps_node_count_and_per_node_gpus():
-    per_node = job(gpus=4, gpus_per_node=2, num_nodes=2)
+    per_node = held_job(gpus=4, gpus_per_node=2, num_nodes=2)
     free = {"node1": 4, "node2": 1, "node3": 2, "node4": 3}
     fitted = fit_shape(Placement.of({"node1": 4}), per_node, free, list(free))
     assert fitted == Placement.of([("node1", 2), ("node4", 2)])
@@ -110,17 +82,17 @@ def test_fit_shape_keeps_node_count_and_per_node_gpus():
 
 
 def test_array_meta_record_without_a_hold_is_held_whole():
-    meta = job(9, array_job_id=9, array_tasks="0-5", held=False, priority=5, state_reason="None", admin_comment="")
+    meta = held_job(9, array_job_id=9, array_tasks="0-5", held=False, priority=5, state_reason="None", admin_comment="")
     out = reconcile(CFG, {}, [meta], NODES, NOW)
     assert out.unheld_arrays == [9] and len(out.to_split) == 6 and out.snapshot.jobs == ()
 
 
 def test_a_job_of_several_partitions_is_sized_against_all_of_them():
     nodes = [*NODES, SlurmNode("big1", frozenset({"IDLE"}), 8, 0, ("big",))]
-    assert never_fits(job(gpus=20, partition="gpu,big"), nodes) is None
-    assert "has 24 in all" in never_fits(job(gpus=30, partition="gpu,big"), nodes)
-    assert never_fits(job(gpus=8, gpus_per_node=8, partition="gpu,big"), nodes) is None
-    assert never_fits(job(gpus=100, partition="nowhere"), nodes) is None  # its nodes unknown: no verdict
+    assert never_fits(held_job(gpus=20, partition="gpu,big"), nodes) is None
+    assert "has 24 in all" in never_fits(held_job(gpus=30, partition="gpu,big"), nodes)
+    assert never_fits(held_job(gpus=8, gpus_per_node=8, partition="gpu,big"), nodes) is None
+    assert never_fits(held_job(gpus=100, partition="nowhere"), nodes) is None  # its nodes unknown: no verdict
 
 
 def test_a_job_its_owner_holds_while_starting_is_theirs():
@@ -132,7 +104,7 @@ def test_a_job_its_owner_holds_while_starting_is_theirs():
         phase_since=NOW - 100,
         planned=Placement.of({"node1": 2}),
     )
-    out = reconcile(CFG, {1: r}, [job(admin_comment="")], NODES, NOW)
+    out = reconcile(CFG, {1: r}, [held_job(admin_comment="")], NODES, NOW)
     assert r.phase is Phase.PENDING and r.planned is None
     assert out.to_hold == {} and "held by its owner" in out.not_waiting[1] and out.snapshot.jobs == ()
 
@@ -147,5 +119,5 @@ def test_slurms_own_priority_0_on_a_refused_start_is_a_failed_start_not_a_users_
         phase_since=NOW - 2,
         planned=Placement.of({"node1": 2}),
     )
-    out = reconcile(CFG, {1: r}, [job(admin_comment="", state_reason="BadConstraints")], NODES, NOW)
+    out = reconcile(CFG, {1: r}, [held_job(admin_comment="", state_reason="BadConstraints")], NODES, NOW)
     assert r.phase is Phase.STARTING and "BadConstraints" in out.start_failed[1] and 1 in out.to_hold

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import yaml
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import SlurmNode
 from slurm_plugin.config import parse_config
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.explain import META_KEY, explain, format_text
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import Placement
+from tests.unit.round_support import NoBackend, held_job
 
 SUMMARY = {
     "version": 1,
@@ -113,42 +114,11 @@ def test_without_a_summary_it_still_explains_and_says_what_is_missing():
     assert e.nodes == [] and e.notes and "not recorded a plan" in e.notes[0]
 
 
-class NoBackend(SlurmBackend):
-    """Not a stand-in for Slurm: the round gets Slurm's data injected and must not act."""
-
-
-NoBackend.__abstractmethods__ = frozenset()
-
-
 def test_a_round_persists_its_summary_and_carries_preemptions_while_active(tmp_path):
     cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl")})
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
     ctl.store.set_meta(META_KEY, json.dumps({"preempted": {"3": [1.0, "x"], "99": [1.0, "gone"]}}))
-    sj = SlurmJob(
-        job_id=3,
-        name="j",
-        user="u",
-        account="a",
-        partition="gpu",
-        state="PENDING",
-        state_reason="JobHeldUser",
-        priority=0,
-        restart_count=0,
-        requeue=True,
-        held=True,
-        gpus=2,
-        num_nodes=1,
-        nodes=(),
-        required_nodes=(),
-        submit_time=100.0,
-        eligible_time=None,
-        start_time=None,
-        end_time=None,
-        time_limit_minutes=None,
-        command="x",
-        comment="",
-        admin_comment=HOLD_MARK,
-    )
+    sj = held_job(3)
     ctl.round(now=200.0, slurm_jobs=[sj], slurm_nodes=[SlurmNode("n1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))])
     s = json.loads(ctl.store.get_meta(META_KEY))
     assert s["round"] == 1 and s["thresholds"] == [3600.0]

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import SlurmNode
 from slurm_plugin.config import MetricsConfig, parse_config
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.enact import Action
@@ -27,6 +27,7 @@ from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import Plan
 from teiresias.errors import ConfigError
 from tests.conftest import REPO
+from tests.unit.round_support import NoBackend, held_job
 
 DASHBOARD = REPO / "etc" / "grafana" / "teiresias-dashboard.json"
 
@@ -157,42 +158,11 @@ def test_bad_metrics_config_names_the_key(bad, msg):
 # ------------------------------------------------------------------ the loop's hooks
 
 
-class NoBackend(SlurmBackend):
-    """Not a stand-in for Slurm: the round gets Slurm's data injected and must not act."""
-
-
-NoBackend.__abstractmethods__ = frozenset()
-
-
 def test_controller_round_feeds_its_metrics(tmp_path):
     cfg = parse_config({"state_db": str(tmp_path / "s.db"), "audit_log": str(tmp_path / "a.jsonl")})
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
     ctl.metrics = ControllerMetrics(cfg.policy.queues)
-    sj = SlurmJob(
-        job_id=3,
-        name="j",
-        user="u",
-        account="a",
-        partition="gpu",
-        state="PENDING",
-        state_reason="JobHeldUser",
-        priority=0,
-        restart_count=0,
-        requeue=True,
-        held=True,
-        gpus=2,
-        num_nodes=1,
-        nodes=(),
-        required_nodes=(),
-        submit_time=100.0,
-        eligible_time=None,
-        start_time=None,
-        end_time=None,
-        time_limit_minutes=None,
-        command="x",
-        comment="",
-        admin_comment=HOLD_MARK,
-    )
+    sj = held_job(3)
     ctl.round(now=200.0, slurm_jobs=[sj], slurm_nodes=[SlurmNode("n1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))])
     s = samples(ctl.metrics)
     assert s[("teiresias_jobs", (("phase", "PENDING"), ("queue", "Q1")))] == 1
