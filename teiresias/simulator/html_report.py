@@ -27,7 +27,7 @@ import numpy as np
 
 from teiresias.simulator.metrics import SimulationResult
 from teiresias.simulator.plots import _smoothed_utilisation
-from teiresias.simulator.report import _f
+from teiresias.simulator.report import _f, summary_cells
 from teiresias.simulator.trace import TraceJob
 
 SECTIONS = ("policies", "jct", "queueing", "utilization", "preemptions", "fairness")
@@ -229,21 +229,7 @@ def _policy_section(results: Sequence[SimulationResult]) -> str:
     rows = []
     for r in results:
         s = r.summary
-        rows.append(
-            (
-                s.policy,
-                str(s.jobs),
-                f"{s.avg_jct:.1f}",
-                f"{s.median_jct:.1f}",
-                f"{s.p95_jct:.1f}",
-                f"{s.avg_queue_delay:.1f}",
-                f"{s.median_queue_delay:.1f}",
-                f"{s.p95_queue_delay:.1f}",
-                f"{s.makespan:.0f}",
-                str(s.preemptions),
-                f"{100 * s.gpu_utilization:.1f}%",
-            )
-        )
+        rows.append((*summary_cells(s), f"{100 * s.gpu_utilization:.1f}%"))
     best: set[tuple[int, int]] = set()
     if len(results) > 1:
         # Lowest of each time column in bold: the reader's first question.

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import IO
 
-from teiresias.simulator.metrics import SimulationResult
+from teiresias.simulator.metrics import SimulationResult, Summary
 
 JOB_COLUMNS = (
     "policy",
@@ -31,13 +31,31 @@ JOB_COLUMNS = (
 )
 
 
+def summary_cells(s: Summary) -> tuple[str, ...]:
+    """A policy's row in the summary tables, text and HTML, up to its preemptions:
+    policy, jobs, JCT avg / median / p95, queueing delay avg / median / p95 (s),
+    makespan (s), preemptions."""
+    return (
+        s.policy,
+        str(s.jobs),
+        f"{s.avg_jct:.1f}",
+        f"{s.median_jct:.1f}",
+        f"{s.p95_jct:.1f}",
+        f"{s.avg_queue_delay:.1f}",
+        f"{s.median_queue_delay:.1f}",
+        f"{s.p95_queue_delay:.1f}",
+        f"{s.makespan:.0f}",
+        str(s.preemptions),
+    )
+
+
 def _f(x: float) -> str:
     return f"{x:.3f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
 
 
 def summary_table(results: Sequence[SimulationResult]) -> str:
     """Absolute figures, one row per policy (seconds)."""
-    head = (
+    head: tuple[str, ...] = (
         "policy",
         "jobs",
         "avg JCT",
@@ -57,16 +75,7 @@ def summary_table(results: Sequence[SimulationResult]) -> str:
         s = r.summary
         rows.append(
             (
-                s.policy,
-                str(s.jobs),
-                f"{s.avg_jct:.1f}",
-                f"{s.median_jct:.1f}",
-                f"{s.p95_jct:.1f}",
-                f"{s.avg_queue_delay:.1f}",
-                f"{s.median_queue_delay:.1f}",
-                f"{s.p95_queue_delay:.1f}",
-                f"{s.makespan:.0f}",
-                str(s.preemptions),
+                *summary_cells(s),
                 f"{s.preemption_overhead:.0f}",
                 f"{100 * s.gpu_utilization:.1f}%",
                 f"{s.wall_seconds:.2f}",
