@@ -18,7 +18,7 @@ from slurm_plugin.controller.loop import Controller, default_policy
 from slurm_plugin.controller.packlimit import current_packlimit, min_nodes, placement_history, run_outcomes
 from slurm_plugin.controller.state import JobRecord, RunOutcome, StateStore
 from teiresias.errors import ConfigError
-from tests.unit.test_controller_loop import NoBackend, job
+from tests.unit.round_support import NoBackend, held_job
 from wrappers.protocol import RunRecord, append_run, format_comment, job_dir, read_runs
 
 
@@ -148,7 +148,7 @@ def test_a_finished_spread_run_refits_packlimit_and_rebuilds_the_policy(tmp_path
 
     ctl = Controller(cfg, NoBackend(), store, AuditLog(cfg.audit_log), policy_factory=factory)
     running = replace(
-        job(7),
+        held_job(7),
         name="m",
         gpus=4,
         state="RUNNING",

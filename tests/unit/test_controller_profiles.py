@@ -11,7 +11,8 @@ from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.profiles import SkewBook
 from slurm_plugin.controller.state import JobRecord, StateStore
-from tests.unit.test_controller_loop import DRAINED, NoBackend, job
+from tests.unit.round_support import NoBackend, held_job
+from tests.unit.test_controller_loop import DRAINED
 from wrappers.protocol import format_comment, job_dir
 
 
@@ -20,7 +21,9 @@ def test_a_job_of_a_profiled_model_gets_its_skew_when_first_seen(tmp_path):
     cfg = parse_config({"state_db": str(tmp_path / "s.db"), "placement": "profile"})
     ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(None))
     ctl.round(
-        now=200.0, slurm_jobs=[replace(job(1), name="vgg16"), replace(job(2), name="mystery")], slurm_nodes=DRAINED
+        now=200.0,
+        slurm_jobs=[replace(held_job(1), name="vgg16"), replace(held_job(2), name="mystery")],
+        slurm_nodes=DRAINED,
     )
     recs = ctl.store.jobs()
     assert recs[1].skew == 0.8 and recs[2].skew is None
