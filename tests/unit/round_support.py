@@ -1,5 +1,5 @@
-"""What the fast tests of a controller round on injected Slurm data share: the job
-Slurm shows for a fresh submission, and a backend that fails any call.
+"""What the fast tests of a controller round on injected Slurm data share: the jobs
+Slurm shows (a fresh submission, a job on a GPU shard), and a backend that fails any call.
 
 Beside (never instead of) the real-Slurm tests in tests/slurm/: a round fed
 ``squeue``'s data directly needs no Slurm as long as no action is due.
@@ -7,6 +7,7 @@ Beside (never instead of) the real-Slurm tests in tests/slurm/: a round fed
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob
@@ -42,6 +43,26 @@ def held_job(job_id: int = 1, **changes: Any) -> SlurmJob:
         admin_comment=HOLD_MARK,
     )
     return SlurmJob(**{**fields, **changes})
+
+
+def shard_job(job_id: int, state: str, nodes: Sequence[str] = (), **changes: Any) -> SlurmJob:
+    """A released 1-GPU job of alice's on one GPU shard, as squeue reports it to the
+    controller's GPU sharing and Gandiva's slicing; ``changes`` override fields."""
+    fields: dict[str, Any] = dict(
+        name=f"j{job_id}",
+        user="alice",
+        state=state,
+        state_reason="None",
+        priority=5,
+        held=False,
+        gpus=1,
+        nodes=tuple(nodes),
+        submit_time=10.0 + job_id,
+        admin_comment="",
+        gpus_per_node=1,
+        shards=1,
+    )
+    return held_job(job_id, **{**fields, **changes})
 
 
 def _refuse(name: str):

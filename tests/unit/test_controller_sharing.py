@@ -11,37 +11,13 @@ from slurm_plugin.config import parse_config
 from slurm_plugin.controller.reconcile import reconcile
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.domain import JobState, Placement
+from tests.unit.round_support import shard_job
 
 CFG = parse_config({"partitions": ["gpu"]})
 
 
 def sjob(job_id: int, state: str, nodes=(), *, shards: int = 1, start=None, end=None) -> SlurmJob:
-    return SlurmJob(
-        job_id=job_id,
-        name=f"j{job_id}",
-        user="alice",
-        account="a",
-        partition="gpu",
-        state=state,
-        state_reason="None",
-        priority=5,
-        restart_count=0,
-        requeue=True,
-        held=False,
-        gpus=1,
-        num_nodes=1,
-        nodes=tuple(nodes),
-        required_nodes=(),
-        submit_time=10.0 + job_id,
-        eligible_time=None,
-        start_time=start,
-        end_time=end,
-        time_limit_minutes=None,
-        command="x",
-        comment="",
-        gpus_per_node=1,
-        shards=shards,
-    )
+    return shard_job(job_id, state, nodes, shards=shards, start_time=start, end_time=end)
 
 
 NODES = [

@@ -22,6 +22,7 @@ from slurm_plugin.controller.slicing import Member, Slicer, dump, load
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import JobId, JobState, Placement, Plan
 from teiresias.errors import ConfigError
+from tests.unit.round_support import shard_job
 
 CFG = parse_config({"partitions": ["gpu"]})
 NODES = [
@@ -31,32 +32,7 @@ NODES = [
 
 
 def sjob(job_id: int, state: str, nodes=("node1",), *, comment: str = "") -> SlurmJob:
-    return SlurmJob(
-        job_id=job_id,
-        name=f"j{job_id}",
-        user="alice",
-        account="a",
-        partition="gpu",
-        state=state,
-        state_reason="None",
-        priority=5,
-        restart_count=0,
-        requeue=True,
-        held=False,
-        gpus=1,
-        num_nodes=1,
-        nodes=tuple(nodes),
-        required_nodes=(),
-        submit_time=10.0 + job_id,
-        eligible_time=None,
-        start_time=50.0,
-        end_time=None,
-        time_limit_minutes=None,
-        command="x",
-        comment=comment,
-        gpus_per_node=1,
-        shards=1,
-    )
+    return shard_job(job_id, state, nodes, start_time=50.0, comment=comment)
 
 
 class Calls:
