@@ -24,6 +24,9 @@ Example:
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -39,6 +42,7 @@ from slurm_plugin.backends.parse import FINISHED_STATES
 from slurm_plugin.localcluster import ClusterConfig, LocalCluster, client_env, procs
 from teiresias.errors import JobVanished
 
+TSBATCH = str(Path(sys.executable).with_name("tsbatch"))
 DEFAULT_TEST_DIR = "/var/tmp/teiresias-test-cluster"
 DEFAULT_TEST_PORT_BASE = 17100
 
@@ -55,6 +59,40 @@ def test_cluster_config() -> ClusterConfig:
 
 
 test_cluster_config.__test__ = False  # type: ignore[attr-defined]  # not a test
+
+
+def own_cluster_config(suffix: str, port_offset: int, **kw: Any) -> ClusterConfig:
+    """The configuration of a module's own cluster beside the shared one: directory
+    DIR-``suffix``, slurmctld on PORT_BASE+``port_offset`` (its nodes on the ports after),
+    ``kw`` the rest of its ClusterConfig (nodes, gpus_per_node, partitions, ...)."""
+    base = test_cluster_config()
+    return ClusterConfig(dir=Path(f"{base.dir}-{suffix}"), port_base=base.port_base + port_offset, **kw)
+
+
+@contextmanager
+def own_cluster(cfg: ClusterConfig) -> Iterator[SlurmTestCluster]:
+    """Bring up a module's own cluster for a module-scoped fixture; down at the end
+    (unless TEIRESIAS_TEST_CLUSTER_KEEP=1). Skips the tests without root."""
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
+    cluster = LocalCluster(cfg)
+    cluster.up()
+    try:
+        yield SlurmTestCluster(cluster)
+    finally:
+        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
+            cluster.down()
+
+
+def tsbatch_submit(cluster: SlurmTestCluster, *args: str) -> int:
+    """``tsbatch ARGS`` on ``cluster`` (one thread per job's torch): the job id it printed."""
+    r = subprocess.run(
+        [TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    m = re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout)
+    assert m, r.stdout
+    return int(m.group(1))
 
 
 class SlurmTestCluster:

@@ -12,63 +12,32 @@ slices.jsonl), and finish with the weights of the uninterrupted run, bit for bit
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from slurm_plugin.localcluster import ClusterConfig, LocalCluster
 from teiresias import jobfiles
 from tests.helpers import poll
-from tests.slurm.conftest import SlurmTestCluster, test_cluster_config
+from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
 from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
 from tests.torch.jobs import SCRIPTS, job_env, steps_in
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
-TSBATCH = str(Path(sys.executable).with_name("tsbatch"))
 PY = sys.executable
 SLICE_S = 3.0
 
 
-def gandiva_config() -> ClusterConfig:
-    base = test_cluster_config()
-    return ClusterConfig(
-        dir=Path(f"{base.dir}-gandiva"),
-        nodes=1,
-        gpus_per_node=1,
-        shards_per_gpu=2,
-        port_base=base.port_base + 15,
-        partitions=("gpu",),
-        job_submit_lua=LUA,
-    )
-
-
 @pytest.fixture(scope="module")
 def gandiva_cluster():
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
-    cluster = LocalCluster(gandiva_config())
-    cluster.up()
-    try:
-        yield SlurmTestCluster(cluster)
-    finally:
-        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
-            cluster.down()
-
-
-def _submit(cluster: SlurmTestCluster, *args: str) -> int:
-    r = subprocess.run(
-        [TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=60
+    cfg = own_cluster_config(
+        "gandiva", 15, nodes=1, gpus_per_node=1, shards_per_gpu=2, partitions=("gpu",), job_submit_lua=LUA
     )
-    assert r.returncode == 0, r.stderr
-    m = re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout)
-    assert m, r.stdout
-    return int(m.group(1))
+    with own_cluster(cfg) as cluster:
+        yield cluster
 
 
 def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cluster, tmp_path, reference):
@@ -90,10 +59,10 @@ def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cl
         },
     ).start()
     try:
-        first = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/a.out", str(batch))
+        first = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/a.out", str(batch))
         c.wait_for(first, "RUNNING", timeout=60)
         poll("the first job training", lambda: len(steps_in(tmp_path / "a.out")) >= 2, timeout=60)
-        second = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/b.out", str(batch))
+        second = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/b.out", str(batch))
         c.wait_for(second, "RUNNING", timeout=60)
         # The newcomer runs first (§4.1 early feedback); the first job waits suspended on its GPU.
         c.wait_for(first, "SUSPENDED", timeout=30)
@@ -131,29 +100,11 @@ def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cl
         assert steps == sorted(steps) and len(set(steps)) == len(steps), f"no progress between slices: {steps}"
 
 
-def spread_config() -> ClusterConfig:
-    base = test_cluster_config()
-    return ClusterConfig(
-        dir=Path(f"{base.dir}-gandiva3"),
-        nodes=3,
-        gpus_per_node=2,
-        port_base=base.port_base + 5,
-        partitions=("gpu", "other"),
-        job_submit_lua=LUA,
-    )
-
-
 @pytest.fixture(scope="module")
 def spread_cluster():
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
-    cluster = LocalCluster(spread_config())
-    cluster.up()
-    try:
-        yield SlurmTestCluster(cluster)
-    finally:
-        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
-            cluster.down()
+    cfg = own_cluster_config("gandiva3", 5, nodes=3, gpus_per_node=2, partitions=("gpu", "other"), job_submit_lua=LUA)
+    with own_cluster(cfg) as cluster:
+        yield cluster
 
 
 def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster, tmp_path, reference):
@@ -180,7 +131,7 @@ def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster
         f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.3\n"
         f"{PY} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n"
     )
-    job = _submit(c, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/s.out", str(batch))
+    job = tsbatch_submit(c, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/s.out", str(batch))
     c.backend.release(job)
     running = c.wait_for(job, "RUNNING", timeout=60)
     assert sorted(running.nodes) == ["node1", "node2"]
@@ -219,29 +170,11 @@ def test_a_spread_job_is_migrated_onto_one_node_when_gpus_free_up(spread_cluster
     assert "resumed from" in (tmp_path / "s.out").read_text()
 
 
-def elastic_config() -> ClusterConfig:
-    base = test_cluster_config()
-    return ClusterConfig(
-        dir=Path(f"{base.dir}-gandiva-el"),
-        nodes=1,
-        gpus_per_node=2,
-        port_base=base.port_base + 17,
-        partitions=("gpu",),
-        job_submit_lua=LUA,
-    )
-
-
 @pytest.fixture(scope="module")
 def elastic_cluster():
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
-    cluster = LocalCluster(elastic_config())
-    cluster.up()
-    try:
-        yield SlurmTestCluster(cluster)
-    finally:
-        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
-            cluster.down()
+    cfg = own_cluster_config("gandiva-el", 17, nodes=1, gpus_per_node=2, partitions=("gpu",), job_submit_lua=LUA)
+    with own_cluster(cfg) as cluster:
+        yield cluster
 
 
 def _losses(text: str) -> dict[int, float]:
@@ -299,7 +232,7 @@ def test_an_elastic_job_grows_onto_an_idle_gpu_and_shrinks_for_a_waiting_job(ela
     ).start()
     waiter = None
     try:
-        job = _submit(c, "--elastic=1-2", f"--checkpoint-dir={base}", f"--output={tmp_path}/e.out", str(batch))
+        job = tsbatch_submit(c, "--elastic=1-2", f"--checkpoint-dir={base}", f"--output={tmp_path}/e.out", str(batch))
         out = tmp_path / "e.out"
 
         def grown_and_training() -> bool:
@@ -359,10 +292,10 @@ def test_a_packed_pair_is_unpacked_when_its_measured_throughput_drops(gandiva_cl
     ).start()
     try:
         args = ("--checkpoint-every=1", f"--checkpoint-dir={base}")
-        first = _submit(c, *args, f"--output={tmp_path}/a.out", str(batch))
+        first = tsbatch_submit(c, *args, f"--output={tmp_path}/a.out", str(batch))
         c.wait_for(first, "RUNNING", timeout=60)
         poll("the first job training", lambda: len(steps_in(tmp_path / "a.out")) >= 2, timeout=60)
-        second = _submit(c, *args, f"--output={tmp_path}/b.out", str(batch))
+        second = tsbatch_submit(c, *args, f"--output={tmp_path}/b.out", str(batch))
         poll("the pair unpacked", lambda: ctl.audit(action="unpack"), timeout=120, every=1)
         for job in (first, second):
             c.wait_for(job, "COMPLETED", timeout=150)

@@ -17,8 +17,6 @@ accumulate.json and starts it on its host's GPU (docs/sjf-bsbf.md §9).
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,30 +24,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from slurm_plugin.localcluster import ClusterConfig, LocalCluster
+from slurm_plugin.localcluster import ClusterConfig
 from slurm_plugin.localcluster.config import render_gres_conf, render_slurm_conf
 from tests.helpers import poll
-from tests.slurm.conftest import SlurmTestCluster, test_cluster_config
+from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
 from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
 from tests.torch.jobs import SCRIPTS, plain_env, run
 from wrappers import protocol
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
-TSBATCH = str(Path(sys.executable).with_name("tsbatch"))
 PY = sys.executable
-
-
-def shard_config() -> ClusterConfig:
-    base = test_cluster_config()
-    return ClusterConfig(
-        dir=Path(f"{base.dir}-shards"),
-        nodes=1,
-        gpus_per_node=1,
-        shards_per_gpu=2,
-        port_base=base.port_base + 10,
-        partitions=("gpu",),
-    )
 
 
 def test_shards_are_opt_in_and_change_nothing_by_default() -> None:
@@ -66,25 +51,9 @@ def test_shards_are_opt_in_and_change_nothing_by_default() -> None:
 
 @pytest.fixture(scope="module")
 def shard_cluster():
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root (slurmd runs as root, fake GPUs need mknod)")
-    cluster = LocalCluster(shard_config())
-    cluster.up()
-    try:
-        yield SlurmTestCluster(cluster)
-    finally:
-        if os.environ.get("TEIRESIAS_TEST_CLUSTER_KEEP") != "1":
-            cluster.down()
-
-
-def _submit(cluster: SlurmTestCluster, *args: str) -> int:
-    r = subprocess.run(
-        [TSBATCH, *args], env={**cluster.env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=60
-    )
-    assert r.returncode == 0, r.stderr
-    m = re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout)
-    assert m, r.stdout
-    return int(m.group(1))
+    cfg = own_cluster_config("shards", 10, nodes=1, gpus_per_node=1, shards_per_gpu=2, partitions=("gpu",))
+    with own_cluster(cfg) as cluster:
+        yield cluster
 
 
 def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_path) -> None:
@@ -105,7 +74,9 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
     for k in range(2):
         # Held at submission, like the controller's jobs; the controller would write
         # accumulate.json before releasing a guest (Plan.sharing's accumulation).
-        job = _submit(shard_cluster, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/job{k}.out", str(batch))
+        job = tsbatch_submit(
+            shard_cluster, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/job{k}.out", str(batch)
+        )
         jd = protocol.job_dir(base, job)
         jd.mkdir(parents=True, mode=0o700)
         protocol.write_accumulate(jd, protocol.Accumulate(4, 4))
@@ -174,9 +145,9 @@ def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> N
             tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples), "sharing": str(model)}
         ).start()
         try:
-            host = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
+            host = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
             c.wait_for(host, "RUNNING", timeout=60)
-            guest = _submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
+            guest = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
             c.wait_for(guest, "RUNNING", timeout=60)
             assert c.job(host).state == "RUNNING", "both hold the one GPU at once"
             (share,) = ctl.audit(guest, "share")
