@@ -84,14 +84,7 @@ def _submit_pytorch(conf: Path, job: DemoJob, jobs_dir: Path, base: Path) -> int
         [
             *cmd,
             f"--checkpoint-dir={base}",
-            "-p",
-            "gpu",
-            f"--gpus={job.gpus}",
-            "-t",
-            "30",
-            f"--job-name=demo{job.index:02d}-{job.kind}",
-            f"--chdir={jobs_dir}",
-            f"--output={jobs_dir}/demo-%j.out",
+            *_job_args(job, jobs_dir),
             "--open-mode=append",
             f"--export=ALL,WORK={int(job.work)}",
             str(script),
@@ -106,9 +99,9 @@ def _submit_pytorch(conf: Path, job: DemoJob, jobs_dir: Path, base: Path) -> int
     return int(r.stdout.strip().split()[-1])
 
 
-def _submit(backend: Any, job: DemoJob, jobs_dir: Path, base: Path) -> int:
-    return backend.submit(
-        DEMO_JOB,
+def _job_args(job: DemoJob, jobs_dir: Path) -> list[str]:
+    """The sbatch options of a demo job, a PyTorch one through tsbatch or a plain one."""
+    return [
         "-p",
         "gpu",
         f"--gpus={job.gpus}",
@@ -117,6 +110,13 @@ def _submit(backend: Any, job: DemoJob, jobs_dir: Path, base: Path) -> int:
         f"--job-name=demo{job.index:02d}-{job.kind}",
         f"--chdir={jobs_dir}",
         f"--output={jobs_dir}/demo-%j.out",
+    ]
+
+
+def _submit(backend: Any, job: DemoJob, jobs_dir: Path, base: Path) -> int:
+    return backend.submit(
+        DEMO_JOB,
+        *_job_args(job, jobs_dir),
         f"--comment={format_comment({'dir': str(base)})}",
         f"--export=ALL,JOBBASE={base},WORK={int(job.work)}",
     )
