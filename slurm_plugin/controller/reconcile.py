@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
-from slurm_plugin.backends.parse import HELD_REASONS, array_task_ids
+from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, array_task_ids
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.accounting import Segment
@@ -34,21 +34,6 @@ from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
-TERMINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-        "SPECIAL_EXIT",
-        "REVOKED",
-    }
-)
 
 
 @lru_cache(maxsize=256)
@@ -182,7 +167,7 @@ def reconcile(
             out.replaced[job_id] = rec
             rec = None
         if rec is None:
-            if state in TERMINAL_STATES:
+            if state in FINISHED_STATES:
                 continue  # ended before we ever saw it: not ours to account
             rec = _new_record(sj, now)
             out.created.append(job_id)
@@ -200,7 +185,7 @@ def reconcile(
         out.segments += [(job_id, s) for s in segs]
         out.notes += [(job_id, n) for n in notes]
 
-        if state in TERMINAL_STATES:
+        if state in FINISHED_STATES:
             _set_phase(rec, Phase.FINISHED, now)
             rec.final_state = state
             rec.end_time = float(sj.end_time) if sj.end_time else now
