@@ -50,6 +50,7 @@ from torch.optim import optimizer as optim_mod
 from torch.utils.data import dataloader as dl
 
 from wrappers import protocol
+from wrappers.hooks.patches import _after_init
 
 
 class Accumulator:
@@ -251,15 +252,3 @@ def install(jobdir: Any, env: Mapping[str, str] | None = None) -> Accumulator | 
 
     _after_init(DDP, lambda m: acc.ddp.append(weakref.ref(m)))
     return acc
-
-
-def _after_init(cls: type, record: Any) -> None:
-    """Wrap ``cls.__init__`` so every instance is recorded once built (subclasses reach it via super())."""
-    original = cls.__init__
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        record(self)
-
-    cls.__init__ = __init__  # type: ignore[method-assign]

@@ -23,7 +23,8 @@ from wrappers.hooks.runtime import Runtime
 
 
 def _after_init(cls: type, record: Any) -> None:
-    """Wrap ``cls.__init__`` so every instance is recorded once it is built."""
+    """Wrap ``cls.__init__`` so every instance is recorded once it is built (subclasses reach
+    it via super()); wrappers/hooks/accumulate.py uses it too."""
     original = cls.__init__
 
     @functools.wraps(original)
