@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from slurm_plugin.cli.options import config_option
 from slurm_plugin.config import ControllerConfig, load_config
 from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.lock import ControllerLock
@@ -34,14 +35,7 @@ def controller() -> None:
 
 
 @controller.command("run")
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="YAML config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
-)
+@config_option
 @click.option("-n", "--dry-run", is_flag=True, help="Decide and print, but change nothing in Slurm or the state.")
 @click.option("-1", "--once", is_flag=True, help="Run one round and exit.")
 @click.option(

@@ -7,6 +7,7 @@ import time
 
 import click
 
+from slurm_plugin.cli.options import config_option
 from slurm_plugin.cli.queue import _open_state, _visible, slurm_jobs
 from slurm_plugin.config import load_config
 from slurm_plugin.controller.explain import META_KEY, explain, format_text
@@ -21,14 +22,7 @@ def _job_id(text: str) -> int:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("job", metavar="JOBID")
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Controller config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
-)
+@config_option
 @click.option("--no-slurm", is_flag=True, help="Read the state DB only; do not ask Slurm for the live state.")
 @click.option("-j", "--json", "as_json", is_flag=True, help="Print one JSON object.")
 def explain_cmd(job: str, config_path: str | None, no_slurm: bool, as_json: bool) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import click
 
 from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.cli.options import config_option
 from slurm_plugin.config import ControllerConfig, load_config
 from slurm_plugin.controller import leases, slicing
 from slurm_plugin.controller.startup import read_site, slurm_env
@@ -90,14 +91,7 @@ def _visible(config: ControllerConfig, slurm: dict[int, SlurmJob] | None) -> Cal
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Controller config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
-)
+@config_option
 @click.option("-u", "--user", "users", multiple=True, help="Only this user's jobs (repeatable).")
 @click.option("-j", "--jobs", "job_ids", multiple=True, help="Only these job ids (repeatable or comma-separated).")
 @click.option("-a", "--all", "show_all", is_flag=True, help="Include finished jobs.")
