@@ -50,6 +50,18 @@ class ControllerProc:
         self.log = tmp / "controller.log"
         self.proc: subprocess.Popen | None = None
 
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``teiresias ARGS -c CONFIG`` on this controller's config and cluster, output
+        captured: the one-shot commands (``controller run --once``, ``queue``)."""
+        return subprocess.run(
+            [*TEIRESIAS, *args, "-c", str(self.config)],
+            capture_output=True,
+            text=True,
+            env=self.cluster.env,
+            cwd=REPO,
+            timeout=60,
+        )
+
     def start(self, *args: str) -> ControllerProc:
         """``args``: extra `controller run` options (e.g. ``--standby``)."""
         self.proc = subprocess.Popen(

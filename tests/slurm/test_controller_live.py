@@ -8,7 +8,6 @@ GPU-seconds so demotion happens within seconds; every wait polls for a state.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
@@ -16,8 +15,6 @@ import pytest
 from slurm_plugin.controller.state import Phase
 from tests.helpers import poll
 from tests.slurm.controller_support import (
-    REPO,
-    TEIRESIAS,
     submit_protocol_job,
     submit_sleep,
 )
@@ -38,14 +35,7 @@ def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_c
     cluster.wait_for(cpu_only, "RUNNING", timeout=20)
 
     ctl = make_controller()
-    proc = subprocess.run(
-        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=REPO,
-        timeout=60,
-    )
+    proc = ctl.cli("controller", "run", "--once", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["plan"]["start"][str(job)][0]["gpus"] == 4 and len(out["plan"]["start"][str(job)]) == 1
@@ -57,14 +47,7 @@ def test_submission_is_held_and_once_json_starts_it_consolidated(cluster, make_c
     # The other partition's GPU is not given away: the 4-GPU job avoided that node.
     assert cluster.job(other).nodes[0] != node
 
-    q = subprocess.run(
-        [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=REPO,
-        timeout=60,
-    )
+    q = ctl.cli("queue", "--json")
     assert q.returncode == 0, q.stderr
     rows = json.loads(q.stdout)
     assert [r["job_id"] for r in rows] == [job]
@@ -83,14 +66,7 @@ def test_spread_job_lands_on_the_node_list_the_policy_chose(cluster, make_contro
         cluster.wait_for(h, "RUNNING", timeout=20)
     job = submit_sleep(cluster, 3)
     ctl = make_controller(placement="spread")
-    proc = subprocess.run(
-        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=REPO,
-        timeout=60,
-    )
+    proc = ctl.cli("controller", "run", "--once", "--json")
     assert proc.returncode == 0, proc.stderr
     chosen = {p["node"]: p["gpus"] for p in json.loads(proc.stdout)["plan"]["start"][str(job)]}
     assert chosen == {"node2": 1, "node1": 2}
@@ -158,14 +134,7 @@ def test_a_job_released_behind_the_controllers_back_is_held_again(cluster, make_
     cluster.backend.release(job)
     assert not cluster.job(job).held
     ctl = make_controller()
-    proc = subprocess.run(
-        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=REPO,
-        timeout=60,
-    )
+    proc = ctl.cli("controller", "run", "--once", "--json")
     assert proc.returncode == 0, proc.stderr
     acts = json.loads(proc.stdout)["actions"]
     assert [(a["job"], a["action"], a["ok"]) for a in acts] == [(job, "hold", True)]
@@ -179,14 +148,7 @@ def test_dry_run_changes_nothing_and_gittins_shows_its_index(cluster, make_contr
     seed.write_text("duration\n" + "\n".join(str(v) for v in (5, 10, 20, 40, 80, 160, 320)) + "\n")
     job = submit_sleep(cluster, 2)
     ctl = make_controller(policy={"name": "gittins", "queues": [50], "gittins_samples": str(seed)})
-    dry = subprocess.run(
-        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json", "--dry-run"],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=REPO,
-        timeout=60,
-    )
+    dry = ctl.cli("controller", "run", "--once", "--json", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     out = json.loads(dry.stdout)
     assert out["dry_run"] and [(a["job"], a["action"], a["ok"]) for a in out["actions"]] == [(job, "start", None)]
@@ -194,24 +156,8 @@ def test_dry_run_changes_nothing_and_gittins_shows_its_index(cluster, make_contr
     sj = cluster.job(job)
     assert sj.state == "PENDING" and sj.held and not (tmp_path / "state.db").exists()
 
-    real = subprocess.run(
-        [*TEIRESIAS, "controller", "run", "-c", str(ctl.config), "--once", "--json"],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=REPO,
-        timeout=60,
-    )
+    real = ctl.cli("controller", "run", "--once", "--json")
     assert real.returncode == 0, real.stderr
     cluster.wait_for(job, "RUNNING", timeout=20)
-    rows = json.loads(
-        subprocess.run(
-            [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config), "-j", str(job)],
-            capture_output=True,
-            text=True,
-            env=cluster.env,
-            cwd=REPO,
-            timeout=60,
-        ).stdout
-    )
+    rows = json.loads(ctl.cli("queue", "--json", "-j", str(job)).stdout)
     assert rows[0]["gittins_index"] is not None and rows[0]["gittins_index"] > 0
