@@ -260,6 +260,12 @@ def as_user(cluster, user: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def submit_as(cluster, user: str) -> int:
+    """A 1-GPU ``sleep 600`` job in partition gpu submitted by ``user`` (sbatch as that user): its id."""
+    cmd = ["sbatch", "--parsable", "-p", "gpu", "--gpus=1", "-t", "10", "-D", "/tmp", "-o", "/dev/null"]
+    return int(as_user(cluster, user, *cmd, "--wrap", "sleep 600").stdout.strip())
+
+
 @pytest.fixture
 def real_users(cluster):
     if not shutil.which("useradd") or not Path("/usr/bin/python3").exists():
@@ -309,25 +315,7 @@ def test_files_and_queue_privacy_for_a_real_user(cluster, real_users, make_contr
         os.chmod(shared, 0o644)
 
         mine = submit_sleep(cluster, 1)
-        theirs = int(
-            as_user(
-                cluster,
-                USER,
-                "sbatch",
-                "--parsable",
-                "-p",
-                "gpu",
-                "--gpus=1",
-                "-t",
-                "10",
-                "-D",
-                "/tmp",
-                "-o",
-                "/dev/null",
-                "--wrap",
-                "sleep 600",
-            ).stdout.strip()
-        )
+        theirs = submit_as(cluster, USER)
         old = os.umask(0)
         try:
             r = once(cluster, shared)

@@ -17,7 +17,16 @@ from tests.helpers import poll
 from tests.slurm.controller_support import REPO, TEIRESIAS, submit_protocol_job, submit_sleep
 
 # The real non-root users and helpers of the queue's privacy test (same rules for explain).
-from tests.slurm.test_controller_ops_live import GROUP, USER, as_user, once, one_line, real_users, variant  # noqa: F401
+from tests.slurm.test_controller_ops_live import (  # noqa: F401
+    GROUP,
+    USER,
+    as_user,
+    once,
+    one_line,
+    real_users,
+    submit_as,
+    variant,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -140,25 +149,7 @@ def test_a_real_user_explains_only_what_queue_shows_them(cluster, real_users, ma
         )
         os.chmod(shared, 0o644)
         mine = submit_sleep(cluster, 2)  # root's, ranked first
-        theirs = int(
-            as_user(
-                cluster,
-                USER,
-                "sbatch",
-                "--parsable",
-                "-p",
-                "gpu",
-                "--gpus=1",
-                "-t",
-                "10",
-                "-D",
-                "/tmp",
-                "-o",
-                "/dev/null",
-                "--wrap",
-                "sleep 600",
-            ).stdout.strip()
-        )
+        theirs = submit_as(cluster, USER)
         cluster.conf.write_text(conf_text + "PrivateData=jobs\n")
         subprocess.run(["scontrol", "reconfigure"], env=cluster.env, check=True, timeout=30)
         poll(
