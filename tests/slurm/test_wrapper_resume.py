@@ -39,6 +39,17 @@ def submitted(r: subprocess.CompletedProcess) -> int:
     return int(m.group(1))
 
 
+def submit_training(
+    cluster, base: Path, log: Path, batch: Path, *options: str, env: dict[str, str] | None = None
+) -> int:
+    """``tsbatch OPTIONS BATCH``, checkpoints under ``base`` and the output of every run
+    appended to ``log``: the job id. ``env`` (default: 0.05 s per step, one torch thread)
+    is added to the cluster's."""
+    env = {"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"} if env is None else env
+    args = [f"--checkpoint-dir={base}", f"--output={log}", "--open-mode=append", *options, str(batch)]
+    return submitted(tsbatch(cluster, *args, env=env))
+
+
 def train_job(tmp_path: Path, script: str, out: Path, launcher: str = "") -> Path:
     batch = tmp_path / "train.sh"
     batch.write_text(f"#!/bin/bash\n#SBATCH -c 2\ncd {tmp_path}\n{launcher or PY} {SCRIPTS / script} {out}\n")
@@ -82,16 +93,7 @@ def start_when_safe(cluster, job: int, restarts: int) -> None:
 def test_preempted_twice_resumes_bitwise_equal(clean_slurm, tmp_path, reference):
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(
-        tsbatch(
-            clean_slurm,
-            f"--checkpoint-dir={base}",
-            f"--output={log}",
-            "--open-mode=append",
-            str(train_job(tmp_path, "train_plain.py", out)),
-            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
-        )
-    )
+    job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_plain.py", out))
     j = clean_slurm.job(job)
     assert j.requeue and protocol.parse_comment(j.comment)["dir"] == str(base)
     jobdir = protocol.job_dir(base, job)
@@ -119,16 +121,7 @@ def test_ddp_two_ranks_preempted_resumes_bitwise_equal(clean_slurm, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     base = tmp_path / "ckpt"
-    job = submitted(
-        tsbatch(
-            clean_slurm,
-            f"--checkpoint-dir={base}",
-            f"--output={log}",
-            "--open-mode=append",
-            str(train_job(tmp_path, "train_ddp.py", out, launcher=torchrun)),
-            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
-        )
-    )
+    job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_ddp.py", out, launcher=torchrun))
     acks = [
         preempt_via_protocol(clean_slurm, job, protocol.job_dir(base, job), log, at, k) for k, at in enumerate([5, 16])
     ]
@@ -154,16 +147,7 @@ def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slur
     base = tmp_path / "ckpt"
     batch = tmp_path / "train.sh"
     batch.write_text(f"#!/bin/bash\n#SBATCH -c 2\ncd {tmp_path}\nsleep 3\n{PY} {SCRIPTS / 'train_plain.py'} {out}\n")
-    job = submitted(
-        tsbatch(
-            clean_slurm,
-            f"--checkpoint-dir={base}",
-            f"--output={log}",
-            "--open-mode=append",
-            str(batch),
-            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
-        )
-    )
+    job = submit_training(clean_slurm, base, log, batch)
     jobdir = protocol.job_dir(base, job)
     first = preempt_via_protocol(clean_slurm, job, jobdir, log, 6, 0)  # back RUNNING as restart 1
     sent = time.time()
@@ -185,16 +169,13 @@ def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slur
 def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_path, reference):
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(
-        tsbatch(
-            clean_slurm,
-            f"--checkpoint-dir={base}",
-            "--checkpoint-every=5",
-            f"--output={log}",
-            "--open-mode=append",
-            str(train_job(tmp_path, "train_plain.py", out)),
-            env={protocol.ENV_TEST_PAUSE: "2", "OMP_NUM_THREADS": "1"},
-        )
+    job = submit_training(
+        clean_slurm,
+        base,
+        log,
+        train_job(tmp_path, "train_plain.py", out),
+        "--checkpoint-every=5",
+        env={protocol.ENV_TEST_PAUSE: "2", "OMP_NUM_THREADS": "1"},
     )
     jobdir = protocol.job_dir(base, job)
     marker = poll("the writer to pause mid-write", lambda: (jobdir / "test-paused-2").is_file(), timeout=120)
@@ -218,16 +199,7 @@ def test_timelimit_signal_saves_requeues_itself_and_finishes(clean_slurm, tmp_pa
     sent by hand; the job saves, runs ``scontrol requeue`` on itself and later finishes."""
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(
-        tsbatch(
-            clean_slurm,
-            f"--checkpoint-dir={base}",
-            f"--output={log}",
-            "--open-mode=append",
-            str(train_job(tmp_path, "train_plain.py", out)),
-            env={"TRAIN_STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
-        )
-    )
+    job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_plain.py", out))
     poll("step 8", lambda: last_step(log) >= 8, timeout=120)
     subprocess.run(
         ["scancel", f"--signal={protocol.TIMELIMIT_SIGNAL}", "--batch", str(job)], env=clean_slurm.env, check=True
@@ -247,16 +219,13 @@ def test_real_time_limit_requeues_and_finishes(clean_slurm, tmp_path, reference)
     finish in its first run before any warning came."""
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
-    job = submitted(
-        tsbatch(
-            clean_slurm,
-            f"--checkpoint-dir={base}",
-            f"--output={log}",
-            "--open-mode=append",
-            "--time=1",
-            str(train_job(tmp_path, "train_plain.py", out)),
-            env={"TRAIN_STEP_SLEEP": "2.6", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"},
-        )
+    job = submit_training(
+        clean_slurm,
+        base,
+        log,
+        train_job(tmp_path, "train_plain.py", out),
+        "--time=1",
+        env={"TRAIN_STEP_SLEEP": "2.6", protocol.ENV_GRACE: "40", "OMP_NUM_THREADS": "1"},
     )
 
     def finished_or_requeued():
