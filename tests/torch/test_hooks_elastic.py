@@ -96,3 +96,29 @@ def test_two_ranks_to_one_and_back_match_the_fixed_two_rank_run(tmp_path) -> Non
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=1e-10) for k in a)
     # Training moved: the trajectory is no flat line that any run would match.
     assert fixed[STEPS] < 0.5 * fixed[1]
+
+
+def test_resized_at_an_epochs_end_matches_the_fixed_two_rank_run(tmp_path) -> None:
+    """Shrunk right at the end of an epoch (step 8 of 8 per epoch): the checkpoint's data
+    position is the exhausted iterator's, and the resumed run must begin the next epoch
+    with the same learning-rate schedule and sampler epoch as the fixed-size run."""
+    base = tmp_path / "jobs"
+    fixed_log, fixed_out = tmp_path / "fixed.log", tmp_path / "fixed.pt"
+    p = _torchrun(2, fixed_out, job_env(base, 93, TEIRESIAS_ELASTIC="1-2"), fixed_log)
+    assert p.wait(timeout=300) == 0, fixed_log.read_text()[-3000:]
+    fixed = _trajectory(fixed_log)
+
+    jobdir = job_dir(base, 94)
+    out = tmp_path / "elastic.pt"
+    logs = [tmp_path / f"run{i}.log" for i in range(2)]
+    # Each step sleeps after printing: the signal lands in step 7's sleep, and the hooks
+    # stop after the next optimizer step, step 8, the epoch's last.
+    pause = {"TRAIN_STEP_SLEEP": "1.0", "TEIRESIAS_ELASTIC": "1-2"}
+    first = _preempt_at(_torchrun(2, out, job_env(base, 94, **pause), logs[0]), logs[0], jobdir, 7)
+    assert first == 8, f"checkpoint at step {first}, not at the epoch's end"
+    last = _torchrun(1, out, job_env(base, 94, restart=1, TEIRESIAS_ELASTIC="1-2"), logs[1])
+    assert last.wait(timeout=300) == 0, logs[1].read_text()[-3000:]
+    elastic = _trajectory(*logs)
+    assert sorted(elastic) == list(range(1, STEPS + 1))
+    for k in fixed:
+        assert elastic[k] == pytest.approx(fixed[k], rel=1e-9, abs=1e-12), f"loss after step {k}"

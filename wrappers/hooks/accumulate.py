@@ -58,10 +58,13 @@ class Accumulator:
 
     def __init__(self, steps: int) -> None:
         self.steps = steps
-        self.micro = 0  # index of the micro-batch last handed out
+        # Until the first micro-batch is handed out the script is between full batches, as
+        # right after one: a scheduler stepped there (an epoch's end, reached at once when a
+        # job resumes at an epoch boundary) and zero_grad() must act as without accumulation.
+        self.micro = steps - 1  # index of the micro-batch last handed out
         self.count = steps  # micro-batches of the current batch
         self.backward_seen = False  # a backward ran in this batch
-        self.stepped = False  # the real optimizer step of this batch ran
+        self.stepped = True  # the real optimizer step of this batch ran
         self.ddp: list[weakref.ref] = []
         self.full_batches = 0
 
