@@ -33,7 +33,7 @@ import logging
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from slurm_plugin.backends.base import SlurmBackend, SlurmJob
+from slurm_plugin.backends.base import RESTART_GAP_S, SlurmBackend, SlurmJob
 from slurm_plugin.controller import sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled, base_state
@@ -48,10 +48,6 @@ log = logging.getLogger("teiresias.controller")
 META_KEY = "gandiva"
 # Ended jobs whose slices and migrations are kept (for `teiresias queue --all`).
 KEEP_ENDED = 500
-# A requeued job is started again no sooner than this after its requeue (slurmd
-# refuses a start in the second its previous run's credential was revoked;
-# controller/starts.py RESTART_GAP_S).
-RESTART_GAP_S = 2.0
 
 
 @dataclass

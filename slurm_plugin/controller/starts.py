@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from slurm_plugin.backends.base import SlurmNode
+from slurm_plugin.backends.base import RESTART_GAP_S, SlurmNode
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import sharing
 from slurm_plugin.controller.audit import AuditLog
@@ -25,8 +25,6 @@ from teiresias.domain.plan import Sharing
 
 log = logging.getLogger("teiresias.controller")
 
-# Seconds between the requeue of a job and its next release (see Starter.start).
-RESTART_GAP_S = 2.0
 # After a failed start: wait this long before the next try, doubling per failure in a row.
 START_BACKOFF_S = 60.0
 START_BACKOFF_MAX_S = 900.0
