@@ -37,13 +37,16 @@ simulator uses this to leave the running majority out of most rounds
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from teiresias.domain import Job, JobId, JobState, Placement, Plan, Snapshot
+from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.policy.base import PlacementPolicy
 
 _RUNNING = JobState.RUNNING
+
+Held = tuple[JobId, Placement]
+"""A running job on offer for preemption: its id and the GPUs it holds."""
 
 
 @dataclass
@@ -146,7 +149,7 @@ def walk(
 _BASE: dict[int, tuple[object, dict[str, int]]] = {}
 
 
-def _base_gpus(cluster) -> dict[str, int]:
+def _base_gpus(cluster: Cluster) -> dict[str, int]:
     """GPUs per node of a cluster, computed once per Cluster object (they are immutable)."""
     got = _BASE.get(id(cluster))
     if got is None or got[0] is not cluster:
@@ -161,7 +164,8 @@ class _State:
     """GPU bookkeeping of one walk.
 
     ``idle[n]``: GPUs on node n that nobody holds now or was given this round.
-    ``evictable``: running jobs in rank order; the first ``n_visited`` rank
+    ``evictable``: running jobs in rank order, as (job id, placement) pairs (a
+    running job on offer always has a placement); the first ``n_visited`` rank
     above the job being placed, the rest (unless evicted) are what preemption
     can hand out. Their GPU counts are kept as prefix sums so the walk does
     no per-node work for a running job that keeps its GPUs.
@@ -177,10 +181,10 @@ class _State:
         self.n_visited = 0
         self.n_evicted_unvisited = 0
         self._evicted_unvisited_gpus = 0
-        self._holders: dict[str, list[Job]] | None = None
+        self._holders: dict[str, list[Held]] | None = None
         self._avail: dict[str, int] | None = None
         self._avail_visited = 0
-        running: list[Job] = []
+        running: list[Held] = []
         idle = dict(_base_gpus(self.cluster))
         # prefix[i] = GPUs held by running[:i] (one loop: this runs every round).
         prefix = [0]
@@ -191,7 +195,7 @@ class _State:
             p = j.placement
             if p is None:
                 continue
-            running.append(j)
+            running.append((j.job_id, p))
             for a in p.allocations:
                 held += a.gpus
                 if a.node in idle:
@@ -211,17 +215,18 @@ class _State:
             over = {name for name, v in idle.items() if v < 0}
             for name in over:
                 idle[name] = 0
-            kept_running, kept_prefix = [], [0]
-            for i, j in enumerate(running):
-                if any(a.node in over for a in j.placement.allocations):
-                    self.pinned.add(j.job_id)
+            kept_running: list[Held] = []
+            kept_prefix = [0]
+            for i, (jid, p) in enumerate(running):
+                if any(a.node in over for a in p.allocations):
+                    self.pinned.add(jid)
                 else:
-                    kept_running.append(j)
+                    kept_running.append((jid, p))
                     kept_prefix.append(kept_prefix[-1] + prefix[i + 1] - prefix[i])
             running, prefix = kept_running, kept_prefix
         self.idle = idle
         self.idle_total = sum(idle.values())
-        self.evictable: list[Job] = running if preemptive else []
+        self.evictable: list[Held] = running if preemptive else []
         self._prefix = prefix if preemptive else [0]
 
     def held_total(self) -> int:
@@ -233,10 +238,10 @@ class _State:
         """Running jobs ranked below the current one that still hold their GPUs."""
         return len(self.evictable) - self.n_visited - self.n_evicted_unvisited
 
-    def unvisited_holders(self):
+    def unvisited_holders(self) -> Iterator[Held]:
         """Those jobs, lowest priority first."""
         evicted = self.evicted
-        return (v for v in reversed(self.evictable[self.n_visited :]) if v.job_id not in evicted)
+        return (v for v in reversed(self.evictable[self.n_visited :]) if v[0] not in evicted)
 
     def avail(self) -> dict[str, int]:
         """Idle GPUs plus those of every running job ranked below the current one.
@@ -247,15 +252,15 @@ class _State:
         """
         if self._avail is None:
             cand = dict(self.idle)
-            for v in self.unvisited_holders():
-                for a in v.placement.allocations:
+            for _, p in self.unvisited_holders():
+                for a in p.allocations:
                     cand[a.node] += a.gpus
             self._avail = cand
         else:
             cand = self._avail
-            for v in self.evictable[self._avail_visited : self.n_visited]:
-                if v.job_id not in self.evicted:
-                    for a in v.placement.allocations:
+            for jid, p in self.evictable[self._avail_visited : self.n_visited]:
+                if jid not in self.evicted:
+                    for a in p.allocations:
                         cand[a.node] -= a.gpus
         self._avail_visited = self.n_visited
         return cand
@@ -276,7 +281,7 @@ class _State:
                 # the lists were built sit at the front (rank order) and are never
                 # reached: the placement fit within idle plus the unvisited holders.
                 victim = node_holders.pop()
-                if victim.job_id not in self.evicted:
+                if victim[0] not in self.evicted:
                     self._evict(victim, job_id)
         avail = self._avail
         for a in placement.allocations:
@@ -285,26 +290,27 @@ class _State:
             if avail is not None:
                 avail[a.node] -= a.gpus
 
-    def _holders_on(self, node: str) -> list[Job]:
+    def _holders_on(self, node: str) -> list[Held]:
         if self._holders is None:
             # Built at the first eviction of the walk: unvisited holders per node, rank order.
-            holders: dict[str, list[Job]] = {}
+            holders: dict[str, list[Held]] = {}
             for v in self.evictable[self.n_visited :]:
-                if v.job_id not in self.evicted:
-                    for a in v.placement.allocations:
+                if v[0] not in self.evicted:
+                    for a in v[1].allocations:
                         holders.setdefault(a.node, []).append(v)
             self._holders = holders
         return self._holders.setdefault(node, [])
 
-    def _evict(self, victim: Job, by: JobId) -> None:
-        self.evicted[victim.job_id] = by
+    def _evict(self, victim: Held, by: JobId) -> None:
+        victim_id, held = victim
+        self.evicted[victim_id] = by
         self.version += 1
         size = 0
-        for a in victim.placement.allocations:
+        for a in held.allocations:
             self.idle[a.node] += a.gpus
             size += a.gpus
         self.idle_total += size
-        self._evicted_gpus[victim.job_id] = size
+        self._evicted_gpus[victim_id] = size
         self.n_evicted_unvisited += 1
         self._evicted_unvisited_gpus += size
 
@@ -321,19 +327,19 @@ def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Pl
     full = placement.place(job, st.avail(), st.cluster)
     if full is None:
         return None
-    # Victims lowest priority first, listed lazily: usually only a few are needed.
-    victims: list[Job] = []
+    # Victims' placements lowest priority first, listed lazily: usually only a few are needed.
+    victims: list[Placement] = []
     source = st.unvisited_holders()
 
-    def first(m: int) -> list[Job]:
+    def first(m: int) -> list[Placement]:
         while len(victims) < m:
-            victims.append(next(source))
+            victims.append(next(source)[1])
         return victims[:m]
 
     def attempt(m: int) -> Placement | None:
         cand = dict(st.idle)
-        for v in first(m):
-            for a in v.placement.allocations:
+        for p in first(m):
+            for a in p.allocations:
                 cand[a.node] += a.gpus
         return placement.place(job, cand, st.cluster)
 
@@ -341,7 +347,7 @@ def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Pl
     # the map is ``avail``, where ``full`` already fits.
     lo, total = 0, st.idle_total
     while total < job.num_gpus:
-        total += first(lo + 1)[lo].placement.num_gpus
+        total += first(lo + 1)[lo].num_gpus
         lo += 1
     # Galloping from ``lo`` (usually the answer: the lowest job's own GPUs fit),
     # then binary search in the last gap.

@@ -140,8 +140,8 @@ class ServiceDistribution:
 
         Used by the policy every round for every job outside the last queue.
         """
-        self._arrays()
-        s, pre, n = self._np, self._np_prefix, len(self._s)
+        s, pre = self._arrays()
+        n = len(self._s)
         a = np.asarray(attained, dtype=float)
         d = np.asarray(deltas, dtype=float)
         i = np.searchsorted(s, a, side="right")
@@ -157,8 +157,8 @@ class ServiceDistribution:
     def finish_probabilities(self, attained: Sequence[float], deltas: Sequence[float]) -> np.ndarray:
         """P(S - a <= delta | S > a) for many jobs: the numerator of ``indices`` (so that
         index = probability / expected GPU-time spent within the quantum); 0 past every sample."""
-        self._arrays()
-        s, n = self._np, len(self._s)
+        s, _ = self._arrays()
+        n = len(self._s)
         a = np.asarray(attained, dtype=float)
         d = np.asarray(deltas, dtype=float)
         i = np.searchsorted(s, a, side="right")
@@ -187,13 +187,11 @@ class ServiceDistribution:
         against each other for no information gained). Past the largest sample
         the index is 0 (lowest priority, as ``index``).
         """
-        self._arrays()
-        s, pre, n = self._np, self._np_prefix, len(self._s)
+        s, pre = self._arrays()
+        n = len(self._s)
         a = np.asarray(attained, dtype=float)
         if points is not None:
-            grid = self._grids.get(points)
-            if grid is None:
-                grid = self._grids[points] = np.unique(np.quantile(s, np.arange(1, points) / points, method="lower"))
+            grid = self._grid(points)
             k = np.searchsorted(grid, a, side="right")
             a = np.where(k > 0, grid[np.maximum(k - 1, 0)], 0.0)
         i = np.searchsorted(s, a, side="right")
@@ -206,12 +204,9 @@ class ServiceDistribution:
     def residual_changes_at(self, attained: Sequence[float], points: int | None = None) -> np.ndarray:
         """For each attained service, the smallest one above it at which ``residual_indices``
         (same ``points``) may give another value: the next grid point (inf past the last)."""
-        self._arrays()
+        s, _ = self._arrays()
         a = np.asarray(attained, dtype=float)
-        grid = self._np
-        if points is not None:
-            self.residual_indices(a[:1], points)  # builds the grid once
-            grid = self._grids[points]
+        grid = self._grid(points) if points is not None else s
         k = np.searchsorted(grid, a, side="right")
         return np.where(k < len(grid), grid[np.minimum(k, len(grid) - 1)], math.inf)
 
@@ -220,10 +215,21 @@ class ServiceDistribution:
         i = bisect.bisect_right(self._s, attained)
         return self._s[i] if i < len(self._s) else math.inf
 
-    def _arrays(self) -> None:
-        if self._np is None:
-            self._np = np.asarray(self._s)
-            self._np_prefix = np.asarray(self._prefix)
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The samples and their prefix sums as numpy arrays, built on first use."""
+        s, pre = self._np, self._np_prefix
+        if s is None or pre is None:
+            s = self._np = np.asarray(self._s)
+            pre = self._np_prefix = np.asarray(self._prefix)
+        return s, pre
+
+    def _grid(self, points: int) -> np.ndarray:
+        """``residual_indices``' grid: the distinct ``points``-quantiles of the samples, built once."""
+        grid = self._grids.get(points)
+        if grid is None:
+            s, _ = self._arrays()
+            grid = self._grids[points] = np.unique(np.quantile(s, np.arange(1, points) / points, method="lower"))
+        return grid
 
     def _index(self, a: float, delta: float) -> float:
         s, pre, n = self._s, self._prefix, len(self._s)
@@ -248,15 +254,15 @@ class ServiceDistribution:
         if i == n:
             got = 0.0
         else:
-            self._arrays()
+            arr, pre = self._arrays()
             # Candidate delta_k = s_k - a for every survivor k >= i; with equal
             # samples only the last of a run matters (it counts them all).
             ks = np.arange(i, n)
-            last_of_run = np.append(self._np[i + 1 :] != self._np[i:-1], True)
+            last_of_run = np.append(arr[i + 1 :] != arr[i:-1], True)
             ks = ks[last_of_run]
             j = ks + 1
-            deltas = self._np[ks] - a
-            denom = self._np_prefix[j] - self._np_prefix[i] - (j - i) * a + (n - j) * deltas
+            deltas = arr[ks] - a
+            denom = pre[j] - pre[i] - (j - i) * a + (n - j) * deltas
             ratios = (j - i) / denom
             got = float(ratios.max())
         if len(self._sup_cache) > 200_000:

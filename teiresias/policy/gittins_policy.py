@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from teiresias.domain import Job, JobState, Plan, Snapshot
 from teiresias.errors import ConfigError
@@ -105,10 +108,10 @@ class GittinsPolicy:
             dist.finish_probabilities,
         )
 
-    def _last_index(self, attained):
+    def _last_index(self, attained: Sequence[float]) -> np.ndarray:
         return self.distribution.residual_indices(attained, self.last_queue_points)
 
-    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]:
+    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple[Any, ...], float]]:
         """Each job's (sort key in ``decide``'s ranking, until when it holds) (``KeyRanked``;
         teiresias.policy.base)."""
         dist = self.distribution

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from teiresias.domain import Job, Plan, Snapshot
 from teiresias.policy.allocate import to_plan, walk
@@ -51,7 +52,7 @@ class LasPolicy:
             return snapshot.now
         return mlfq_quiet_until(snapshot.jobs, self.thresholds, self.promote_knob, snapshot.now)
 
-    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]:
+    def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple[Any, ...], float]]:
         """Each job's (sort key in ``decide``'s ranking, until when it holds) (``KeyRanked``;
         teiresias.policy.base)."""
         if self.continuous:

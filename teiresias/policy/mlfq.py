@@ -19,12 +19,18 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from teiresias.domain import Job, JobId, JobState
 
-IndexFn = Callable[[Sequence[float], Sequence[float]], Sequence[float]]
+if TYPE_CHECKING:
+    import numpy as np
+
+Values: TypeAlias = "Sequence[float] | np.ndarray"
+"""Per-job values, in the jobs' order: a sequence of floats or a numpy array of them."""
+IndexFn = Callable[[Sequence[float], Sequence[float]], Values]
 """Values for many jobs at once from (attained services, quanta): Gittins indices or finish chances."""
-LastIndexFn = Callable[[Sequence[float]], Sequence[float]]
+LastIndexFn = Callable[[Sequence[float]], Values]
 """Last-queue indices (Delta = infinity) for many jobs at once from their attained services."""
 
 
@@ -89,7 +95,7 @@ class Mlfq:
         keyed.sort()
         return [t[-1] for t in keyed], queues, promoted, indices
 
-    def keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple, float]]:
+    def keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple[Any, ...], float]]:
         """(key, until) per job: the sort key ``rank`` gives it, ending
         in its job id, and until when that key stays the same while the job stays in its state.
 
@@ -106,7 +112,7 @@ class Mlfq:
         last = len(thresholds)
         running = JobState.RUNNING
         inf = math.inf
-        out = []
+        out: list[tuple[tuple[Any, ...], float]] = []
         for t in self._keyed(jobs, now)[0]:
             j = t[-1]
             q = t[0]
@@ -125,7 +131,7 @@ class Mlfq:
 
     def _keyed(
         self, jobs: Sequence[Job], now: float
-    ) -> tuple[list[tuple], dict[JobId, int], list[JobId], dict[JobId, float]]:
+    ) -> tuple[list[tuple[Any, ...]], dict[JobId, int], list[JobId], dict[JobId, float]]:
         """``rank``'s sort keys, unsorted: (queue, ..., job id, job) per job."""
         thresholds, promote_knob, index, last_index = self.thresholds, self.promote_knob, self.index, self.last_index
         restart_cost, finish_prob = self.restart_cost, self.finish_prob
@@ -133,7 +139,7 @@ class Mlfq:
         queues: dict[JobId, int] = {}
         promoted: list[JobId] = []
         indices: dict[JobId, float] = {}
-        keyed: list[tuple] = []
+        keyed: list[tuple[Any, ...]] = []
         add = keyed.append
         running = JobState.RUNNING
         bisect_right = bisect.bisect_right
@@ -171,7 +177,7 @@ class Mlfq:
                 to_last.append((j, attained, start))
                 continue
             add((q, start, j.submit_time, jid, j))
-        if to_index:
+        if to_index and index is not None:  # to_index is filled only when index is set
             att, quanta = [t[2] for t in to_index], [thresholds[t[1]] for t in to_index]
             values = index(att, quanta)
             probs = finish_prob(att, quanta) if restart_cost > 0 and finish_prob is not None else None
@@ -182,7 +188,7 @@ class Mlfq:
                     g = _with_cost(g, float(probs[k]), restart_cost * j.num_gpus, j)
                 indices[j.job_id] = g
                 add((q, -g, j.job_id, j))
-        if to_last:
+        if to_last and last_index is not None:  # to_last is filled only when last_index is set
             values = last_index([t[1] for t in to_last])
             for (j, _, start), g in zip(to_last, values):
                 g = float(g)

@@ -72,18 +72,19 @@ class SjfBsbfPolicy:
     # -- the round ----------------------------------------------------------
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = list(snapshot.jobs)
-        running = [j for j in jobs if j.is_running and j.placement is not None]
+        running = [(j, j.placement) for j in jobs if j.is_running and j.placement is not None]
         pending = sorted((j for j in jobs if not j.is_running), key=self.key)
         free = {n: max(g, 0) for n, g in snapshot.free_gpus().items()}
         node_order = {n.name: i for i, n in enumerate(snapshot.cluster.nodes)}
         # Hosts: running jobs alone on their GPUs, on nodes with nothing unavailable (a draining node
         # takes no new job, not even a guest), first-fit order = their first node, then id.
-        hosts = [
-            h
-            for h in running
-            if h.shared_with is None and not any(snapshot.unavailable.get(a.node, 0) for a in h.placement.allocations)
+        placed_hosts = [
+            (h, p)
+            for h, p in running
+            if h.shared_with is None and not any(snapshot.unavailable.get(a.node, 0) for a in p.allocations)
         ]
-        hosts.sort(key=lambda h: (min(node_order.get(n, 0) for n in h.placement.nodes), h.job_id))
+        placed_hosts.sort(key=lambda hp: (min(node_order.get(n, 0) for n in hp[1].nodes), hp[0].job_id))
+        hosts = [h for h, _ in placed_hosts]
         start: dict[JobId, Placement] = {}
         sharing: dict[JobId, Sharing] = {}
         reasons: dict[JobId, str] = {}
@@ -114,7 +115,9 @@ class SjfBsbfPolicy:
                 sequential_avg_jct=dec.sequential.average,
             )
             hosts.remove(host)
-        order = tuple(j.job_id for j in sorted(running, key=self.key)) + tuple(j.job_id for j in pending)
+        order = tuple(j.job_id for j in sorted((j for j, _ in running), key=self.key)) + tuple(
+            j.job_id for j in pending
+        )
         return Plan(
             start=start,
             keep=tuple(j.job_id for j in jobs if j.is_running),
