@@ -50,8 +50,8 @@ def _tmp_beside(path: Path, binary: bool) -> tuple[IO, Path]:
     check_output_path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~_umask())
-    mode = "wb" if binary else "w"
-    return os.fdopen(fd, mode, **({} if binary else {"newline": "", "encoding": "utf-8"})), Path(tmp)
+    f: IO = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline="", encoding="utf-8")
+    return f, Path(tmp)
 
 
 @contextlib.contextmanager

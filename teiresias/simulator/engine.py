@@ -154,8 +154,8 @@ class Simulator:
         self._carry: object = None  # the last full round's plan.carry (CarriesState)
         self.pruned_rounds = 0
         # Rounds that left out the running jobs ranked above every pending job (_keyed_plan).
-        keyed = self._idle_first and self.opt.keyed_rounds and isinstance(policy, KeyRanked)
-        self._rank_keys = policy.rank_keys if keyed else None
+        keyed = self._idle_first and self.opt.keyed_rounds
+        self._rank_keys = policy.rank_keys if keyed and isinstance(policy, KeyRanked) else None
         # Running jobs' rank keys, kept between rounds until the policy's ``until``: job ->
         # (key, entry number); the keys sorted; (until, entry number, job) by expiry; jobs
         # started since their key was last asked for.
@@ -570,7 +570,9 @@ class Simulator:
         jobs = []
         for jid in below:
             j = running[jid]
-            for a in j.placement.allocations:
+            # A running job always holds a placement (_to_running sets it, _stop clears it),
+            # which Job's type cannot say; no per-job check in this loop.
+            for a in j.placement.allocations:  # type: ignore[union-attr]
                 unavailable[a.node] -= a.gpus
             jobs.append(j)
         jobs.extend(pending)

@@ -19,7 +19,7 @@ import base64
 import html
 import io
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import IO
 
@@ -167,7 +167,9 @@ def _utilization_figure(results: Sequence[SimulationResult]) -> str:
     return _svg_img(fig, "GPU utilisation over time")
 
 
-def _grouped_bars(labels: Sequence[str], series: dict[str, Sequence[float]], xlabel: str, ylabel: str, alt: str) -> str:
+def _grouped_bars(
+    labels: Sequence[str], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, alt: str
+) -> str:
     fig, ax = _figure(8.0, 3.2)
     n = max(len(series), 1)
     width = 0.8 / n
@@ -200,7 +202,7 @@ p.note { color: #4c566a; font-size: 13px; }
 """
 
 
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], best: set[tuple[int, int]] = frozenset()) -> str:
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], best: Set[tuple[int, int]] = frozenset()) -> str:
     out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     for i, row in enumerate(rows):
         cells = "".join(

@@ -96,6 +96,11 @@ def _fail(source: str, msg: str) -> TraceError:
 # ------------------------------------------------------------------ JSON
 
 
+def _json_mapping(value: Any) -> Mapping[str, Any]:
+    """A JSON object, or an empty one for anything else (a field missing or of another type)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _json_number(value: Any) -> float | None:
     """A time or count: a plain number (22.05) or ``{"set", "infinite",
     "number"}`` (the OpenAPI v0.0.39+ shape); 0 and unset mean "not known"."""
@@ -142,9 +147,9 @@ def _json_records(data: Any, source: str) -> list[SacctRecord]:
     for k, job in enumerate(data["jobs"]):
         if not isinstance(job, Mapping) or not isinstance(job.get("job_id"), int):
             raise _fail(source, f"jobs[{k}] has no integer job_id: not `sacct --json` output")
-        t = job.get("time") if isinstance(job.get("time"), Mapping) else {}
-        tres = job.get("tres") if isinstance(job.get("tres"), Mapping) else {}
-        assoc = job.get("association") if isinstance(job.get("association"), Mapping) else {}
+        t = _json_mapping(job.get("time"))
+        tres = _json_mapping(job.get("tres"))
+        assoc = _json_mapping(job.get("association"))
         out.append(
             SacctRecord(
                 cluster=str(job.get("cluster") or assoc.get("cluster") or ""),

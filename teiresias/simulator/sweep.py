@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from teiresias import yamlconf
 from teiresias.errors import ConfigError, TeiresiasError
@@ -69,6 +69,8 @@ _KEYS = (
 _SYNTH_KEYS = ("samples", "jobs", "loads", "seeds", "max_duration")
 # Policies that read queues / promote_knob; only gittins reads last_queue.
 _MLFQ = ("las", "gittins")
+Queues: TypeAlias = tuple[float, ...] | Literal["auto"]
+"""One set of queue thresholds, or "auto": fitted to the GPU-time samples (teiresias.policy.thresholds)."""
 
 
 class SweepError(TeiresiasError):
@@ -84,7 +86,7 @@ class SweepRun:
     trace_label: str
     cluster: str
     policy: str
-    queues: tuple[float, ...] | str = (3600.0,)  # or "auto"
+    queues: Queues = (3600.0,)
     last_queue: str = "fifo"
     promote_knob: float | None = None
     preempt_overhead: float = 0.0
@@ -111,7 +113,7 @@ class SweepSpec:
     synth: SynthSpec | None
     gittins_samples: Path | None
     policies: tuple[str, ...]
-    queues: tuple[tuple[float, ...] | str, ...]
+    queues: tuple[Queues, ...]
     last_queue: tuple[str, ...]
     preempt_cost: tuple[float, ...]
     promote_knob: tuple[float | None, ...]
@@ -190,7 +192,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         if p in policies:
             raise ConfigError(f"{src}: policies: {p!r} is listed twice")
         policies.append(p)
-    queues = []
+    queues: list[Queues] = []
     raw_q = data.get("queues", [[3600]])
     if isinstance(raw_q, list) and raw_q and all(isinstance(q, (int, float)) for q in raw_q):
         raw_q = [raw_q]  # one set of thresholds written flat: [3600, 36000]

@@ -178,6 +178,7 @@ def philly_like(samples: Sequence[float], params: PhillyParams, seed: int = 0) -
     if p.arrival_rate is not None:
         rate = p.arrival_rate
     else:
+        assert p.load is not None  # checked above: without an arrival rate a load > 0 is required
         rate = p.load * p.cluster_gpus / float(np.mean(durations * gpus))
     gaps = rng.exponential(1.0 / rate, size=p.num_jobs)
     return _finish(gpus.tolist(), durations.tolist(), models.tolist(), gaps)
