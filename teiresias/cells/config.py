@@ -179,13 +179,13 @@ def _parse_chains(types_raw: dict, tops_raw: Any, err) -> dict[str, CellChain]:
     chains: dict[str, CellChain] = {}
     for top in top_names:
         path: list[str] = []
-        name: str | None = top
-        while name is not None:
-            if name in path:
-                cyc = " -> ".join(path + [name])
-                raise err(f"cell_types.{name}.child", f"cycle in cell types ({cyc}); a chain must end at a GPU type")
-            path.append(name)
-            name = types_raw[name].get("child")
+        cur: str | None = top
+        while cur is not None:
+            if cur in path:
+                cyc = " -> ".join(path + [cur])
+                raise err(f"cell_types.{cur}.child", f"cycle in cell types ({cyc}); a chain must end at a GPU type")
+            path.append(cur)
+            cur = types_raw[cur].get("child")
         path.reverse()  # leaf first
         types: list[CellType] = []
         gpus = 1
@@ -280,7 +280,7 @@ def _resolve_type(ref: str, chains: dict[str, CellChain], key: str, err) -> tupl
         if lev is None:
             raise err(key, f"cell type {tname!r} is not in chain {chain_name}")
         return chain_name, lev
-    hits = [(c, ch.level_of(ref)) for c, ch in chains.items() if ch.level_of(ref) is not None]
+    hits = [(c, lev) for c, ch in chains.items() if (lev := ch.level_of(ref)) is not None]
     if not hits:
         raise err(
             key,
@@ -291,7 +291,7 @@ def _resolve_type(ref: str, chains: dict[str, CellChain], key: str, err) -> tupl
         raise err(
             key, f"cell type {ref!r} is in several chains; write one of: {', '.join(f'{c}/{ref}' for c, _ in hits)}"
         )
-    return hits[0][0], CellLevel(hits[0][1])
+    return hits[0]
 
 
 def _parse_vcs(vcs_raw: Any, chains: dict[str, CellChain], err) -> list[VCSpec]:

@@ -76,13 +76,17 @@ class QuotaPolicy:
         used: dict[str, int] = {}
         guaranteed: set[JobId] = set()
         placement: dict[JobId, Placement] = {}
-        running = sorted(
-            (j for j in snapshot.jobs if j.is_running and j.placement is not None),
-            key=lambda j: (j.first_start_time if j.first_start_time is not None else snapshot.now, j.job_id),
+        held = sorted(
+            ((j, j.placement) for j in snapshot.jobs if j.is_running and j.placement is not None),
+            key=lambda jp: (
+                jp[0].first_start_time if jp[0].first_start_time is not None else snapshot.now,
+                jp[0].job_id,
+            ),
         )
-        for j in running:
-            placement[j.job_id] = j.placement  # type: ignore[assignment]
-            nodes.hold(j.job_id, j.placement)  # type: ignore[arg-type]
+        running = [j for j, _ in held]
+        for j, pl in held:
+            placement[j.job_id] = pl
+            nodes.hold(j.job_id, pl)
             vc = self.config.vc_of_account(j.account)
             if vc is not None and used.get(vc, 0) + j.num_gpus <= self.quota[vc]:
                 used[vc] = used.get(vc, 0) + j.num_gpus
@@ -97,7 +101,7 @@ class QuotaPolicy:
             if jid in guaranteed:
                 guaranteed.discard(jid)
                 vc = self.config.vc_of_account(jobs[jid].account)
-                used[vc] -= jobs[jid].num_gpus  # type: ignore[index]
+                used[vc] -= jobs[jid].num_gpus  # type: ignore[index]  # a guaranteed job's account has a VC
 
         for j in order:
             vc = self.config.vc_of_account(j.account)
@@ -123,17 +127,17 @@ class QuotaPolicy:
                     evicted.append(x.job_id)
             got = _place(j.num_gpus, gpn, nodes, lambda jid: jid not in guaranteed, rank)
             if got is None:
-                for x in evicted:  # put them back: nothing was gained
-                    nodes.hold(x, placement[x])
-                    guaranteed.add(x)
-                    used[vc] = used.get(vc, 0) + jobs[x].num_gpus
+                for xid in evicted:  # put them back: nothing was gained
+                    nodes.hold(xid, placement[xid])
+                    guaranteed.add(xid)
+                    used[vc] = used.get(vc, 0) + jobs[xid].num_gpus
                 reasons[j.job_id] = (
                     f"VC {vc}: within quota but no {min(j.num_gpus, gpn)}-GPU affinity free (sharing anomaly)"
                 )
                 continue
             pl, victims = got
-            for x in evicted:
-                preempted[x] = f"preempted by higher-priority job {j.job_id} of VC {vc}"
+            for xid in evicted:
+                preempted[xid] = f"preempted by higher-priority job {j.job_id} of VC {vc}"
             for v in victims:
                 release(v)
                 preempted[v] = f"opportunistic job preempted for guaranteed job {j.job_id} of VC {vc}"

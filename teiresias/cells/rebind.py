@@ -67,7 +67,7 @@ def translate(c: Cell, old_root: Cell, new_root: Cell) -> Cell:
     x = c
     while x is not old_root:
         path.append(x.position)
-        x = x.parent  # type: ignore[assignment]
+        x = x.parent  # type: ignore[assignment]  # c lies under old_root: x has a parent until then
     y = new_root
     for p in reversed(path):
         y = y.children[p]
@@ -118,11 +118,11 @@ def _place_chain(
                 bound.append((vc.name, v.number, v.bound))
                 jobs_in[v.bound.index] = set()
     for job in world.guaranteed:
-        vc = world.vcs.get(world.job_vc.get(job) or "")
-        if vc is None:
+        job_vc = world.vcs.get(world.job_vc.get(job) or "")
+        if job_vc is None:
             continue
         for c in world.job_cells.get(job, ()):
-            root = vc.bound_root_of(c)
+            root = job_vc.bound_root_of(c)
             if root is not None and root.bound is not None and root.bound.index in jobs_in:
                 jobs_in[root.bound.index].add(job)
     unbound = [

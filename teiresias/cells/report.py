@@ -74,14 +74,14 @@ def build_report(world: World) -> CellsReport:
         if world.bad_nodes:
             for pool in vc.space.free.values():
                 for c in pool.values():
-                    g = (
+                    bad_gpus = (
                         (c.gpus if c.node in world.bad_nodes else 0)
                         if c.node is not None
                         else sum(node_cells[n].gpus for n in c.nodes if n in world.bad_nodes)
                     )
                     v = vc.bound_root_of(c)
-                    if g and v is not None:
-                        bad_free[v.number] = bad_free.get(v.number, 0) + g
+                    if bad_gpus and v is not None:
+                        bad_free[v.number] = bad_free.get(v.number, 0) + bad_gpus
         qrows: list[QuotaRow] = []
         for q in vc.spec.quota:
             cells = [v for v in vc.cells if v.chain == q.chain and v.level == q.level]

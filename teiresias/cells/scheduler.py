@@ -136,21 +136,23 @@ class CellsPolicy:
             if j.is_running and j.job_id in w.guaranteed:
                 vc_running.setdefault(w.job_vc[j.job_id] or "", []).append(j)
         for j in order:
-            if j.is_running or w.vc_of(j) is None or j.num_gpus <= 0:
+            if j.is_running:
+                continue
+            vc = w.vc_of(j)  # the same VC object all round: the world's VCs are never replaced
+            if vc is None or j.num_gpus <= 0:
                 continue
             got = w.try_guaranteed(j)
             if got is None:
                 got = self._rebind_for(w, j, start, preempted, migrate)
             if got is None:
-                mine = vc_running.get(w.vc_of(j).name, [])  # type: ignore[union-attr]
+                mine = vc_running.get(vc.name, [])
                 got = self._evict_for(w, j, mine, rank, preempted, start, migrate)
             if got is None:
-                vc = w.vc_of(j)
-                reasons[j.job_id] = f"VC {vc.name}: no free cells for {j.num_gpus} GPUs in its quota"  # type: ignore[union-attr]
+                reasons[j.job_id] = f"VC {vc.name}: no free cells for {j.num_gpus} GPUs in its quota"
                 continue
             cells, displaced = got
             for v in displaced:
-                preempted[v] = f"opportunistic job preempted for guaranteed job {j.job_id} of VC {w.vc_of(j).name}"  # type: ignore[union-attr]
+                preempted[v] = f"opportunistic job preempted for guaranteed job {j.job_id} of VC {vc.name}"
             w.start_guaranteed(j, cells, displaced)
             start[j.job_id] = placement_of(cells)
 
@@ -161,16 +163,16 @@ class CellsPolicy:
             if j.num_gpus <= 0:
                 reasons[j.job_id] = "asks for no GPU: not a job for the cells policy"
                 continue
-            cells = w.try_opportunistic(j)
-            if cells is None:
+            idle_cells = w.try_opportunistic(j)
+            if idle_cells is None:
                 why = reasons.get(j.job_id)
                 idle = w.idle_total()
                 opp = f"{idle} idle GPUs, not enough for {j.num_gpus} as an opportunistic job"
                 reasons[j.job_id] = f"{why}; {opp}" if why else opp
                 continue
             reasons.pop(j.job_id, None)
-            w.start_opportunistic(j, cells)
-            start[j.job_id] = placement_of(cells)
+            w.start_opportunistic(j, idle_cells)
+            start[j.job_id] = placement_of(idle_cells)
 
         # A migrating job's new cells were held for it through this round's passes, so that no
         # lower-ranked job took them; like any preempted job it holds nothing in the stored state.

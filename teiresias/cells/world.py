@@ -123,7 +123,7 @@ class World:
         if placement is None or any(n not in self.topology.node_cells for n in placement.nodes):
             self.foreign.add(job.job_id)
             return
-        cells = self._stored_cells(job, prior)
+        cells = self._stored_cells(placement, prior)
         if (
             cells is not None
             and prior is not None
@@ -140,14 +140,14 @@ class World:
             guaranteed = self._adopt_all(vc, cells)
         self._hold(job.job_id, cells, guaranteed)
 
-    def _stored_cells(self, job: Job, prior: JobCells | None) -> list[Cell] | None:
+    def _stored_cells(self, placement: Placement, prior: JobCells | None) -> list[Cell] | None:
         if prior is None:
             return None
         cells = [self.topology.by_address.get(a) for a in prior.cells]
         if any(c is None for c in cells):
             return None
         got = [c for c in cells if c is not None]
-        if placement_of(got) != Placement.of(sorted((a.node, a.gpus) for a in job.placement.allocations)):
+        if placement_of(got) != Placement.of(sorted((a.node, a.gpus) for a in placement.allocations)):
             return None  # the job moved (requeued and restarted elsewhere): rebuild
         if any(leaf.index in self.occ.owner for c in got for leaf in c.leaves()):
             return None
@@ -268,7 +268,7 @@ class World:
         for v in displaced:
             self.drop(v)
         self._hold(job.job_id, cells, guaranteed=True)
-        self.job_vc[job.job_id] = self.vc_of(job).name  # type: ignore[union-attr]
+        self.job_vc[job.job_id] = self.vc_of(job).name  # type: ignore[union-attr]  # the caller found its VC
 
     def drop(self, job: JobId) -> list[Cell]:
         """Release every cell of a job (preempted or evicted); returns them for a possible restore."""
