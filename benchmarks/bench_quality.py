@@ -18,11 +18,16 @@ the overhead; ``+auto`` rows use queue thresholds fitted to the history
 (``--queues auto``) instead of ``--queues``. ``/32`` and ``/64``: the last
 queue's index snapped to 32 or 64 quantiles instead of 16; ``c10``: the
 preemption cost priced at ten times the overhead (hysteresis); ``/q1800``: a
-30 min first queue. ``bound:`` rows are yardsticks, not policies: gittins
-given the trace's own GPU-times as its history, and continuous LAS.
+30 min first queue; ``+p8``: starvation promotion with PROMOTEKNOB 8
+(§3.2.3). ``--placement`` picks the placement of every row (``consolidate``
+by default; the issue's first figures were taken with ``spread``). ``bound:``
+rows are yardsticks, not policies: gittins given the trace's own GPU-times as
+its history, and continuous LAS.
 
     .venv/bin/python benchmarks/bench_quality.py                  # small: 2-core friendly (~4 s CPU)
     .venv/bin/python benchmarks/bench_quality.py --jobs 2000 --loads 1,2,4.5 --overheads 0,30,60
+    .venv/bin/python benchmarks/bench_quality.py --jobs 2000 --loads 2,4.5 --placement spread \
+        --policies srsf,las,gittins+lq,gittins+lq+c,gittins+lq+c/32,bound:own-dist,bound:las-cont
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 
 from teiresias.domain import Cluster
 from teiresias.policy.gittins import ServiceDistribution
-from teiresias.policy.registry import PolicyParams, build_policy
+from teiresias.policy.registry import PLACEMENT_NAMES, PolicyParams, build_policy
 from teiresias.policy.thresholds import fit_thresholds
 from teiresias.simulator import SimulationOptions, Simulator
 from teiresias.simulator.synth import PhillyParams, philly_like
@@ -63,6 +68,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "gittins+lq+c10": ("gittins", {"last_queue": "gittins", "preempt_cost": 10.0}),
     # ... a finer first queue: half an hour instead of an hour.
     "gittins+lq+c/q1800": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "queues": (1800.0,)}),
+    # ... and the paper's own remedy for starving jobs: promotion back to Q0 once a job has
+    # waited PROMOTEKNOB times its executed time (the gap is mid-sized jobs waiting).
+    "gittins+lq+c+p8": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "promote_knob": 8.0}),
+    "las+p8": ("las", {"promote_knob": 8.0}),
     # Bounds, not policies: the index from the trace's OWN GPU-times (a perfect history),
     # and continuous LAS (attained service re-ranked every round, no overhead model).
     "bound:own-dist": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "history": "own"}),
@@ -91,6 +100,9 @@ def main() -> None:
     ap.add_argument("--overheads", default="0,60", help="preemption overheads in seconds (non-oracle rows)")
     ap.add_argument("--queues", default="3600", help="MLFQ thresholds in GPU-seconds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--placement", default="consolidate", choices=PLACEMENT_NAMES, help="placement of every row [consolidate]"
+    )
     ap.add_argument("--samples", default=str(SAMPLES))
     a = ap.parse_args()
 
@@ -102,6 +114,7 @@ def main() -> None:
     overheads = [float(x) for x in a.overheads.split(",")]
     print(
         f"{a.jobs} Philly-like jobs per trace on {cluster.total_gpus} GPUs, interval 60 s, queues {queues}, "
+        f"{a.placement} placement, "
         f"gittins history: {len(history)} held-out samples of {Path(a.samples).name}; "
         f"auto queues fitted to it: {', '.join(f'{q:.0f}' for q in fitted)}"
     )
@@ -130,7 +143,7 @@ def main() -> None:
                 points = knobs.pop("last_queue_points", None)
                 own = knobs.pop("history", None) == "own"
                 dist = ServiceDistribution([j.num_gpus * j.duration for j in trace] if own else history)
-                params = PolicyParams(distribution=dist, **knobs)
+                params = PolicyParams(distribution=dist, placement=a.placement, **knobs)
                 policy = build_policy(reg, params)
                 if points is not None:
                     policy.last_queue_points = points  # a GittinsPolicy constructor knob, no CLI flag
