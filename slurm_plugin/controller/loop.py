@@ -28,7 +28,7 @@ from slurm_plugin.controller.explain import round_summary, vc_rows
 from slurm_plugin.controller.history import History, PolicyFactory
 from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import packlimit_json
-from slurm_plugin.controller.preemption import Preempter
+from slurm_plugin.controller.preemption import ACK_WATCH_S, Preempter, any_acked, awaited_acks
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
 from slurm_plugin.controller.slicing import Slicer
 from slurm_plugin.controller.starts import Starter
@@ -339,17 +339,33 @@ class Controller:
             # A requeue frees GPUs within a second, and a signalled job's Ack is a file no
             # Slurm event announces: look again soon instead of a full interval.
             soon = result.requeued or any(r.phase is Phase.PREEMPTING for r in (self._records or {}).values())
-            self.sleep(stop, min(1.0, self.config.poll_interval) if soon else self.config.poll_interval)
+            wait = min(1.0, self.config.poll_interval) if soon else self.config.poll_interval
+            if self.starter.wake_in is not None:
+                # A start left for Slurm's requeue settle goes at the round right after it.
+                wait = min(wait, self.starter.wake_in)
+            self.sleep(stop, wait)
 
     def sleep(self, stop: threading.Event, seconds: float) -> None:
-        """Until the next round: ``seconds``, or less when Slurm pokes (controller/events.py)."""
-        if self.events is None:
-            stop.wait(seconds)
-            return
-        events = self.events.wait(seconds, stop)
-        if events:
-            jobs = sorted({e.job for e in events if e.job is not None})
-            log.debug("woken by %d Slurm event(s) (jobs %s)", len(events), ",".join(map(str, jobs)) or "-")
+        """Until the next round: ``seconds``, or less when Slurm pokes (controller/events.py)
+        or a signalled job writes its Ack (looked for every ``ACK_WATCH_S``)."""
+        watched = awaited_acks((self._records or {}).values())
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            step = min(left, ACK_WATCH_S) if watched else left
+            if self.events is None:
+                stop.wait(step)
+            else:
+                events = self.events.wait(step, stop)
+                if events:
+                    jobs = sorted({e.job for e in events if e.job is not None})
+                    log.debug("woken by %d Slurm event(s) (jobs %s)", len(events), ",".join(map(str, jobs)) or "-")
+                    return
+            if watched and any_acked(watched):
+                log.debug("woken by a checkpoint Ack")
+                return
 
 
 def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, ...]:

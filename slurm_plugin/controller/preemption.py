@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,6 +61,27 @@ def find_ack(rec: JobRecord) -> Ack | None:
     if rec.signal_time is not None and ack.time < rec.signal_time - _ACK_SLACK_S:
         return None  # a checkpoint of this run from before our signal: not an answer to it
     return ack
+
+
+# How often the loop looks for an awaited Ack between rounds. An Ack is a file the
+# job writes (often within milliseconds of the signal); no Slurm event announces it,
+# and until the next round the preempting job's GPUs sit unused while the job that
+# needs them waits. A look is one small file read per awaited job.
+ACK_WATCH_S = 0.1
+
+
+def awaited_acks(records: Iterable[JobRecord]) -> list[JobRecord]:
+    """The signalled tsbatch jobs whose Ack has not come yet: what the loop watches between rounds."""
+    return [
+        r
+        for r in records
+        if r.phase is Phase.PREEMPTING and r.signal_restart is not None and speaks_protocol(r) and find_ack(r) is None
+    ]
+
+
+def any_acked(watched: Iterable[JobRecord]) -> bool:
+    """Whether one of ``awaited_acks``' jobs has written its Ack since (a round requeues it at once)."""
+    return any(find_ack(r) is not None for r in watched)
 
 
 # Slurm's warning time when --signal gives no @N.

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from slurm_plugin.backends.base import RESTART_GAP_S, SlurmBackend, SlurmJob
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob, requeue_settle_wait
 from slurm_plugin.controller import sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled, base_state
@@ -352,8 +353,8 @@ class Slicer:
             sj = rec.slurm.get(job_id)
             if target is None or r is None or sj is None or r.phase is not Phase.PENDING:
                 continue
-            if not r.preemptions or now - r.phase_since < RESTART_GAP_S:
-                continue
+            if not r.preemptions or requeue_settle_wait(sj, time.time()) > 0:
+                continue  # not moved yet, or inside its requeue second (REQUEUE_SETTLE_MARGIN)
             per_node = {a.gpus for a in target.allocations}
             # A job that asked per node (--gres=gpu:N) gets N on each node of its node list:
             # a resize, or a move onto fewer nodes, changes N (Slurm accepts it while pending).

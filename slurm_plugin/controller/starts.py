@@ -11,9 +11,10 @@ host's GPUs.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
-from slurm_plugin.backends.base import RESTART_GAP_S, SlurmNode
+from slurm_plugin.backends.base import SlurmNode, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import sharing
 from slurm_plugin.controller.audit import AuditLog
@@ -45,6 +46,8 @@ class Starter:
         self._partition_nodes: dict[str, list[str]] = {}  # partition -> its nodes
         # Starts a Plan.colocate job (the Controller sets it to Slicer.start_colocated under gandiva).
         self.colocate: Callable[..., bool] | None = None
+        # Seconds from the last round until a start it left for Slurm's requeue settle may go.
+        self.wake_in: float | None = None
 
     def waits(self) -> dict[int, tuple[float, str]]:
         """What reconcile needs: job -> (not before, why)."""
@@ -68,15 +71,19 @@ class Starter:
         preempted jobs to leave."""
         records = rec.records
         rank = {j: i for i, j in enumerate(plan.order)}
+        self.wake_in = None
         for job_id, placement in sorted(plan.start.items(), key=lambda kv: rank.get(kv[0], 0)):
             r = records[job_id]
-            if r.preemptions and now - r.phase_since < RESTART_GAP_S:
-                # slurmd refuses to start a job in the same wall-clock second its
-                # previous run's credential was revoked ("Job credential revoked":
-                # the job FAILS), so a just-requeued job waits for the next round.
-                r.reason = "requeued a moment ago; starts at the next round"
-                continue
             sj = rec.slurm[job_id]
+            wait = requeue_settle_wait(sj, time.time())
+            if wait > 0:
+                # slurmd refuses to start a job in the wall-clock second its previous
+                # run's credential was revoked ("Job credential revoked": the job FAILS;
+                # REQUEUE_SETTLE_MARGIN), so a just-requeued job waits, and the loop
+                # runs the next round when it may go instead of a whole interval later.
+                r.reason = f"requeued a moment ago; starts in {wait:.1f}s"
+                self.wake_in = wait if self.wake_in is None else min(self.wake_in, wait)
+                continue
             if job_id in plan.sharing:
                 # A guest: its GPUs are its host's (not free), pinned by node (controller/sharing.py).
                 self._start_guest(

@@ -1,0 +1,100 @@
+"""Between rounds the loop wakes early for what it waits on, instead of a whole poll interval:
+a signalled job's Ack (a file; no Slurm event announces it), and the second from which a
+just-requeued job may be started again (Slurm's requeue settle, REQUEUE_SETTLE_MARGIN).
+
+These drive the real Controller.sleep and Starter with injected records (the Slurm side is a
+test double: NoBackend); tests/slurm/test_events_live.py covers the live loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from slurm_plugin.backends.base import REQUEUE_SETTLE_MARGIN, SlurmNode, requeue_settle_wait
+from slurm_plugin.config import parse_config
+from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.loop import Controller
+from slurm_plugin.controller.preemption import awaited_acks
+from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from teiresias.jobfiles import Ack, format_comment, job_dir, write_ack
+from tests.unit.round_support import NoBackend, held_job
+
+
+def make(tmp_path: Path) -> Controller:
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10]},
+            "poll_interval": 30,
+        }
+    )
+    return Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
+
+
+def signalled(tmp_path: Path, job_id: int, now: float) -> JobRecord:
+    return JobRecord(
+        job_id,
+        comment=format_comment({"dir": str(tmp_path / "jobs")}),
+        phase=Phase.PREEMPTING,
+        phase_since=now,
+        signal_time=now,
+        signal_restart=0,
+    )
+
+
+def test_sleep_ends_when_a_signalled_job_writes_its_ack(tmp_path):
+    ctl = make(tmp_path)
+    now = time.time()
+    rec = signalled(tmp_path, 7, now)
+    ctl._records = {7: rec}
+    assert awaited_acks(ctl._records.values()) == [rec]
+    jd = job_dir(tmp_path / "jobs", 7)
+    jd.mkdir(parents=True)
+
+    def ack_later() -> None:
+        time.sleep(0.3)
+        write_ack(jd, Ack(7, 0, 12, str(jd / "ckpt"), 100, 0.1, time.time()))
+
+    threading.Thread(target=ack_later, daemon=True).start()
+    t = time.monotonic()
+    ctl.sleep(threading.Event(), 20.0)
+    took = time.monotonic() - t
+    # Woken within a watch step or two of the Ack (0.3 s), not after the 20 s asked.
+    assert 0.25 <= took < 5.0, took
+    assert awaited_acks(ctl._records.values()) == []
+
+
+def test_sleep_without_an_ack_lasts_its_time(tmp_path):
+    ctl = make(tmp_path)
+    now = time.time()
+    ctl._records = {7: signalled(tmp_path, 7, now)}
+    t = time.monotonic()
+    ctl.sleep(threading.Event(), 0.6)
+    assert time.monotonic() - t >= 0.55
+
+
+def test_an_ack_of_an_earlier_run_does_not_wake_it(tmp_path):
+    ctl = make(tmp_path)
+    now = time.time()
+    ctl._records = {7: signalled(tmp_path, 7, now)}
+    jd = job_dir(tmp_path / "jobs", 7)
+    jd.mkdir(parents=True)
+    write_ack(jd, Ack(7, 0, 12, str(jd / "ckpt"), 100, 0.1, now - 3600))  # before our signal
+    t = time.monotonic()
+    ctl.sleep(threading.Event(), 0.6)
+    assert time.monotonic() - t >= 0.55
+
+
+def test_a_start_inside_the_requeue_second_waits_and_the_loop_wakes_for_it(tmp_path):
+    ctl = make(tmp_path)
+    t0 = time.time()
+    # Requeued by Slurm just now: its SubmitTime is the requeue second, its restart count 1.
+    job = held_job(9, submit_time=float(int(t0)), restart_count=1)
+    wait = requeue_settle_wait(job, t0)
+    assert 0 < wait <= 1 + REQUEUE_SETTLE_MARGIN
+    r = ctl.round(now=t0, slurm_jobs=[job], slurm_nodes=[SlurmNode("node1", frozenset({"IDLE"}), 4, 0, ("gpu",))])
+    assert 9 in r.plan.start and not any(a.action == "start" for a in r.actions)
+    assert ctl.starter.wake_in is not None and 0 < ctl.starter.wake_in <= wait
+    assert "requeued a moment ago" in ctl.store.jobs()[9].reason
