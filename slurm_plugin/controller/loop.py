@@ -28,7 +28,7 @@ from slurm_plugin.controller.explain import round_summary, vc_rows
 from slurm_plugin.controller.history import History, PolicyFactory
 from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import packlimit_json
-from slurm_plugin.controller.preemption import ACK_WATCH_S, Preempter, any_acked, awaited_acks
+from slurm_plugin.controller.preemption import ACK_WATCH_S, Preempter, awaited_acks, first_acked
 from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
 from slurm_plugin.controller.slicing import Slicer
 from slurm_plugin.controller.starts import Starter
@@ -125,6 +125,8 @@ class Controller:
         # Active records kept between rounds (the controller is the only writer of
         # the DB); dropped and reloaded after any failed round.
         self._records: dict[int, JobRecord] | None = None
+        # Preemptions (job, signalled run) whose Ack has already ended a sleep early.
+        self._ack_woken: set[tuple[int, int | None]] = set()
         self.books = Books(config, backend, store, audit, self.history, dry_run=dry_run)
         # Slurm's pokes (controller/events.py): opened by run() when events.socket is set.
         self.events: EventSocket | None = None
@@ -347,10 +349,19 @@ class Controller:
 
     def sleep(self, stop: threading.Event, seconds: float) -> None:
         """Until the next round: ``seconds``, or less when Slurm pokes (controller/events.py)
-        or a signalled job writes its Ack (looked for every ``ACK_WATCH_S``)."""
-        watched = awaited_acks((self._records or {}).values())
+        or a signalled job writes its Ack (looked for every ``ACK_WATCH_S``; an Ack written
+        during the round ends the sleep at once). Each preemption wakes the loop once: a
+        round that could not requeue it (dry run, a Slurm error) does not make it spin."""
+        awaited = awaited_acks((self._records or {}).values())
+        self._ack_woken &= {(r.job_id, r.signal_restart) for r in awaited}
+        watched = [r for r in awaited if (r.job_id, r.signal_restart) not in self._ack_woken]
         deadline = time.monotonic() + seconds
         while not stop.is_set():
+            acked = first_acked(watched) if watched else None
+            if acked is not None:
+                self._ack_woken.add((acked.job_id, acked.signal_restart))
+                log.debug("[job %d] woken by its checkpoint Ack", acked.job_id)
+                return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -363,9 +374,6 @@ class Controller:
                     jobs = sorted({e.job for e in events if e.job is not None})
                     log.debug("woken by %d Slurm event(s) (jobs %s)", len(events), ",".join(map(str, jobs)) or "-")
                     return
-            if watched and any_acked(watched):
-                log.debug("woken by a checkpoint Ack")
-                return
 
 
 def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, ...]:

@@ -71,17 +71,13 @@ ACK_WATCH_S = 0.1
 
 
 def awaited_acks(records: Iterable[JobRecord]) -> list[JobRecord]:
-    """The signalled tsbatch jobs whose Ack has not come yet: what the loop watches between rounds."""
-    return [
-        r
-        for r in records
-        if r.phase is Phase.PREEMPTING and r.signal_restart is not None and speaks_protocol(r) and find_ack(r) is None
-    ]
+    """The signalled tsbatch jobs still waiting for their requeue: whose Ack the loop looks for between rounds."""
+    return [r for r in records if r.phase is Phase.PREEMPTING and r.signal_restart is not None and speaks_protocol(r)]
 
 
-def any_acked(watched: Iterable[JobRecord]) -> bool:
-    """Whether one of ``awaited_acks``' jobs has written its Ack since (a round requeues it at once)."""
-    return any(find_ack(r) is not None for r in watched)
+def first_acked(watched: Iterable[JobRecord]) -> JobRecord | None:
+    """One of ``awaited_acks``' jobs whose Ack is written (the next round requeues it), or None."""
+    return next((r for r in watched if find_ack(r) is not None), None)
 
 
 # Slurm's warning time when --signal gives no @N.
