@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from teiresias.errors import JobVanished, SlurmError
 
@@ -28,6 +29,10 @@ REQUEUE_SETTLE_MARGIN = 0.15
 # clock) for a later round instead of blocking in ``requeue_settle_wait``: every
 # restart path (plain starts, Gandiva's moves) uses this one figure.
 RESTART_GAP_S = 2.0
+
+# What a backend's job methods take: a plain job id, or an array task's ``A_T``
+# (SlurmJob.target, a string: plain ``A`` would act on every task of the array).
+JobTarget: TypeAlias = int | str
 
 
 def requeue_settle_wait(job: SlurmJob, now: float) -> float:
@@ -150,7 +155,7 @@ class SlurmBackend(ABC):
     @abstractmethod
     def nodes(self) -> list[SlurmNode]: ...
 
-    def job(self, job_id: int | str) -> SlurmJob:
+    def job(self, job_id: JobTarget) -> SlurmJob:
         """One job as Slurm shows it now (``job_id`` may be an array task's ``A_T``);
         the Enactor reads a requeued job again before restarting it. Backends with
         a cheaper one-job query (the CLI's ``scontrol show job``) override this."""
@@ -160,60 +165,60 @@ class SlurmBackend(ABC):
         raise JobVanished(f"Slurm no longer knows job {job_id}")
 
     @abstractmethod
-    def hold(self, job_id: int) -> None: ...
+    def hold(self, job_id: JobTarget) -> None: ...
 
     @abstractmethod
-    def release(self, job_id: int) -> None:
+    def release(self, job_id: JobTarget) -> None:
         """Release a held job; a requeued one waits ``requeue_settle_wait``
         first (see REQUEUE_SETTLE_MARGIN)."""
 
     @abstractmethod
-    def set_priority(self, job_id: int, priority: int) -> None: ...
+    def set_priority(self, job_id: JobTarget, priority: int) -> None: ...
 
     @abstractmethod
-    def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
+    def set_nodelist(self, job_id: JobTarget, nodes: tuple[str, ...]) -> None:
         """Pin a pending job to exactly these nodes (and that node count)."""
 
     @abstractmethod
-    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
+    def signal(self, job_id: JobTarget, signal: str, scope: str = "full") -> None:
         """Send a signal: ``full`` the batch shell and all its children
         (``--full``), ``batch`` the batch shell only, ``steps`` the job steps only
         (where Slurm sends a ``--signal`` with and without ``B:``)."""
 
-    def batch_script(self, job_id: int | str) -> str:
+    def batch_script(self, job_id: JobTarget) -> str:
         """The job's batch script as submitted (its ``#SBATCH`` lines included)."""
         raise SlurmError(f"{type(self).__name__} cannot read batch scripts; use the CLI backend")
 
-    def suspend(self, job_id: int) -> None:
+    def suspend(self, job_id: JobTarget) -> None:
         """``scontrol suspend``: SIGTSTP to every process of the job, SIGSTOP ~2 s
         later; the job keeps its GPUs and shards, its cores are freed (Gandiva
         time-slicing, docs/gandiva.md)."""
         raise SlurmError(f"{type(self).__name__} cannot suspend jobs; use the CLI backend")
 
-    def resume(self, job_id: int) -> None:
+    def resume(self, job_id: JobTarget) -> None:
         """``scontrol resume``: SIGCONT to a suspended job."""
         raise SlurmError(f"{type(self).__name__} cannot resume suspended jobs; use the CLI backend")
 
-    def set_gres(self, job_id: int, gres: str) -> None:
+    def set_gres(self, job_id: JobTarget, gres: str) -> None:
         """Change a pending job's per-node GRES count (``gpu:2``, ``shard:1``): Slurm
         22.05 accepts a new count of the same kind, not gpu <-> shard (Gandiva resize)."""
         raise SlurmError(f"{type(self).__name__} cannot change a job's GRES; use the CLI backend")
 
     @abstractmethod
-    def requeue(self, job_id: int, hold: bool = True) -> None:
+    def requeue(self, job_id: JobTarget, hold: bool = True) -> None:
         """Requeue a running job; ``hold`` leaves it held for the controller."""
 
     @abstractmethod
-    def clear_begin_time(self, job_id: int) -> None:
+    def clear_begin_time(self, job_id: JobTarget) -> None:
         """Remove the ~120 s BeginTime Slurm sets on a requeued job. On a job
         that is not held this makes it eligible at once: wait
         ``requeue_settle_wait`` first (see REQUEUE_SETTLE_MARGIN)."""
 
     @abstractmethod
-    def cancel(self, job_id: int) -> None: ...
+    def cancel(self, job_id: JobTarget) -> None: ...
 
     @abstractmethod
-    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
         """Write (or clear) HOLD_MARK in the job's AdminComment: the sign that
         a hold is the controller's own. On an array's meta record ``A_T``
         this also splits task T off into its own job."""

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import (
     error_from_message,
     parse_scontrol_job,
@@ -55,7 +55,7 @@ class CliBackend(SlurmBackend):
         self.poll = poll
 
     # ---------------------------------------------------------------- plumbing
-    def run(self, *cmd: str, job_id: int | None = None, input: str | None = None) -> str:
+    def run(self, *cmd: str, job_id: JobTarget | None = None, input: str | None = None) -> str:
         """Run one Slurm command; stdout on success, the mapped error otherwise."""
         try:
             r = subprocess.run(
@@ -110,7 +110,7 @@ class CliBackend(SlurmBackend):
         except SlurmError as err:
             raise self._classify(err) from None
 
-    def _scontrol(self, job_id: int, *args: str) -> None:
+    def _scontrol(self, job_id: JobTarget, *args: str) -> None:
         self.run("scontrol", *args, job_id=job_id)
 
     # ---------------------------------------------------------------- reads
@@ -123,7 +123,7 @@ class CliBackend(SlurmBackend):
     def nodes(self) -> list[SlurmNode]:
         return self._parsed(parse_sinfo_json, self.run("sinfo", "--json"))
 
-    def job(self, job_id: int) -> SlurmJob:
+    def job(self, job_id: JobTarget) -> SlurmJob:
         """One job (``scontrol show job -o``): cheaper than ``jobs()`` for one id."""
         out = self.run("scontrol", "-d", "show", "job", "-o", str(job_id), job_id=job_id)
         return parse_scontrol_job(out.strip().splitlines()[0])
@@ -132,24 +132,24 @@ class CliBackend(SlurmBackend):
         return self._ping_raw()
 
     # ---------------------------------------------------------------- actions
-    def hold(self, job_id: int | str) -> None:
+    def hold(self, job_id: JobTarget) -> None:
         """The controller's hold: marked first (a crash between the two leaves
         a marked, unheld job, which the next round holds again)."""
         self.set_hold_mark(job_id, True)
         self._scontrol(job_id, "hold", str(job_id))
 
-    def release(self, job_id: int | str) -> None:
+    def release(self, job_id: JobTarget) -> None:
         """Release a held job. Slurm recomputes its priority: a manual priority
         set before the hold is lost, so set it again after this call."""
         self._scontrol(job_id, "release", str(job_id))
 
-    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
         self._scontrol(job_id, "update", f"jobid={job_id}", f"admincomment={HOLD_MARK if on else ''}")
 
-    def set_priority(self, job_id: int, priority: int) -> None:
+    def set_priority(self, job_id: JobTarget, priority: int) -> None:
         self._scontrol(job_id, "update", f"jobid={job_id}", f"priority={int(priority)}")
 
-    def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
+    def set_nodelist(self, job_id: JobTarget, nodes: tuple[str, ...]) -> None:
         """Pin a pending job to exactly ``nodes``. NumNodes is set with it:
         Slurm widens a 1-node job given a 2-node list and does not narrow it
         back when the list is cleared. An empty tuple clears the pin."""
@@ -159,41 +159,41 @@ class CliBackend(SlurmBackend):
         n = len(nodes)
         self._scontrol(job_id, "update", f"jobid={job_id}", f"nodelist={','.join(nodes)}", f"numnodes={n}-{n}")
 
-    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
+    def signal(self, job_id: JobTarget, signal: str, scope: str = "full") -> None:
         """``scancel --signal=SIG --full``: the batch shell and all its children;
         ``--batch``: the batch shell only; no flag: the job steps only."""
         sig = signal.upper().removeprefix("SIG")
         flags = {"full": ("--full",), "batch": ("--batch",), "steps": ()}[scope]
         self._scancel(job_id, f"--signal={sig}", *flags)
 
-    def batch_script(self, job_id: int | str) -> str:
+    def batch_script(self, job_id: JobTarget) -> str:
         """``scontrol write batch_script J -`` (Slurm shows a job's --signal nowhere else in 22.05)."""
         return self.run("scontrol", "write", "batch_script", str(job_id), "-", job_id=int(str(job_id).split("_")[0]))
 
-    def suspend(self, job_id: int) -> None:
+    def suspend(self, job_id: JobTarget) -> None:
         self._scontrol(job_id, "suspend", str(job_id))
 
-    def resume(self, job_id: int) -> None:
+    def resume(self, job_id: JobTarget) -> None:
         self._scontrol(job_id, "resume", str(job_id))
 
-    def set_gres(self, job_id: int, gres: str) -> None:
+    def set_gres(self, job_id: JobTarget, gres: str) -> None:
         self._scontrol(job_id, "update", f"jobid={job_id}", f"gres={gres}")
 
-    def requeue(self, job_id: int, hold: bool = True) -> None:
+    def requeue(self, job_id: JobTarget, hold: bool = True) -> None:
         """Requeue a running job (PENDING again, restart count +1, a ~120 s
         BeginTime: see ``clear_begin_time``); ``hold`` also holds it."""
         if hold:
             self.set_hold_mark(job_id, True)
         self._scontrol(job_id, "requeuehold" if hold else "requeue", str(job_id))
 
-    def clear_begin_time(self, job_id: int) -> None:
+    def clear_begin_time(self, job_id: JobTarget) -> None:
         self._scontrol(job_id, "update", f"jobid={job_id}", "starttime=now")
 
-    def cancel(self, job_id: int) -> None:
+    def cancel(self, job_id: JobTarget) -> None:
         """Cancel; a job that already ended is fine (nothing to do)."""
         self._scancel(job_id)
 
-    def _scancel(self, job_id: int, *flags: str) -> None:
+    def _scancel(self, job_id: JobTarget, *flags: str) -> None:
         # scancel exits 0 for an unknown job unless -v makes it say so on stderr
         try:
             r = subprocess.run(

@@ -12,7 +12,7 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from slurm_plugin.backends.base import SlurmJob, SlurmNode
+from slurm_plugin.backends.base import JobTarget, SlurmJob, SlurmNode
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 
 # States in which a job holds or will hold nothing any more.
@@ -425,7 +425,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
 
 
 # ---------------------------------------------------------------- errors
-def error_from_message(message: str, job_id: int | None = None) -> SlurmError:
+def error_from_message(message: str, job_id: JobTarget | None = None) -> SlurmError:
     """Slurm's own words -> the project's exception (message kept, one line)."""
     msg = " ".join(message.split()) or "no message"
     if any(p.lower() in msg.lower() for p in _UNREACHABLE):

@@ -29,7 +29,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, error_from_message, expand_hostlist, gres_count
 from teiresias.errors import SlurmError
 
@@ -152,13 +152,13 @@ class PyslurmBackend(SlurmBackend):
 
         self.pyslurm = pyslurm
 
-    def _do(self, job_id: int | None, fn, *args, **kwargs):
+    def _do(self, job_id: JobTarget | None, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except self.pyslurm.RPCError as exc:  # carries Slurm's own message
             raise error_from_message(str(exc), job_id) from None
 
-    def _job(self, job_id: int | str):
+    def _job(self, job_id: JobTarget):
         if not str(job_id).isdigit():
             raise SlurmError(
                 f"job {job_id}: the pyslurm backend does not address array tasks;"
@@ -166,7 +166,7 @@ class PyslurmBackend(SlurmBackend):
             )
         return self.pyslurm.Job(int(job_id))
 
-    def _modify(self, job_id: int, **changes) -> None:
+    def _modify(self, job_id: JobTarget, **changes) -> None:
         self._do(job_id, self._job(job_id).modify, self.pyslurm.JobSubmitDescription(**changes))
 
     def jobs(self) -> list[SlurmJob]:
@@ -175,32 +175,32 @@ class PyslurmBackend(SlurmBackend):
     def nodes(self) -> list[SlurmNode]:
         return [node_from_pyslurm(n) for n in self._do(None, self.pyslurm.Nodes.load).values()]
 
-    def hold(self, job_id: int) -> None:
+    def hold(self, job_id: JobTarget) -> None:
         self.set_hold_mark(job_id, True)
         self._do(job_id, self._job(job_id).hold)
 
-    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
-        self._modify(job_id, admin_comment=HOLD_MARK if on else "")  # type: ignore[arg-type]
+    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
+        self._modify(job_id, admin_comment=HOLD_MARK if on else "")
 
-    def release(self, job_id: int) -> None:
+    def release(self, job_id: JobTarget) -> None:
         self._do(job_id, self._job(job_id).release)
 
-    def set_priority(self, job_id: int, priority: int) -> None:
+    def set_priority(self, job_id: JobTarget, priority: int) -> None:
         self._modify(job_id, priority=int(priority))
 
-    def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
+    def set_nodelist(self, job_id: JobTarget, nodes: tuple[str, ...]) -> None:
         self._modify(job_id, required_nodes=",".join(nodes), nodes=len(nodes))
 
-    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
+    def signal(self, job_id: JobTarget, signal: str, scope: str = "full") -> None:
         sig = signal.upper() if signal.upper().startswith("SIG") else "SIG" + signal.upper()
         steps = {"full": "all", "batch": "batch", "steps": "children"}[scope]
         self._do(job_id, self._job(job_id).send_signal, sig, steps=steps)
 
-    def requeue(self, job_id: int, hold: bool = True) -> None:
+    def requeue(self, job_id: JobTarget, hold: bool = True) -> None:
         self._do(job_id, self._job(job_id).requeue, hold=hold)
 
-    def clear_begin_time(self, job_id: int) -> None:
+    def clear_begin_time(self, job_id: JobTarget) -> None:
         self._modify(job_id, begin_time="now")
 
-    def cancel(self, job_id: int) -> None:
+    def cancel(self, job_id: JobTarget) -> None:
         self._do(job_id, self._job(job_id).cancel)

@@ -13,7 +13,7 @@ import json
 import socket
 from typing import Any
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.backends.parse import (
     error_from_message,
     parse_jobs_payload,
@@ -80,7 +80,7 @@ class RestdBackend(SlurmBackend):
         self.timeout = timeout
 
     # ---------------------------------------------------------------- transport
-    def _call(self, method: str, path: str, body: Any = None, job_id: int | None = None) -> dict:
+    def _call(self, method: str, path: str, body: Any = None, job_id: JobTarget | None = None) -> dict:
         try:
             status, raw = unix_http(self.socket_path, method, API + path, body, self.timeout)
         except (OSError, http.client.HTTPException) as exc:
@@ -101,7 +101,7 @@ class RestdBackend(SlurmBackend):
             raise SlurmError(f"slurmrestd {method} {path}: HTTP {status}")
         return payload
 
-    def _update(self, job_id: int, fields: dict[str, Any]) -> None:
+    def _update(self, job_id: JobTarget, fields: dict[str, Any]) -> None:
         # v0.0.38 POST /job/{id} takes the job description at top level
         self._call("POST", f"/job/{job_id}", fields, job_id)
 
@@ -120,30 +120,30 @@ class RestdBackend(SlurmBackend):
         return any(p.get("ping") == "UP" for p in payload.get("pings", []))
 
     # ---------------------------------------------------------------- actions
-    def hold(self, job_id: int) -> None:
+    def hold(self, job_id: JobTarget) -> None:
         """A plain hold, without the controller's mark (see set_hold_mark)."""
         self._update(job_id, {"hold": True})
 
-    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
         # v0.0.38 answers 'Unknown key "admin_comment"' (tests/slurm/test_backend_restd.py)
         raise SlurmError(
             f"job {job_id}: slurmrestd's openapi v0.0.38 cannot write AdminComment, where the"
             f" controller marks its holds ({HOLD_MARK}); run the controller with backend: cli"
         )
 
-    def release(self, job_id: int) -> None:
+    def release(self, job_id: JobTarget) -> None:
         self._update(job_id, {"hold": False})
 
-    def set_priority(self, job_id: int, priority: int) -> None:
+    def set_priority(self, job_id: JobTarget, priority: int) -> None:
         self._update(job_id, {"priority": int(priority)})
 
-    def set_nodelist(self, job_id: int, nodes: tuple[str, ...]) -> None:
+    def set_nodelist(self, job_id: JobTarget, nodes: tuple[str, ...]) -> None:
         # job updates take sbatch's option names: "nodelist" is --nodelist,
         # "nodes" is --nodes (a count range), set with it as in the CLI backend
         n = len(nodes)
         self._update(job_id, {"nodelist": ",".join(nodes), "nodes": f"{n}-{n}"} if nodes else {"nodelist": ""})
 
-    def signal(self, job_id: int, signal: str, scope: str = "full") -> None:
+    def signal(self, job_id: JobTarget, signal: str, scope: str = "full") -> None:
         if scope != "full":
             raise SlurmError(
                 f"slurmrestd's openapi v0.0.38 signals the whole job only, not {scope}:"
@@ -153,14 +153,14 @@ class RestdBackend(SlurmBackend):
         # children, like `scancel --signal --full` (tests/slurm/test_backend_restd.py)
         self._call("DELETE", f"/job/{job_id}?signal={signal.upper().removeprefix('SIG')}", None, job_id)
 
-    def requeue(self, job_id: int, hold: bool = True) -> None:
+    def requeue(self, job_id: JobTarget, hold: bool = True) -> None:
         raise SlurmError(
             "requeue is not in slurmrestd's openapi v0.0.38: use the CLI backend "
             "(backend: cli) where the controller preempts"
         )
 
-    def clear_begin_time(self, job_id: int) -> None:
+    def clear_begin_time(self, job_id: JobTarget) -> None:
         self._update(job_id, {"begin_time": "now"})
 
-    def cancel(self, job_id: int) -> None:
+    def cancel(self, job_id: JobTarget) -> None:
         self._call("DELETE", f"/job/{job_id}", None, job_id)

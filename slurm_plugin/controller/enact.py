@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, requeue_settle_wait
+from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.audit import AuditLog
@@ -65,7 +65,7 @@ class Enactor:
         # job -> the id scontrol must get (an array task's "A_T"; plain "A" acts on every task)
         self.targets: dict[int, str] = {}
 
-    def _t(self, job_id: int) -> int | str:
+    def _t(self, job_id: int) -> JobTarget:
         return self.targets.get(job_id, job_id)
 
     # ---------------------------------------------------------------- core
