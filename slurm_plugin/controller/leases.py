@@ -20,7 +20,7 @@ from typing import Any
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.state import JobRecord
-from teiresias.domain import Plan, Snapshot
+from teiresias.domain import JobId, Plan, Snapshot
 from teiresias.jobfiles import CheckpointRecord, RunRecord, read_records, read_runs
 from teiresias.policy.themis.apps import app_of
 
@@ -95,7 +95,8 @@ def after(snapshot: Snapshot, plan: Plan, state: Mapping[str, Mapping[int, Any]]
     old = state.get("leases", {})
     by_id = {int(j.job_id): j for j in snapshot.jobs}
     apps = {int(j.job_id): app_of(j) for j in snapshot.jobs}
-    expired = [jid for jid, end in old.items() if jid in by_id and by_id[jid].is_running and end <= now]
+    # (stored ids are plain ints; the plan's are JobIds)
+    expired = [JobId(jid) for jid, end in old.items() if jid in by_id and by_id[jid].is_running and end <= now]
     for jid in expired:
         if jid in plan.preempt:
             audit.write(

@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
@@ -38,6 +38,9 @@ from teiresias.cells.scheduler import CellsPolicy
 from teiresias.domain import Plan, Snapshot
 from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import CarriesState, SchedulingPolicy, decide_round, grants_leases, uses_slices
+
+if TYPE_CHECKING:  # imported where used: only a gandiva controller needs it
+    from teiresias.policy.gandiva.params import GandivaParams
 
 log = logging.getLogger("teiresias.controller")
 
@@ -393,14 +396,25 @@ def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, .
     return fit.thresholds
 
 
-def gandiva_params(config: ControllerConfig) -> Any:
-    """GandivaParams from the config's policy.gandiva knobs; None: its defaults."""
+def gandiva_params(config: ControllerConfig) -> GandivaParams | None:
+    """GandivaParams from the config's policy.gandiva knobs (teiresias.config.GANDIVA_KEYS:
+    numbers parsed as floats, switches as bools); None: its defaults."""
     if not config.policy.gandiva:
         return None
     from teiresias.policy.gandiva.params import GandivaParams
 
-    whole = {"max_height", "defrag_threshold"}
-    return GandivaParams(**{k: int(v) if k in whole else v for k, v in config.policy.gandiva})
+    knobs = dict(config.policy.gandiva)
+    d = GandivaParams()
+    return GandivaParams(
+        slice=knobs.get("slice", d.slice),
+        max_height=int(knobs.get("max_height", d.max_height)),
+        packing=bool(knobs.get("packing", d.packing)),
+        pack_util=knobs.get("pack_util", d.pack_util),
+        migration=bool(knobs.get("migration", d.migration)),
+        defrag_threshold=int(knobs.get("defrag_threshold", d.defrag_threshold)),
+        grow_shrink=bool(knobs.get("grow_shrink", d.grow_shrink)),
+        idle_period=knobs.get("idle_period", d.idle_period),
+    )
 
 
 def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPolicy:
@@ -418,8 +432,9 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
         preempt_cost=config.policy.preempt_cost,
         sharing=load_sharing_model(config.policy.sharing) if config.policy.sharing else None,
         gandiva=gandiva_params(config),
-        **({"packlimit": config.packlimit} if config.packlimit is not None else {}),
     )
+    if config.packlimit is not None:
+        params = replace(params, packlimit=config.packlimit)
     name = config.policy.name
     if name == "gittins" and distribution is None:
         # Tiresias Pseudocode 1: without a distribution the priority is LAS's.

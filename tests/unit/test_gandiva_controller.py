@@ -157,6 +157,26 @@ def test_policy_gandiva_knobs_in_the_config():
         parse_config({"partitions": ["gpu"], "policy": {"name": "gandiva", "gandiva": {"packing": 3}}})
 
 
+def test_every_gandiva_knob_in_the_config_reaches_the_policy():
+    """loop.gandiva_params names GandivaParams' fields one by one: a knob added to
+    GANDIVA_KEYS (or to GandivaParams) without it there would be silently dropped."""
+    from dataclasses import fields
+
+    from slurm_plugin.controller.loop import default_policy, gandiva_params
+    from teiresias.config import GANDIVA_KEYS
+    from teiresias.policy.gandiva.params import GandivaParams
+
+    assert set(GANDIVA_KEYS) == {f.name for f in fields(GandivaParams)}
+    d = GandivaParams()
+    knobs = {k: (not getattr(d, k)) if switch else getattr(d, k) + 1 for k, switch in GANDIVA_KEYS.items()}
+    cfg = parse_config({"partitions": ["gpu"], "policy": {"name": "gandiva", "gandiva": knobs}})
+    got = gandiva_params(cfg)
+    assert got == GandivaParams(**knobs)
+    assert isinstance(got.max_height, int) and isinstance(got.defrag_threshold, int)
+    assert default_policy(cfg, None).params == got
+    assert gandiva_params(parse_config({"partitions": ["gpu"]})) is None
+
+
 def test_queue_rows_show_the_group_slices_and_migrations():
     from slurm_plugin.controller.view import build_rows
 
