@@ -108,7 +108,10 @@ def split(batch: Any, n: int) -> list[Any] | None:
         keyed = {k: split(v, n) if isinstance(v, (torch.Tensor, tuple, list, dict)) else None for k, v in batch.items()}
         if not any(p is not None for p in keyed.values()):
             return None
-        return [{k: (keyed[k][i] if keyed[k] is not None else v) for k, v in batch.items()} for i in range(n)]
+        # (keyed is in batch's order)
+        return [
+            {k: (p[i] if p is not None else v) for (k, v), p in zip(batch.items(), keyed.values())} for i in range(n)
+        ]
     return None
 
 
@@ -239,7 +242,8 @@ def install(jobdir: Any, env: Mapping[str, str] | None = None) -> Accumulator | 
 
     _after_init(optim_mod.Optimizer, wrap_optimizer)
 
-    for cls in [c for c in vars(lr_scheduler).values() if isinstance(c, type) and "step" in vars(c)]:
+    classes: list[type[Any]] = [c for c in vars(lr_scheduler).values() if isinstance(c, type) and "step" in vars(c)]
+    for cls in classes:
         original = cls.step
 
         def sched_step(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
@@ -249,7 +253,7 @@ def install(jobdir: Any, env: Mapping[str, str] | None = None) -> Accumulator | 
             return _original(self, *args, **kwargs)
 
         functools.update_wrapper(sched_step, original)
-        cls.step = sched_step  # type: ignore[method-assign]
+        cls.step = sched_step
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -36,9 +36,10 @@ import stat
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from wrappers import protocol
 
@@ -131,7 +132,9 @@ class CheckpointStore:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "wb") as raw:
-                f: BinaryIO = _PausingWriter(raw, self.jobdir, seq) if _pause_seq() == seq else raw
+                # cast: torch.save writes to a file object with write() and flush() only, all
+                # the test writer has (its FileLike type says IO[bytes])
+                f: BinaryIO = cast(BinaryIO, _PausingWriter(raw, self.jobdir, seq)) if _pause_seq() == seq else raw
                 torch.save(payload, f)
                 raw.flush()
                 os.fsync(raw.fileno())
@@ -294,7 +297,7 @@ def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
                 f"never write these unless your own objects are in the state: check where the file came from"
             )
         try:
-            objs = [(_resolve(g), g) for g in sorted(need)]
+            objs: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [(_resolve(g), g) for g in sorted(need)]
         except (ImportError, AttributeError) as exc:
             raise CheckpointRefused(
                 f"checkpoint {path}: cannot import a global {protocol.ENV_TRUST} allows ({_first_line(exc)})"

@@ -22,7 +22,7 @@ from wrappers.hooks.positions import loader_iter_at
 from wrappers.hooks.runtime import Runtime
 
 
-def _after_init(cls: type, record: Any) -> None:
+def _after_init(cls: type[Any], record: Any) -> None:
     """Wrap ``cls.__init__`` so every instance is recorded once it is built (subclasses reach
     it via super()); wrappers/hooks/accumulate.py uses it too."""
     original = cls.__init__
@@ -32,7 +32,7 @@ def _after_init(cls: type, record: Any) -> None:
         original(self, *args, **kwargs)
         record(self)
 
-    cls.__init__ = __init__  # type: ignore[method-assign]
+    cls.__init__ = __init__
 
 
 def _quiet_schedulers_in_replay(rt: Runtime) -> None:

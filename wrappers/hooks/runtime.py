@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -58,6 +58,9 @@ from wrappers.hooks.signals import (
 )
 from wrappers.hooks.steptime import StepTimer
 from wrappers.hooks.suspend import Suspender
+
+if TYPE_CHECKING:  # accumulate imports this module (through patches)
+    from wrappers.hooks.accumulate import Accumulator
 
 # Re-exported: api.py and the benchmarks import Stop from here.
 __all__ = ["ResumeError", "Runtime", "Stop"]
@@ -97,6 +100,8 @@ class Runtime:
             env, self.jobdir, self.job_id, self.restart_count, lambda: self.enabled and self.rank() == 0
         )
         self.suspender = Suspender(self.jobdir, self.job_id, self.restart_count)
+        # GPU sharing's sub-batches (accumulate.py), when the job dir asks for them: set by patches.install
+        self.accumulator: Accumulator | None = None
 
     # ------------------------------------------------------------------ ranks
     def rank(self) -> int:
@@ -247,6 +252,7 @@ class Runtime:
                 return Consumed(), None
         rec = self.positions.start(owner, kind)
         if at_start is not None:
+            assert saved is not None  # at_start is only ever set together with saved
             rec.gens, rec.rng = saved["gens"], saved["rng"]
         it = make(skip, at_start)
         rec.pos = skip

@@ -69,7 +69,9 @@ class Nvml:
             return None, "no GPU assigned to the job on this node"
         try:
             if lib is None:
-                import pynvml as lib  # nvidia-ml-py
+                import pynvml  # nvidia-ml-py
+
+                lib = pynvml
             lib.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: the normal case off GPUs
             return None, f"NVML unavailable ({_nvml_text(exc)})"

@@ -41,9 +41,10 @@ def _load_wrappers_package() -> None:
     import importlib.util
 
     pkg_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    spec = importlib.util.spec_from_file_location(
-        "wrappers", os.path.join(pkg_dir, "__init__.py"), submodule_search_locations=[pkg_dir]
-    )
+    path = os.path.join(pkg_dir, "__init__.py")
+    spec = importlib.util.spec_from_file_location("wrappers", path, submodule_search_locations=[pkg_dir])
+    if spec is None or spec.loader is None:  # (a .py path always has a loader)
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules["wrappers"] = module
     spec.loader.exec_module(module)
@@ -69,9 +70,10 @@ def _install_model_hook() -> None:
         import importlib.util
 
         repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        spec = importlib.util.spec_from_file_location(
-            "_teiresias_model_hook", os.path.join(repo, "profiler", "model_hook.py")
-        )
+        path = os.path.join(repo, "profiler", "model_hook.py")
+        spec = importlib.util.spec_from_file_location("_teiresias_model_hook", path)
+        if spec is None or spec.loader is None:  # (a .py path always has a loader)
+            raise ImportError(f"cannot load {path}") from None
         module = importlib.util.module_from_spec(spec)
         sys.modules["_teiresias_model_hook"] = module
         spec.loader.exec_module(module)
