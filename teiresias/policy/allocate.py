@@ -39,14 +39,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.policy.base import PlacementPolicy
 
 _RUNNING = JobState.RUNNING
 
-Held = tuple[JobId, Placement]
-"""A running job on offer for preemption: its id and the GPUs it holds."""
+
+class _Placed(Protocol):
+    """A running job on offer for preemption, typed as what it is: a Job whose placement is set."""
+
+    @property
+    def job_id(self) -> JobId: ...
+
+    @property
+    def placement(self) -> Placement: ...
 
 
 @dataclass
@@ -164,8 +172,7 @@ class _State:
     """GPU bookkeeping of one walk.
 
     ``idle[n]``: GPUs on node n that nobody holds now or was given this round.
-    ``evictable``: running jobs in rank order, as (job id, placement) pairs (a
-    running job on offer always has a placement); the first ``n_visited`` rank
+    ``evictable``: running jobs in rank order; the first ``n_visited`` rank
     above the job being placed, the rest (unless evicted) are what preemption
     can hand out. Their GPU counts are kept as prefix sums so the walk does
     no per-node work for a running job that keeps its GPUs.
@@ -181,10 +188,10 @@ class _State:
         self.n_visited = 0
         self.n_evicted_unvisited = 0
         self._evicted_unvisited_gpus = 0
-        self._holders: dict[str, list[Held]] | None = None
+        self._holders: dict[str, list[_Placed]] | None = None
         self._avail: dict[str, int] | None = None
         self._avail_visited = 0
-        running: list[Held] = []
+        running: list[_Placed] = []
         idle = dict(_base_gpus(self.cluster))
         # prefix[i] = GPUs held by running[:i] (one loop: this runs every round).
         prefix = [0]
@@ -195,7 +202,9 @@ class _State:
             p = j.placement
             if p is None:
                 continue
-            running.append((j.job_id, p))
+            # Its placement p is set, which mypy cannot carry from j.placement over to j itself
+            # (a TypeIs function or a cast would cost a call per running job, every round).
+            running.append(j)  # type: ignore[arg-type]
             for a in p.allocations:
                 held += a.gpus
                 if a.node in idle:
@@ -215,18 +224,18 @@ class _State:
             over = {name for name, v in idle.items() if v < 0}
             for name in over:
                 idle[name] = 0
-            kept_running: list[Held] = []
+            kept_running: list[_Placed] = []
             kept_prefix = [0]
-            for i, (jid, p) in enumerate(running):
-                if any(a.node in over for a in p.allocations):
-                    self.pinned.add(jid)
+            for i, v in enumerate(running):
+                if any(a.node in over for a in v.placement.allocations):
+                    self.pinned.add(v.job_id)
                 else:
-                    kept_running.append((jid, p))
+                    kept_running.append(v)
                     kept_prefix.append(kept_prefix[-1] + prefix[i + 1] - prefix[i])
             running, prefix = kept_running, kept_prefix
         self.idle = idle
         self.idle_total = sum(idle.values())
-        self.evictable: list[Held] = running if preemptive else []
+        self.evictable: list[_Placed] = running if preemptive else []
         self._prefix = prefix if preemptive else [0]
 
     def held_total(self) -> int:
@@ -238,10 +247,10 @@ class _State:
         """Running jobs ranked below the current one that still hold their GPUs."""
         return len(self.evictable) - self.n_visited - self.n_evicted_unvisited
 
-    def unvisited_holders(self) -> Iterator[Held]:
+    def unvisited_holders(self) -> Iterator[_Placed]:
         """Those jobs, lowest priority first."""
         evicted = self.evicted
-        return (v for v in reversed(self.evictable[self.n_visited :]) if v[0] not in evicted)
+        return (v for v in reversed(self.evictable[self.n_visited :]) if v.job_id not in evicted)
 
     def avail(self) -> dict[str, int]:
         """Idle GPUs plus those of every running job ranked below the current one.
@@ -252,15 +261,15 @@ class _State:
         """
         if self._avail is None:
             cand = dict(self.idle)
-            for _, p in self.unvisited_holders():
-                for a in p.allocations:
+            for v in self.unvisited_holders():
+                for a in v.placement.allocations:
                     cand[a.node] += a.gpus
             self._avail = cand
         else:
             cand = self._avail
-            for jid, p in self.evictable[self._avail_visited : self.n_visited]:
-                if jid not in self.evicted:
-                    for a in p.allocations:
+            for v in self.evictable[self._avail_visited : self.n_visited]:
+                if v.job_id not in self.evicted:
+                    for a in v.placement.allocations:
                         cand[a.node] -= a.gpus
         self._avail_visited = self.n_visited
         return cand
@@ -281,7 +290,7 @@ class _State:
                 # the lists were built sit at the front (rank order) and are never
                 # reached: the placement fit within idle plus the unvisited holders.
                 victim = node_holders.pop()
-                if victim[0] not in self.evicted:
+                if victim.job_id not in self.evicted:
                     self._evict(victim, job_id)
         avail = self._avail
         for a in placement.allocations:
@@ -290,27 +299,26 @@ class _State:
             if avail is not None:
                 avail[a.node] -= a.gpus
 
-    def _holders_on(self, node: str) -> list[Held]:
+    def _holders_on(self, node: str) -> list[_Placed]:
         if self._holders is None:
             # Built at the first eviction of the walk: unvisited holders per node, rank order.
-            holders: dict[str, list[Held]] = {}
+            holders: dict[str, list[_Placed]] = {}
             for v in self.evictable[self.n_visited :]:
-                if v[0] not in self.evicted:
-                    for a in v[1].allocations:
+                if v.job_id not in self.evicted:
+                    for a in v.placement.allocations:
                         holders.setdefault(a.node, []).append(v)
             self._holders = holders
         return self._holders.setdefault(node, [])
 
-    def _evict(self, victim: Held, by: JobId) -> None:
-        victim_id, held = victim
-        self.evicted[victim_id] = by
+    def _evict(self, victim: _Placed, by: JobId) -> None:
+        self.evicted[victim.job_id] = by
         self.version += 1
         size = 0
-        for a in held.allocations:
+        for a in victim.placement.allocations:
             self.idle[a.node] += a.gpus
             size += a.gpus
         self.idle_total += size
-        self._evicted_gpus[victim_id] = size
+        self._evicted_gpus[victim.job_id] = size
         self.n_evicted_unvisited += 1
         self._evicted_unvisited_gpus += size
 
@@ -327,19 +335,19 @@ def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Pl
     full = placement.place(job, st.avail(), st.cluster)
     if full is None:
         return None
-    # Victims' placements lowest priority first, listed lazily: usually only a few are needed.
-    victims: list[Placement] = []
+    # Victims lowest priority first, listed lazily: usually only a few are needed.
+    victims: list[_Placed] = []
     source = st.unvisited_holders()
 
-    def first(m: int) -> list[Placement]:
+    def first(m: int) -> list[_Placed]:
         while len(victims) < m:
-            victims.append(next(source)[1])
+            victims.append(next(source))
         return victims[:m]
 
     def attempt(m: int) -> Placement | None:
         cand = dict(st.idle)
-        for p in first(m):
-            for a in p.allocations:
+        for v in first(m):
+            for a in v.placement.allocations:
                 cand[a.node] += a.gpus
         return placement.place(job, cand, st.cluster)
 
@@ -347,7 +355,7 @@ def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Pl
     # the map is ``avail``, where ``full`` already fits.
     lo, total = 0, st.idle_total
     while total < job.num_gpus:
-        total += first(lo + 1)[lo].num_gpus
+        total += first(lo + 1)[lo].placement.num_gpus
         lo += 1
     # Galloping from ``lo`` (usually the answer: the lowest job's own GPUs fit),
     # then binary search in the last gap.
