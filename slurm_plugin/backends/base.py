@@ -25,10 +25,6 @@ from teiresias.errors import JobVanished, SlurmError
 # what normally keeps the two apart, and clearing it removes that guard. The
 # margin covers a controller clock slightly behind slurmctld's.
 REQUEUE_SETTLE_MARGIN = 0.15
-# The controller's rounds leave a job requeued less than this long ago (by its own
-# clock) for a later round instead of blocking in ``requeue_settle_wait``: every
-# restart path (plain starts, Gandiva's moves) uses this one figure.
-RESTART_GAP_S = 2.0
 
 # What a backend's job methods take: a plain job id, or an array task's ``A_T``
 # (SlurmJob.target, a string: plain ``A`` would act on every task of the array).

@@ -194,7 +194,7 @@ class Preempter:
                     free[a.node] = free.get(a.node, 0) + a.gpus
                 enactor.hold(r, "preempted before Slurm started it", now)
             elif r.phase is Phase.RUNNING:
-                why = plan.reasons.get(job_id) or "a higher-priority job needs its GPUs"  # type: ignore[call-overload]
+                why = plan.reasons.get(job_id) or "a higher-priority job needs its GPUs"
                 if not rec.slurm[job_id].requeue:
                     # Submitted with --no-requeue: Slurm refuses the requeue, so it runs to its end.
                     if job_id not in self._unpreemptible:

@@ -91,7 +91,7 @@ class Starter:
                     rec,
                     r,
                     plan.sharing[job_id],
-                    placement,  # type: ignore[index]
+                    placement,
                     priority_for(rank.get(job_id, 0), len(plan.order)),
                     free,
                     now,
@@ -129,7 +129,7 @@ class Starter:
                 continue
             for a in placement.allocations:
                 free[a.node] -= a.gpus
-            q = plan.queues.get(job_id, r.queue)  # type: ignore[call-overload]
+            q = plan.queues.get(job_id, r.queue)
             act = enactor.start(
                 r,
                 placement,
