@@ -33,8 +33,11 @@ def make(tmp_path: Path) -> Controller:
     return Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
 
 
-def signalled(tmp_path: Path, job_id: int, now: float) -> JobRecord:
-    return JobRecord(
+def signalled(tmp_path: Path, job_id: int = 7) -> tuple[Controller, Path]:
+    """A controller whose last round signalled tsbatch job ``job_id`` and awaits its Ack; the job's folder."""
+    ctl = make(tmp_path)
+    now = time.time()
+    rec = JobRecord(
         job_id,
         comment=format_comment({"dir": str(tmp_path / "jobs")}),
         phase=Phase.PREEMPTING,
@@ -42,25 +45,33 @@ def signalled(tmp_path: Path, job_id: int, now: float) -> JobRecord:
         signal_time=now,
         signal_restart=0,
     )
+    ctl._records = {job_id: rec}
+    assert awaited_acks(ctl._records.values()) == [rec]
+    jd = job_dir(tmp_path / "jobs", job_id)
+    jd.mkdir(parents=True)
+    return ctl, jd
+
+
+def ack(jd: Path, at: float) -> None:
+    """The job's answer to our signal, as the hooks write it (teiresias/jobfiles.py)."""
+    write_ack(jd, Ack(int(jd.name), 0, 12, str(jd / "ckpt"), 100, 0.1, at))
+
+
+def slept(ctl: Controller, seconds: float) -> float:
+    t = time.monotonic()
+    ctl.sleep(threading.Event(), seconds)
+    return time.monotonic() - t
 
 
 def test_sleep_ends_when_a_signalled_job_writes_its_ack(tmp_path):
-    ctl = make(tmp_path)
-    now = time.time()
-    rec = signalled(tmp_path, 7, now)
-    ctl._records = {7: rec}
-    assert awaited_acks(ctl._records.values()) == [rec]
-    jd = job_dir(tmp_path / "jobs", 7)
-    jd.mkdir(parents=True)
+    ctl, jd = signalled(tmp_path)
 
     def ack_later() -> None:
         time.sleep(0.3)
-        write_ack(jd, Ack(7, 0, 12, str(jd / "ckpt"), 100, 0.1, time.time()))
+        ack(jd, time.time())
 
     threading.Thread(target=ack_later, daemon=True).start()
-    t = time.monotonic()
-    ctl.sleep(threading.Event(), 20.0)
-    took = time.monotonic() - t
+    took = slept(ctl, 20.0)
     # Woken within a watch step or two of the Ack (0.3 s), not after the 20 s asked.
     assert 0.25 <= took < 5.0, took
 
@@ -68,39 +79,21 @@ def test_sleep_ends_when_a_signalled_job_writes_its_ack(tmp_path):
 def test_an_ack_written_during_the_round_ends_the_sleep_once(tmp_path):
     """The Ack came while the round ran: the next round goes at once. If that round could
     not requeue the job (dry run, a Slurm error), the loop does not spin on the same Ack."""
-    ctl = make(tmp_path)
-    now = time.time()
-    ctl._records = {7: signalled(tmp_path, 7, now)}
-    jd = job_dir(tmp_path / "jobs", 7)
-    jd.mkdir(parents=True)
-    write_ack(jd, Ack(7, 0, 12, str(jd / "ckpt"), 100, 0.1, now))
-    t = time.monotonic()
-    ctl.sleep(threading.Event(), 20.0)
-    assert time.monotonic() - t < 1.0
-    t = time.monotonic()
-    ctl.sleep(threading.Event(), 0.6)
-    assert time.monotonic() - t >= 0.55
+    ctl, jd = signalled(tmp_path)
+    ack(jd, time.time())
+    assert slept(ctl, 20.0) < 1.0
+    assert slept(ctl, 0.6) >= 0.55
 
 
 def test_sleep_without_an_ack_lasts_its_time(tmp_path):
-    ctl = make(tmp_path)
-    now = time.time()
-    ctl._records = {7: signalled(tmp_path, 7, now)}
-    t = time.monotonic()
-    ctl.sleep(threading.Event(), 0.6)
-    assert time.monotonic() - t >= 0.55
+    ctl, _ = signalled(tmp_path)
+    assert slept(ctl, 0.6) >= 0.55
 
 
 def test_an_ack_of_an_earlier_run_does_not_wake_it(tmp_path):
-    ctl = make(tmp_path)
-    now = time.time()
-    ctl._records = {7: signalled(tmp_path, 7, now)}
-    jd = job_dir(tmp_path / "jobs", 7)
-    jd.mkdir(parents=True)
-    write_ack(jd, Ack(7, 0, 12, str(jd / "ckpt"), 100, 0.1, now - 3600))  # before our signal
-    t = time.monotonic()
-    ctl.sleep(threading.Event(), 0.6)
-    assert time.monotonic() - t >= 0.55
+    ctl, jd = signalled(tmp_path)
+    ack(jd, time.time() - 3600)  # a checkpoint from before our signal
+    assert slept(ctl, 0.6) >= 0.55
 
 
 def test_a_start_inside_the_requeue_second_waits_and_the_loop_wakes_for_it(tmp_path):
