@@ -12,7 +12,7 @@ and where the live seconds went, from the audit log's per-job timeline
 enactment, Slurm's start latency, the checkpoint and the requeue round trip.
 
     .venv/bin/python benchmarks/bench_live_vs_sim.py [--jobs 30] [--queues 60] [--poll 1]
-        [--no-events] [--dir /var/tmp/tt-live] [--port-base 18040] [--json]
+        [--no-events] [--dir /var/tmp/tt-live] [--port-base 18040] [--runs 3] [--json]
 
 The cluster is started if it is not up (and left up). Takes the workload's
 makespan (~3-4 minutes at 30 jobs) plus a few seconds.
@@ -106,13 +106,55 @@ def main() -> int:
     ap.add_argument("--port-base", type=int, default=18040)
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="repeat the workload N times and print the mean gap (live JCT spreads by"
+        " several seconds from run to run: decisions fork on sub-second timing)",
+    )
     a = ap.parse_args()
+    if a.runs < 1:
+        ap.error("--runs: give 1 or more")
 
     d = Path(a.dir)
     cluster = LocalCluster(
         ClusterConfig(dir=d, port_base=a.port_base, job_submit_lua=LUA, events=not a.no_events), log=lambda m: None
     )
     cluster.up()
+    reports = []
+    for i in range(a.runs):
+        report = run_once(a, cluster)
+        if report is None:
+            return 1
+        reports.append(report)
+        if not a.json:
+            say(a, report, f"run {i + 1}/{a.runs}: " if a.runs > 1 else "")
+    if a.runs == 1:
+        if a.json:
+            print(json.dumps(reports[0], indent=1))
+        return 0
+    gaps = [r["gap_pct"] for r in reports]
+    summary = {
+        "runs": reports,
+        "mean_avg_jct_live_s": round(statistics.fmean(r["avg_jct_live_s"] for r in reports), 1),
+        "mean_avg_jct_sim_s": round(statistics.fmean(r["avg_jct_sim_s"] for r in reports), 1),
+        "mean_gap_pct": round(statistics.fmean(gaps), 1),
+        "gap_pct_range": [min(gaps), max(gaps)],
+    }
+    if a.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(
+            f"{a.runs} runs: mean avg JCT live {summary['mean_avg_jct_live_s']} s, simulated "
+            f"{summary['mean_avg_jct_sim_s']} s, mean gap {summary['mean_gap_pct']:+.1f}% "
+            f"(runs {min(gaps):+.1f}% to {max(gaps):+.1f}%)"
+        )
+    return 0
+
+
+def run_once(a: argparse.Namespace, cluster: LocalCluster) -> dict[str, Any] | None:
+    """One live run of the workload and its simulated replay; None when it did not finish."""
     cluster.cancel_all_jobs()
     work = Path("/tmp") / f"bench-live-{int(time.time())}"
     (work / "jobs").mkdir(parents=True)
@@ -169,7 +211,7 @@ def main() -> int:
                     break
             if el > a.timeout or not worker.is_alive():
                 print(f"not finished after {el:.0f}s; see {work}/controller.log", file=sys.stderr)
-                return 1
+                return None
             time.sleep(0.5)
     finally:
         stop.set()
@@ -209,17 +251,17 @@ def main() -> int:
         "per_job_avg_s": {k: round(statistics.fmean(p[k] for p in parts), 2) for k in parts[0]},
         "work_dir": str(work),
     }
-    if a.json:
-        print(json.dumps(report, indent=1))
-    else:
-        print(
-            f"{report['jobs']} jobs, {a.policy} queues {a.queues} GPU-s, poll {a.poll:g}s, "
-            f"events {'on' if report['events'] else 'off'}: avg JCT live {report['avg_jct_live_s']} s, "
-            f"simulated {report['avg_jct_sim_s']} s ({report['gap_pct']:+.1f}%), "
-            f"{report['preemptions_live']} preemptions, per-run cost {report['run_overhead_s']} s"
-        )
-        print("per job, average seconds: " + ", ".join(f"{k} {v}" for k, v in report["per_job_avg_s"].items()))
-    return 0
+    return report
+
+
+def say(a: argparse.Namespace, report: dict[str, Any], prefix: str) -> None:
+    print(
+        f"{prefix}{report['jobs']} jobs, {a.policy} queues {a.queues} GPU-s, poll {a.poll:g}s, "
+        f"events {'on' if report['events'] else 'off'}: avg JCT live {report['avg_jct_live_s']} s, "
+        f"simulated {report['avg_jct_sim_s']} s ({report['gap_pct']:+.1f}%), "
+        f"{report['preemptions_live']} preemptions, per-run cost {report['run_overhead_s']} s"
+    )
+    print("per job, average seconds: " + ", ".join(f"{k} {v}" for k, v in report["per_job_avg_s"].items()))
 
 
 if __name__ == "__main__":
