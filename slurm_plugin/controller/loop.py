@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,12 +38,25 @@ from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.cells.scheduler import CellsPolicy
 from teiresias.domain import Plan, Snapshot
 from teiresias.errors import SlurmError, SlurmUnreachable
-from teiresias.policy.base import CarriesState, SchedulingPolicy, decide_round, grants_leases, uses_slices
+from teiresias.policy.base import (
+    CarriesState,
+    SchedulingPolicy,
+    decide_round,
+    grants_leases,
+    quiet_until_of,
+    uses_slices,
+)
 
 if TYPE_CHECKING:  # imported where used: only a gandiva controller needs it
     from teiresias.policy.gandiva.params import GandivaParams
 
 log = logging.getLogger("teiresias.controller")
+
+# The round for a predicted ranking change runs this long after it (the crossing must
+# have happened in the round's own accounting), and never sooner than MIN_SLEEP_S after
+# the last round: a policy that promises a change every instant cannot make the loop spin.
+QUIET_MARGIN_S = 0.05
+MIN_SLEEP_S = 0.1
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:
@@ -130,6 +144,9 @@ class Controller:
         self._records: dict[int, JobRecord] | None = None
         # Preemptions (job, signalled run) whose Ack has already ended a sleep early.
         self._ack_woken: set[tuple[int, int | None]] = set()
+        # When the last round's ranking changes with no event (a job crossing a queue
+        # threshold, a promotion): the policy's quiet_until, the loop's next round at most.
+        self.next_change: float | None = None
         self.books = Books(config, backend, store, audit, self.history, dry_run=dry_run)
         # Slurm's pokes (controller/events.py): opened by run() when events.socket is set.
         self.events: EventSocket | None = None
@@ -154,6 +171,7 @@ class Controller:
     ) -> RoundResult:
         """One round. Raises SlurmUnreachable when slurmctld does not answer."""
         t0 = time.perf_counter()
+        self.next_change = None  # until this round's plan says otherwise
         polled = slurm_jobs is None
         if slurm_jobs is None:
             slurm_jobs = self.backend.jobs()
@@ -212,6 +230,8 @@ class Controller:
             plan = policy.decide(rec.snapshot)
             if leasing and not self.dry_run:
                 lease_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
+        quiet = quiet_until_of(policy)
+        self.next_change = quiet(rec.snapshot) if quiet is not None else None
         t3 = time.perf_counter()
         notes = self.books.bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
@@ -348,7 +368,17 @@ class Controller:
             if self.starter.wake_in is not None:
                 # A start left for Slurm's requeue settle goes at the round right after it.
                 wait = min(wait, self.starter.wake_in)
-            self.sleep(stop, wait)
+            self.sleep(stop, min(wait, self.until_next_change(result.time)))
+
+    def until_next_change(self, round_time: float) -> float:
+        """Seconds until the round that sees the ranking change (a demotion or promotion,
+        Tiresias §3.2.3), a little after it so the crossing has happened; inf when the
+        policy promises nothing (no quiet_until, or none past the round). A site's poll
+        interval would otherwise make a demoted job keep its GPUs for up to that long."""
+        when = self.next_change
+        if when is None or not math.isfinite(when) or when <= round_time:
+            return math.inf
+        return max(when + QUIET_MARGIN_S - time.time(), MIN_SLEEP_S)
 
     def sleep(self, stop: threading.Event, seconds: float) -> None:
         """Until the next round: ``seconds``, or less when Slurm pokes (controller/events.py)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from slurm_plugin.backends.base import REQUEUE_SETTLE_MARGIN, SlurmNode, requeue_settle_wait
@@ -107,3 +108,19 @@ def test_a_start_inside_the_requeue_second_waits_and_the_loop_wakes_for_it(tmp_p
     assert 9 in r.plan.start and not any(a.action == "start" for a in r.actions)
     assert ctl.starter.wake_in is not None and 0 < ctl.starter.wake_in <= wait
     assert "requeued a moment ago" in ctl.store.jobs()[9].reason
+
+
+def test_the_loop_wakes_for_a_demotion_instead_of_a_whole_poll_interval(tmp_path):
+    """las with a 10 GPU-s first queue: a 2-GPU job that has run 3 s (6 GPU-s) crosses it
+    2 s later (Tiresias §3.2.3), so the next round comes then, not 30 s (the poll) later."""
+    ctl = make(tmp_path)
+    now = time.time()
+    running = replace(held_job(1), state="RUNNING", held=False, start_time=now - 3, nodes=("node1",))
+    ctl.round(now=now, slurm_jobs=[running], slurm_nodes=[SlurmNode("node1", frozenset({"MIXED"}), 4, 2, ("gpu",))])
+    assert ctl.next_change is not None and abs(ctl.next_change - (now + 2)) < 1.01  # Slurm's whole seconds
+    assert 0.5 < ctl.until_next_change(now) < 3.2
+    # A policy that promises nothing, or a change already past, leaves the poll interval.
+    ctl.next_change = None
+    assert ctl.until_next_change(now) == float("inf")
+    ctl.next_change = now - 1
+    assert ctl.until_next_change(now) == float("inf")
