@@ -36,7 +36,7 @@ from slurm_plugin.controller.starts import Starter
 from slurm_plugin.controller.startup import unreachable_line
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
 from teiresias.cells.scheduler import CellsPolicy
-from teiresias.domain import Plan, Snapshot
+from teiresias.domain import JobState, Plan, Snapshot
 from teiresias.errors import SlurmError, SlurmUnreachable
 from teiresias.policy.base import (
     CarriesState,
@@ -231,7 +231,7 @@ class Controller:
             if leasing and not self.dry_run:
                 lease_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
         quiet = quiet_until_of(policy)
-        self.next_change = quiet(rec.snapshot) if quiet is not None else None
+        self.next_change = quiet(after_plan(rec.snapshot, plan)) if quiet is not None else None
         t3 = time.perf_counter()
         notes = self.books.bookkeep(rec, plan, now)
         self._enact(enactor, rec, plan, now)
@@ -407,6 +407,24 @@ class Controller:
                     jobs = sorted({e.job for e in events if e.job is not None})
                     log.debug("woken by %d Slurm event(s) (jobs %s)", len(events), ",".join(map(str, jobs)) or "-")
                     return
+
+
+def after_plan(snapshot: Snapshot, plan: Plan) -> Snapshot:
+    """The snapshot as the plan leaves it: its starts running from now, its preemptions
+    waiting. What the next demotion is predicted from, since a job the round starts
+    crosses its threshold from this instant (the simulator predicts from the same state)."""
+    if not plan.start and not plan.preempt:
+        return snapshot
+    jobs = []
+    for j in snapshot.jobs:
+        placement = plan.start.get(j.job_id)
+        if placement is not None and not j.is_running:
+            first = j.first_start_time if j.first_start_time is not None else snapshot.now
+            j = replace(j, state=JobState.RUNNING, placement=placement, first_start_time=first)
+        elif j.job_id in plan.preempt:
+            j = replace(j, state=JobState.PENDING, placement=None)
+        jobs.append(j)
+    return replace(snapshot, jobs=jobs)
 
 
 def fitted_queues(config: ControllerConfig, distribution: Any) -> tuple[float, ...]:

@@ -88,3 +88,20 @@ def test_a_preempted_job_has_every_stage_in_its_timeline(cluster, make_controlle
     new_end = next(a for s, a, _ in tl[new] if s == "finished")
     back = next(a for s, a, run in tl[old] if s == "released" and run == 1)
     assert back - new_end < 2.5, (tl[old], tl[new])
+
+
+def test_a_demotion_is_acted_on_when_it_happens_not_at_the_next_poll(cluster, make_controller, tmp_path):
+    """las with a 100 GPU-s first queue and a 30 s poll: a 16-GPU job crosses it ~6 s
+    into its run. The controller asks the policy when the ranking next changes
+    (quiet_until) and runs a round then, so the 16-GPU job waiting in the first queue
+    preempts it within seconds; without that round it would wait for the next poll."""
+    old = submit_protocol_job(cluster, tmp_path, 16, run_for=120, name="old")
+    make_controller(
+        poll_interval=POLL_S, policy={"queues": [100]}, events={"socket": str(cluster.cfg.events_socket)}
+    ).start()
+    running = cluster.wait_for(old, "RUNNING", timeout=30)
+    new = submit_sleep(cluster, 16, 3)  # seen by the round at the demotion, ~6 s from now
+    started = cluster.wait_for(new, "RUNNING", timeout=POLL_S - 5)
+    assert running.start_time is not None and started.start_time is not None
+    assert started.start_time - running.start_time < 20, (running.start_time, started.start_time)
+    cluster.wait_for(new, "COMPLETED", timeout=60)

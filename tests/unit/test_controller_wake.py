@@ -15,10 +15,13 @@ from pathlib import Path
 from slurm_plugin.backends.base import REQUEUE_SETTLE_MARGIN, SlurmNode, requeue_settle_wait
 from slurm_plugin.config import parse_config
 from slurm_plugin.controller.audit import AuditLog
-from slurm_plugin.controller.loop import Controller
+from slurm_plugin.controller.loop import Controller, after_plan
 from slurm_plugin.controller.preemption import awaited_acks
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+from teiresias.domain import Cluster, Job, Snapshot
 from teiresias.jobfiles import Ack, format_comment, job_dir, write_ack
+from teiresias.policy.las import LasPolicy
+from teiresias.policy.placement import ConsolidatePlacement
 from tests.unit.round_support import NoBackend, held_job
 
 
@@ -124,3 +127,17 @@ def test_the_loop_wakes_for_a_demotion_instead_of_a_whole_poll_interval(tmp_path
     assert ctl.until_next_change(now) == float("inf")
     ctl.next_change = now - 1
     assert ctl.until_next_change(now) == float("inf")
+
+
+def test_the_demotion_of_a_job_the_round_starts_is_predicted_from_its_start():
+    """quiet_until is asked of the snapshot as the plan leaves it (loop.after_plan): a job
+    the round starts runs from now, so its crossing of the 10 GPU-s queue with 2 GPUs is
+    5 s away; asked of the snapshot before the plan, the waiting job predicts nothing."""
+    cluster = Cluster.from_tiresias_spec(1, 1, 4)
+    snap = Snapshot(1000.0, cluster, [Job(1, 2, 900.0)])
+    policy = LasPolicy(ConsolidatePlacement(), thresholds=(10.0,))
+    plan = policy.decide(snap)
+    assert 1 in plan.start
+    assert policy.quiet_until(snap) == float("inf")
+    assert policy.quiet_until(after_plan(snap, plan)) == 1005.0
+    assert after_plan(snap, replace(plan, start={})) is snap
