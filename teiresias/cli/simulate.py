@@ -188,7 +188,8 @@ def _policy_names(text: str) -> list[str]:
     default=None,
     metavar="OUT.html",
     help="One self-contained HTML page: policy table, JCT and queueing-delay CDFs, utilisation "
-    "over time, preemptions per job, per-app fairness (apps = the trace's account column).",
+    "over time, preemptions per job, per-app fairness (apps as in the rho tables: the trace's app "
+    "column, else account or user + job-name stem).",
 )
 @click.option(
     "--progress/--no-progress",
@@ -382,6 +383,7 @@ def simulate(
     from teiresias.simulator.atomic import StagedOutputs, check_output_path
     from teiresias.simulator.report import (
         app_rho_table,
+        app_source,
         fairness_table,
         gandiva_table,
         normalised_table,
@@ -529,6 +531,7 @@ def simulate(
         click.echo(gandiva_table(results), file=out)
     if any(r.summary.app_rho for r in results):
         click.echo("", file=out)
+        click.echo(app_source(trace), file=out)
         click.echo(fairness_table(results), file=out)
         click.echo("", file=out)
         click.echo(app_rho_table(results), file=out)
