@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +363,7 @@ def simulate(
       teiresias simulate --sweep sweep.yaml --on-slurm --partition other --json all.json --plot all.png
     """
     if sweep_path is not None:
+        _refuse_single_run_options(click.get_current_context())
         _sweep(sweep_path, on_slurm, partition, workers, workdir, json_out, csv_out, plot)
         return
     for flag, given in (
@@ -378,9 +381,9 @@ def simulate(
             "give a trace and a cluster, or --sweep SPEC.yaml"
         )
     from teiresias.clusterspec import load_cluster
+    from teiresias.outputs import StagedOutputs, check_outputs
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, Simulator, load_slowdown, read_trace
-    from teiresias.simulator.atomic import StagedOutputs, check_output_path
     from teiresias.simulator.report import (
         app_rho_table,
         app_source,
@@ -399,12 +402,23 @@ def simulate(
         raise ConfigError(f"--interval {interval} must be >= 0 seconds (0 = schedule on events only)")
     if preempt_overhead < 0:
         raise ConfigError(f"--preempt-overhead {preempt_overhead} must be >= 0 seconds")
-    for out_path in (json_out if json_out != "-" else None, jobs_csv, plot, report):
-        if out_path is not None:
-            check_output_path(out_path)
+    outputs = {
+        o.flag: o
+        for o in check_outputs(
+            (("--json", json_out), ("--jobs-csv", jobs_csv), ("--plot", plot), ("--report", report)),
+            (
+                ("-t", trace_path),
+                ("-c", cluster_path),
+                ("-g", gittins_samples),
+                ("--slowdown", None if (slowdown_path or "").lower() == "none" else slowdown_path),
+                ("--sharing-slowdown", sharing_path),
+                ("-C", cells_path),
+            ),
+        )
+    }
     if report is not None and not report.lower().endswith((".html", ".htm")):
         raise ConfigError(f"--report {report}: the report is an HTML page; end the name with .html")
-    plot_fmt = None
+    plot_fmt = "png"
     if plot is not None:
         from teiresias.simulator.plots import plot_format
 
@@ -540,26 +554,21 @@ def simulate(
         click.echo(normalised_table(results), file=out)
 
     with StagedOutputs() as staged:
-        if json_out is not None and not to_stdout_json:
-            with staged.stage(json_out).open("w", encoding="utf-8") as fh:
+        if "--json" in outputs:
+            with staged.open(outputs["--json"]) as fh:
                 write_json(fh, results, {"seed": seed})
-        if jobs_csv is not None:
-            with staged.stage(jobs_csv).open("w", newline="", encoding="utf-8") as fh:
+        if "--jobs-csv" in outputs:
+            with staged.open(outputs["--jobs-csv"]) as fh:
                 write_jobs_csv(fh, results)
-        if plot is not None:
+        if "--plot" in outputs:
             from teiresias.simulator.plots import plot_results
 
-            with staged.stage(plot).open("wb") as fh:
-                try:
-                    plot_results(fh, results, title=Path(trace_path).name, fmt=plot_fmt or "png")
-                except (RuntimeError, OSError, ValueError) as exc:
-                    # e.g. .pgf without LaTeX: matplotlib lists the format but cannot write it here.
-                    raise ConfigError(
-                        f"--plot {plot}: matplotlib could not write .{plot_fmt} "
-                        f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
-                        "choose another format, e.g. .png"
-                    ) from None
-        if report is not None:
+            image = _render_plot(
+                plot or "", plot_fmt, lambda buf: plot_results(buf, results, title=Path(trace_path).name, fmt=plot_fmt)
+            )
+            with staged.open(outputs["--plot"], "wb") as fh:
+                fh.write(image)
+        if "--report" in outputs:
             from teiresias import __version__
             from teiresias.simulator.html_report import RunInfo, write_html
 
@@ -573,10 +582,45 @@ def simulate(
                 placement=placement + (" in HiveD cells" if cells_path else ""),
                 version=__version__,
             )
-            with staged.stage(report).open("w", encoding="utf-8") as fh:
+            with staged.open(outputs["--report"]) as fh:
                 write_html(fh, results, trace, info)
     if to_stdout_json:
         write_json(sys.stdout, results, {"seed": seed})
+
+
+def _render_plot(plot: str, fmt: str, draw: Callable[[io.BytesIO], None]) -> bytes:
+    """The image ``draw`` makes, in memory: matplotlib's own failures are told apart
+    from a failure to write the file (that one is the output's, teiresias/outputs.py)."""
+    buf = io.BytesIO()
+    try:
+        draw(buf)
+    except (RuntimeError, OSError, ValueError) as exc:
+        # e.g. .pgf without LaTeX: matplotlib lists the format but cannot write it here.
+        raise ConfigError(
+            f"--plot {plot}: matplotlib could not write .{fmt} "
+            f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
+            "choose another format, e.g. .png"
+        ) from None
+    return buf.getvalue()
+
+
+# What a sweep reads from the command line; every other option is the spec's business.
+_SWEEP_OPTIONS = frozenset({"sweep_path", "on_slurm", "partition", "workers", "workdir", "json_out", "csv_out", "plot"})
+
+
+def _refuse_single_run_options(ctx: click.Context) -> None:
+    """An option of a single replay given beside --sweep would be ignored: refuse it instead."""
+    from click.core import ParameterSource
+
+    for param in ctx.command.params:
+        name = param.name or ""
+        if name in _SWEEP_OPTIONS or ctx.get_parameter_source(name) in (None, ParameterSource.DEFAULT):
+            continue
+        flag = "/".join(param.opts)
+        raise ConfigError(
+            f"{flag} is an option of a single replay and --sweep would ignore it: a sweep takes its "
+            f"traces and knobs from SPEC.yaml (docs/simulator.md, 'Sweeps'); drop {param.opts[-1]}"
+        )
 
 
 def _sweep(
@@ -593,23 +637,30 @@ def _sweep(
     import json
     import time
 
+    from teiresias.outputs import StagedOutputs, check_folder, check_outputs
     from teiresias.simulator import sweep
-    from teiresias.simulator.atomic import StagedOutputs, check_output_path
 
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers} must be >= 1")
     if partition is not None and not on_slurm:
         raise ConfigError("--partition goes with --on-slurm; add --on-slurm or drop --partition")
-    for out_path in (json_out if json_out != "-" else None, csv_out, plot):
-        if out_path is not None:
-            check_output_path(out_path)
-    plot_fmt = None
+    plot_fmt = "png"
     if plot is not None:
         from teiresias.simulator.plots import plot_format
 
         plot_fmt = plot_format(plot)
     spec = sweep.load_spec(spec_path)
+    inputs: list[tuple[str, str | Path | None]] = [
+        ("--sweep", spec_path),
+        ("cluster:", spec.cluster),
+        ("gittins_samples:", spec.gittins_samples),
+    ]
+    inputs += [("traces:", t) for t in spec.traces]
+    if spec.synth is not None:
+        inputs.append(("synth.samples:", spec.synth.samples))
+    outputs = {o.flag: o for o in check_outputs((("--json", json_out), ("--csv", csv_out), ("--plot", plot)), inputs)}
     wd = Path(workdir) if workdir else Path.cwd() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    check_folder(wd, "--workdir")
     runs = sweep.expand(spec, wd)
     out = sys.stderr if json_out == "-" else sys.stdout
     where = (
@@ -626,14 +677,15 @@ def _sweep(
     rows = sweep.add_ratios(rows)
     click.echo(sweep.table(rows), file=out)
     with StagedOutputs() as staged:
-        if json_out is not None and json_out != "-":
-            with staged.stage(json_out).open("w", encoding="utf-8") as fh:
+        if "--json" in outputs:
+            with staged.open(outputs["--json"]) as fh:
                 json.dump(rows, fh, indent=2)
-        if csv_out is not None:
-            with staged.stage(csv_out).open("w", newline="", encoding="utf-8") as fh:
+        if "--csv" in outputs:
+            with staged.open(outputs["--csv"]) as fh:
                 sweep.write_csv(fh, rows)
-        if plot is not None:
-            with staged.stage(plot).open("wb") as fh:
-                sweep.plot(fh, rows, fmt=plot_fmt or "png")
+        if "--plot" in outputs:
+            image = _render_plot(plot or "", plot_fmt, lambda buf: sweep.plot(buf, rows, fmt=plot_fmt))
+            with staged.open(outputs["--plot"], "wb") as fh:
+                fh.write(image)
     if json_out == "-":
         json.dump(rows, sys.stdout, indent=2)

@@ -117,9 +117,17 @@ def synth(
       teiresias trace synth -c etc/cluster.yaml -o testbed.csv
       teiresias trace synth --kind philly -n 2000 -S teiresias/data/yarn-gput10000.csv -G 64 --load 1.2 -o t.csv
     """
+    from teiresias.outputs import check_outputs
     from teiresias.simulator.synth import PhillyParams, parse_gpu_mix, philly_like, testbed_mix
     from teiresias.simulator.trace import write_trace, write_trace_to
 
+    _refuse_ignored(click.get_current_context(), kind)
+    if cluster_path is not None and cluster_gpus is not None:
+        raise ConfigError(
+            f"give -c/--cluster {cluster_path} or -G/--cluster-gpus {cluster_gpus}, not both: "
+            "both size the trace for a cluster"
+        )
+    checked = check_outputs((("-o", output),), (("-S", samples), ("-c", cluster_path)))
     if kind == "testbed":
         cap = cluster_gpus
         if cluster_path is not None:
@@ -168,7 +176,7 @@ def synth(
     if output == "-":
         write_trace_to(sys.stdout, jobs)
     else:
-        write_trace(output, jobs)
+        write_trace(checked[0], jobs)
     summary = _describe(jobs)
     if as_json:
         # With the trace itself on stdout, the summary goes to stderr.
@@ -178,6 +186,21 @@ def synth(
             f"wrote {output}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s",
             err=True,
         )
+
+
+# Options one kind reads and the other would ignore: given to the other, they are refused.
+_PHILLY_ONLY = ("num_jobs", "samples", "load", "arrival_rate", "gpu_mix", "max_gpus")
+_TESTBED_ONLY = ("mean_interarrival",)
+
+
+def _refuse_ignored(ctx: click.Context, kind: str) -> None:
+    from click.core import ParameterSource
+
+    ignored = _PHILLY_ONLY if kind == "testbed" else _TESTBED_ONLY
+    for param in ctx.command.params:
+        if param.name in ignored and ctx.get_parameter_source(param.name) not in (None, ParameterSource.DEFAULT):
+            other = "philly" if kind == "testbed" else "testbed"
+            raise ConfigError(f"{'/'.join(param.opts)} is read by --kind {other} only; drop it or add --kind {other}")
 
 
 def _describe(jobs) -> dict:
@@ -270,22 +293,23 @@ def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | N
 
     from teiresias import yamlconf
     from teiresias.errors import TraceError
-    from teiresias.simulator.atomic import StagedOutputs, check_output_path
+    from teiresias.outputs import StagedOutputs, check_outputs
     from teiresias.simulator.sacct import parse_sacct
     from teiresias.simulator.trace import write_trace_to
 
-    outputs = ([] if output == "-" else [output]) + ([samples_out] if samples_out else [])
-    for out in outputs:
-        check_output_path(out)  # before reading a month of accounting
+    if samples_out == "-":
+        raise ConfigError("-S/--samples -: give a file for the samples; standard output is the trace's (-o -)")
+    # Before reading a month of accounting.
+    outputs = {o.flag: o for o in check_outputs((("-o", output), ("-S", samples_out)), (("", sacct_path),))}
     path = "/dev/stdin" if sacct_path == "-" else sacct_path
     text = yamlconf.read_text(path, "sacct output", TraceError)
     conv = parse_sacct(text, "stdin" if sacct_path == "-" else sacct_path, requeued=requeued)
     with StagedOutputs() as staged:  # the trace and the samples, both or neither
-        if output != "-":
-            with open(staged.stage(output), "w", newline="", encoding="utf-8") as fh:
+        if "-o" in outputs:
+            with staged.open(outputs["-o"]) as fh:
                 write_trace_to(fh, conv.jobs)
-        if samples_out:
-            with open(staged.stage(samples_out), "w", newline="", encoding="utf-8") as fh:
+        if "-S" in outputs:
+            with staged.open(outputs["-S"]) as fh:
                 fh.write("duration\n" + "".join(f"{j.num_gpus * j.duration:g}\n" for j in conv.jobs))
     if output == "-":
         write_trace_to(sys.stdout, conv.jobs)

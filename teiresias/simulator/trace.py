@@ -11,7 +11,9 @@ unused). Optional extra columns ``user`` and ``account`` name the owner (used
 by virtual clusters), ``app`` the Themis app a job belongs to
 (docs/themis.md), ``elastic`` the GPU range ``MIN-MAX`` a job may be grown or
 shrunk within (Gandiva grow-shrink, docs/gandiva.md; empty: fixed size); any
-other extra column is ignored.
+other extra column is ignored, but every row has as many fields as the
+header. Times (``submit_time``, ``duration``, ``interval``) are at most
+``MAX_SECONDS``.
 
 Every problem raises :class:`TraceError` with one line ``FILE:LINE: problem``
 so a user can open the file at that line.
@@ -30,7 +32,7 @@ from typing import IO
 from teiresias import yamlconf
 from teiresias.domain import Cluster
 from teiresias.errors import TraceError
-from teiresias.simulator.atomic import atomic_writer
+from teiresias.outputs import Output, atomic_writer
 
 TRACE_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
 OPTIONAL_COLUMNS = ("user", "account", "app", "elastic")
@@ -60,6 +62,12 @@ class TraceJob:
         return int(lo), int(hi)
 
 
+# The largest time a trace may hold, in seconds (about 31.7 years; Philly's longest job
+# ran 115 days). Far larger values are typos or unit mix-ups, and a simulated clock
+# near them loses its resolution: at 1e300 s adding a round of 60 s changes nothing.
+MAX_SECONDS = 1e9
+
+
 def _num(path: Path, line: int, col: str, raw: str, *, integer: bool, minimum: float, strict: bool) -> float:
     text = (raw or "").strip()
     try:
@@ -74,7 +82,15 @@ def _num(path: Path, line: int, col: str, raw: str, *, integer: bool, minimum: f
     if value < minimum or (strict and value == minimum):
         bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
         raise TraceError(f"{path}:{line}: {col} must be {bound}, got {text!r}")
+    if col in _SECONDS and value > MAX_SECONDS:
+        raise TraceError(
+            f"{path}:{line}: {col} must be <= {MAX_SECONDS:.0e} seconds (about 31 years), got {text!r}; "
+            "give seconds (the Tiresias format's unit)"
+        )
     return value
+
+
+_SECONDS = frozenset({"submit_time", "duration", "interval"})
 
 
 def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJob]:
@@ -103,7 +119,9 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
             line = reader.line_num
             if not row or all(not c.strip() for c in row):
                 continue  # blank lines (e.g. a trailing newline) carry nothing
-            if len(row) < len(cols):
+            if len(row) != len(cols):
+                # More fields than columns is as wrong as fewer (a row pasted from another
+                # file, a stray comma): its extra values would be dropped without a word.
                 raise TraceError(f"{p}:{line}: {len(row)} fields, header has {len(cols)}")
             get = lambda c: row[idx[c]]  # noqa: E731, B023 - used in this iteration only
             job_id = int(_num(p, line, "job_id", get("job_id"), integer=True, minimum=0, strict=False))
@@ -179,7 +197,7 @@ def write_trace_to(fh: IO[str], jobs: Iterable[TraceJob]) -> None:
         )
 
 
-def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
-    """Write jobs in Tiresias' format to ``path`` atomically (nothing half-written)."""
+def write_trace(path: Output | str | Path, jobs: Iterable[TraceJob]) -> None:
+    """Write jobs in Tiresias' format to ``path`` atomically (nothing half-written; teiresias/outputs.py)."""
     with atomic_writer(path) as fh:
         write_trace_to(fh, jobs)

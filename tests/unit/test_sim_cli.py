@@ -191,13 +191,15 @@ def test_help_has_an_example():
 
 def test_outputs_are_all_or_nothing(tmp_path):
     """A failure while writing outputs (e.g. the plot) leaves no output and no temp file."""
-    from teiresias.simulator.atomic import StagedOutputs
+    from teiresias.outputs import StagedOutputs
 
     (tmp_path / "a.json").write_text("old")
     with pytest.raises(RuntimeError):
         with StagedOutputs() as staged:
-            staged.stage(tmp_path / "a.json").write_text("new")
-            staged.stage(tmp_path / "b.csv").write_text("rows")
+            with staged.open(tmp_path / "a.json") as fh:
+                fh.write("new")
+            with staged.open(tmp_path / "b.csv") as fh:
+                fh.write("rows")
             raise RuntimeError("plotting failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
     assert (tmp_path / "a.json").read_text() == "old"
