@@ -232,8 +232,8 @@ def cells(
     \b
     Examples:
       teiresias cells --config etc/cells.example.yaml
-      teiresias cells -c etc/cells.yaml --state /var/lib/teiresias/state.db --json
-      teiresias cells -c etc/cells.yaml --down node3     # what would VCs lose?
+      teiresias cells -c /etc/teiresias/cells.yaml --state /var/lib/teiresias/state.db --json
+      teiresias cells -c etc/cells.example.yaml --down node3     # what would VCs lose?
     """
     from teiresias.cells import config as cells_config
     from teiresias.cells.faults import bad_nodes_of
