@@ -102,9 +102,8 @@ def _probe_folder(given: str, folder: Path) -> None:
 def check_output(given: str | Path, flag: str = "") -> Output:
     """One output checked as :func:`check_outputs` does; a one-line ConfigError if unusable."""
     text = str(given)
-    path = Path(os.path.realpath(text))  # every symbolic link followed, a dangling one to its target
     try:
-        st: os.stat_result | None = os.stat(path)
+        st: os.stat_result | None = os.stat(text)  # through every symbolic link
     except FileNotFoundError:
         st = None
     except OSError as exc:  # a loop of links, a component that is a file
@@ -114,9 +113,11 @@ def check_output(given: str | Path, flag: str = "") -> Output:
     if st is not None and not stat.S_ISREG(st.st_mode):
         if stat.S_ISSOCK(st.st_mode):
             raise ConfigError(f"{text}: is a socket; give a file, a device or a FIFO for the output")
-        if not os.access(path, os.W_OK):
+        if not os.access(text, os.W_OK):
             raise ConfigError(f"{text}: not writable by you; write elsewhere")
-        return Output(text, flag, path, through=True, mode=None, owner=None)
+        # Opened by the name given (/dev/stdout names a pipe that has no path of its own).
+        return Output(text, flag, Path(text), through=True, mode=None, owner=None)
+    path = Path(os.path.realpath(text))  # the file a link names (a dangling link: the file it would make)
     folder = path.parent
     if not folder.is_dir():
         shown = folder if os.path.islink(text) else Path(text).parent  # the folder as the user wrote it
@@ -353,7 +354,7 @@ def guard_stdout() -> _GuardedStdout | None:
         encoding=current.encoding,
         errors=current.errors,
         line_buffering=bool(current.line_buffering),
-        write_through=False,
+        write_through=bool(getattr(current, "write_through", False)),
     )
     return raw
 

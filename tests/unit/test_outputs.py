@@ -95,6 +95,17 @@ def test_a_fifo_is_written_through_not_replaced(d: Path) -> None:
     assert got.lstrip().startswith(b"[") and b'"policy": "las"' in got
 
 
+def test_a_link_to_standard_output_writes_to_the_pipe(d: Path) -> None:
+    """What ``-o /dev/stdout`` does (/dev/stdout -> /proc/self/fd/1, a pipe with no path of
+    its own), on a twin of the link in tmp: the real one must never be at stake."""
+    link = d / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    r = subprocess.run([str(TEIRESIAS), "trace", "synth", "-o", str(link)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("job_id,num_gpu,") and len(r.stdout.splitlines()) == 481
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+
+
 @needs_root
 def test_a_device_is_written_through_never_replaced(d: Path) -> None:
     """Twins of /dev/null and /dev/full (the real ones must never be at stake)."""
