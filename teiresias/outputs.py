@@ -160,17 +160,28 @@ def _identity(path: str | Path) -> tuple[int, int] | None:
 def check_outputs(
     outputs: Iterable[tuple[str, str | Path | None]],
     inputs: Iterable[tuple[str, str | Path | None]] = (),
+    stdout: Iterable[str] = (),
 ) -> list[Output]:
     """Every output of a command, checked before it does its work (module docstring).
 
     ``outputs`` and ``inputs`` are (flag, path) pairs; a None path (not given)
-    and ``-`` (standard output or input) are skipped. Returns the checked
-    outputs in order; raises a one-line ConfigError for the first problem.
+    is skipped, and so is ``-`` for an input (standard input) and for the output
+    flags in ``stdout`` (standard output, which the command writes itself); ``-``
+    for another output is refused rather than made a file named "-". Returns the
+    checked outputs in order; raises a one-line ConfigError for the first problem.
     """
+    to_stdout = set(stdout)
     checked: list[Output] = []
     for flag, given in outputs:
-        if given is None or str(given) == "-":
+        if given is None:
             continue
+        if str(given) == "-":
+            if flag in to_stdout:
+                continue
+            raise ConfigError(
+                f"{flag} -: only {' or '.join(sorted(to_stdout)) or 'no option'} writes to standard output here; "
+                "give a file name (./- for a file named -)"
+            )
         out = check_output(given, flag)
         for other in checked:
             same = out.path == other.path or (_identity(out.path) or 0) == (_identity(other.path) or 1)

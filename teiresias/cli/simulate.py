@@ -414,6 +414,7 @@ def simulate(
                 ("--sharing-slowdown", sharing_path),
                 ("-C", cells_path),
             ),
+            stdout=("--json",),
         )
     }
     if report is not None and not report.lower().endswith((".html", ".htm")):
@@ -658,7 +659,10 @@ def _sweep(
     inputs += [("traces:", t) for t in spec.traces]
     if spec.synth is not None:
         inputs.append(("synth.samples:", spec.synth.samples))
-    outputs = {o.flag: o for o in check_outputs((("--json", json_out), ("--csv", csv_out), ("--plot", plot)), inputs)}
+    outputs = {
+        o.flag: o
+        for o in check_outputs((("--json", json_out), ("--csv", csv_out), ("--plot", plot)), inputs, ("--json",))
+    }
     wd = Path(workdir) if workdir else Path.cwd() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     check_folder(wd, "--workdir")
     runs = sweep.expand(spec, wd)

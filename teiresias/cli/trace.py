@@ -127,7 +127,7 @@ def synth(
             f"give -c/--cluster {cluster_path} or -G/--cluster-gpus {cluster_gpus}, not both: "
             "both size the trace for a cluster"
         )
-    checked = check_outputs((("-o", output),), (("-S", samples), ("-c", cluster_path)))
+    checked = check_outputs((("-o", output),), (("-S", samples), ("-c", cluster_path)), stdout=("-o",))
     if kind == "testbed":
         cap = cluster_gpus
         if cluster_path is not None:
@@ -297,10 +297,10 @@ def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | N
     from teiresias.simulator.sacct import parse_sacct
     from teiresias.simulator.trace import write_trace_to
 
-    if samples_out == "-":
-        raise ConfigError("-S/--samples -: give a file for the samples; standard output is the trace's (-o -)")
     # Before reading a month of accounting.
-    outputs = {o.flag: o for o in check_outputs((("-o", output), ("-S", samples_out)), (("", sacct_path),))}
+    outputs = {
+        o.flag: o for o in check_outputs((("-o", output), ("-S", samples_out)), (("", sacct_path),), stdout=("-o",))
+    }
     path = "/dev/stdin" if sacct_path == "-" else sacct_path
     text = yamlconf.read_text(path, "sacct output", TraceError)
     conv = parse_sacct(text, "stdin" if sacct_path == "-" else sacct_path, requeued=requeued)

@@ -163,6 +163,18 @@ def test_two_outputs_with_one_path_are_refused(d: Path) -> None:
     assert not (d / "o.json").exists()
 
 
+def test_a_dash_is_standard_output_only_where_the_option_says_so(d: Path, monkeypatch) -> None:
+    """``--json -`` is standard output; ``--jobs-csv -`` used to make a file named "-"."""
+    monkeypatch.chdir(d)
+    line = one_error_line(simulate(d, "--jobs-csv", "-"))
+    assert line == "teiresias: error: --jobs-csv -: only --json writes to standard output here; " + (
+        "give a file name (./- for a file named -)"
+    )
+    assert not (d / "-").exists()
+    r = simulate(d, "--json", "-")
+    assert r.exit_code == 0 and '"policy": "las"' in r.output
+
+
 def test_trace_commands_refuse_to_overwrite_their_input(d: Path) -> None:
     samples = d / "s.csv"
     samples.write_text("duration\n" + "".join(f"{100 * k}\n" for k in range(1, 20)))
