@@ -43,6 +43,7 @@ import contextlib
 import errno
 import io
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -60,7 +61,7 @@ class Output:
 
     given: str  # the path as the user wrote it (messages name it)
     flag: str  # the option that names it ("--json"; "" when unnamed)
-    path: Path  # where the bytes go: the given path with every symbolic link followed
+    path: Path  # where the bytes go: a regular file's path with every link followed; else the path given
     through: bool  # not a regular file (a device, a FIFO): written in place, never renamed over
     mode: int | None  # permission bits of the regular file it replaces; None: a new file (umask)
     owner: tuple[int, int] | None  # uid, gid of the regular file it replaces
@@ -178,10 +179,8 @@ def check_outputs(
         if str(given) == "-":
             if flag in to_stdout:
                 continue
-            raise ConfigError(
-                f"{flag} -: only {' or '.join(sorted(to_stdout)) or 'no option'} writes to standard output here; "
-                "give a file name (./- for a file named -)"
-            )
+            which = f"only {' or '.join(sorted(to_stdout))} writes to" if to_stdout else "no option writes to"
+            raise ConfigError(f"{flag} -: {which} standard output here; give a file name (./- for a file named -)")
         out = check_output(given, flag)
         for other in checked:
             same = out.path == other.path or (_identity(out.path) or 0) == (_identity(other.path) or 1)
@@ -269,8 +268,8 @@ class StagedOutputs:
                 if not out.through:
                     try:
                         os.replace(tmp, out.path)
-                    except OSError as exc:
-                        raise self._failed(out, exc) from None
+                    except OSError as exc:  # after the probe passed: the file system changed since
+                        raise ConfigError(f"{out.label()}: cannot write ({_why(exc)})") from None
         finally:
             for tmp, _ in staged:
                 tmp.unlink(missing_ok=True)
@@ -282,11 +281,8 @@ class StagedOutputs:
         except OSError as exc:
             raise self._failed(out, exc) from None
         try:
-            with open(tmp, "rb") as src, os.fdopen(fd, "wb", buffering=0) as dst:
-                while chunk := src.read(1 << 20):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[dst.write(view) or 0 :]
+            with open(tmp, "rb") as src, os.fdopen(fd, "wb") as dst:
+                shutil.copyfileobj(src, dst)
         except OSError as exc:
             raise ConfigError(f"{out.label()}: cannot write ({_why(exc)})") from None
 
