@@ -60,8 +60,8 @@ class SoakConfig:
     grace_s: float = 10.0
     start_timeout_s: float = 20.0
     queues: tuple[float, ...] = (20.0,)  # GPU-seconds: jobs are demoted (and preempted) early
-    drain_s: float = 60.0  # after the last action: wait this long for the jobs, more while they progress
-    drain_cap_s: float = 300.0
+    drain_s: float = 60.0  # after the last action: stop waiting when no job started or ended for this long
+    drain_cap_s: float = 300.0  # ... and this long at most
 
 
 def soak_cluster_config(directory: Path, port_base: int) -> ClusterConfig:
@@ -125,6 +125,7 @@ class Driver:
         self.ids: dict[str, str] = {}  # key -> Slurm job id sbatch printed
         self.holds: dict[str, bool] = {}  # key -> held by a person now
         self.ctld_down = False
+        self._final: dict[str, str] = {}  # job -> its final Slurm state, once seen
         self._log = None
         handle = SimpleNamespace(conf=cluster.cfg.conf, env=cluster.env)
         overrides: dict[str, Any] = {
@@ -343,12 +344,17 @@ class Driver:
 
     def _state(self, job: str) -> str:
         """A job's Slurm state now (squeue keeps ended jobs MinJobAge seconds; sacct after)."""
+        if job in self._final:
+            return self._final[job]
         r = self.as_user("root", ["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"])
         states = set(r.stdout.split())
         if not states:
             s = self.as_user("root", ["sacct", "-X", "-n", "-P", "-j", job, "-o", "State"])
             states = {x.split()[0] for x in s.stdout.split("\n") if x.strip()}
-        return states.pop() if len(states) == 1 else ("ACTIVE" if states else "UNKNOWN")
+        state = states.pop() if len(states) == 1 else ("ACTIVE" if states else "UNKNOWN")
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            self._final[job] = state
+        return state
 
     def waits_for_good(self, key: str) -> str:
         """Why the job of ``key`` will never start ('' when it may)."""
@@ -366,24 +372,31 @@ class Driver:
         return ""
 
     def drain(self) -> None:
+        """Wait until every job has ended or waits for good. Ends early ("stalled") when
+        no job started or ended for ``drain_s``, and at ``drain_cap_s`` at the latest
+        ("cap"): the checker calls a startable job still pending after a stall lost."""
         by_base = {job: key for key, job in self.ids.items()}
-        deadline = time.monotonic() + self.cfg.drain_s
-        cap = time.monotonic() + self.cfg.drain_cap_s
+        begun = time.monotonic()
+        changed = begun
         last: set[tuple[str, str]] = set()
         self.log("drain")
+        why = "done"
         while True:
             active = self._squeue()
             seen = {(i, s) for i, s, _ in active}
-            if seen != last:  # something started or ended: more patience
-                deadline = max(deadline, min(cap, time.monotonic() + self.cfg.drain_s / 2))
-                last = seen
+            if seen != last:  # something started, ended or was requeued
+                changed, last = time.monotonic(), seen
             waiting = {by_base.get(base_id(i)) for i, s, _ in active}
             if all(k is not None and self.waits_for_good(k) for k in waiting):
                 break
-            if time.monotonic() > deadline:
+            if time.monotonic() - changed > self.cfg.drain_s:
+                why = "stalled"
+                break
+            if time.monotonic() - begun > self.cfg.drain_cap_s:
+                why = "cap"
                 break
             time.sleep(2)
-        self.log("drained")
+        self.log("drained", why=why)
 
     def finish(self) -> None:
         """Cancel what is left (saying why each waited), let the controller see every

@@ -60,6 +60,7 @@ class Violation:
 class Result:
     violations: list[Violation] = field(default_factory=list)
     checks: dict[int, int] = field(default_factory=lambda: dict.fromkeys(NAMES, 0))
+    notes: list[str] = field(default_factory=list)  # what the run could not judge (the driver's cap)
 
     def fail(self, inv: int, what: str, key: str, detail: str, at: float | None = None) -> None:
         self.violations.append(Violation(inv, what, key, detail, at))
@@ -149,8 +150,13 @@ def _t(obs: Observation, t: float | None) -> str:
 
 
 # ------------------------------------------------------------------ 1
+def _pending(u: Unit) -> bool:
+    return not u.runs or u.runs[-1].start is None or u.runs[-1].state == "REQUEUED"
+
+
 def ends(obs: Observation, res: Result) -> None:
     by_raw = W.unit_of_raw(obs)
+    stop = next((e.extra.get("why", "stalled") for e in obs.events if e.what == "drained"), "stalled")
     for key, u in obs.units.items():
         s = u.spec
         sub = next((e for e in obs.events if e.key == s.key and e.what == "submit"), None)
@@ -186,7 +192,10 @@ def ends(obs: Observation, res: Result) -> None:
         elif gone is not None and gone.extra.get("waits_for"):
             allowed = {"CANCELLED", "NEVER_RAN"}
         elif gone is not None:
-            if not started or final == "REQUEUED":
+            if stop != "stalled":
+                res.notes.append(f"{key}: still {'pending' if _pending(u) else 'running'} at the driver's cap")
+                continue
+            if _pending(u):
                 res.fail(
                     1,
                     "lost",
@@ -195,13 +204,7 @@ def ends(obs: Observation, res: Result) -> None:
                     gone.t,
                 )
             else:
-                res.fail(
-                    1,
-                    "unfinished",
-                    key,
-                    f"still running after {len(started)} run(s) when the driver stopped waiting",
-                    gone.t,
-                )
+                res.notes.append(f"{key}: still running when the queue stalled")
             continue
         else:
             allowed = {s.ends}

@@ -101,6 +101,8 @@ def summary(obs: Observation, res: Result) -> dict[str, Any]:
         "violations": by_inv,
         "violating_jobs": {i: sorted({v.key for v in res.violations if v.invariant == i}) for i in NAMES if by_inv[i]},
         "plain_lost_gpu_seconds": round(plain_lost, 1),
+        "drain": next((e.extra.get("why", "") for e in obs.events if e.what == "drained"), ""),
+        "notes": res.notes,
         "fault_windows": [(round(w.start - first, 1), round(w.end - first, 1), w.why) for w in W.fault_windows(obs)],
     }
 
@@ -116,6 +118,7 @@ def format_summary(s: dict[str, Any]) -> str:
         "faults: " + ", ".join(f"{k} x{v}" for k, v in s["faults"].items()),
         "user actions: " + ", ".join(f"{k} x{v}" for k, v in s["user_actions"].items()),
         f"plain jobs' work lost to requeues: {s['plain_lost_gpu_seconds']:.0f} GPU-s",
+        f"queue drained: {s['drain'] or '?'}" + (f"; not judged: {'; '.join(s['notes'][:8])}" if s["notes"] else ""),
     ]
     for i, name in NAMES.items():
         n = s["violations"][i]

@@ -210,6 +210,8 @@ def generate(
         key = f"j{i + 1}"
         user = rng.choice(users)
         kind = "torch" if i in torch_at else str(_weighted(rng, KINDS))
+        if kind == "timeout" and at > duration_s / 2:
+            kind = "plain"  # a 1-minute limit (plus Slurm's timeout sweep) must expire before the run ends
         gpus = int(_weighted(rng, sizes))  # type: ignore[call-overload]
         args, n_nodes, per = _shape(rng, gpus, nodes, gpus_per_node)
         kw: dict = {}
