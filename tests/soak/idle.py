@@ -11,8 +11,9 @@ for a multi-node ``--gpus``). A window in which a startable job fits is a
 violation when it lasts longer than two poll intervals and at least three
 controller rounds polled inside it (so a slow round on a loaded machine is
 never blamed), outside faults and preemptions in flight
-(windows.quiet_blockers). Hetjobs and jobs the cluster can never run are not
-checked here (invariant 1 and 4 cover them).
+(windows.quiet_blockers). A hetjob that was accepted must start too: its
+components each on a node with enough free GPUs. Jobs the cluster can never
+run (a GPU type no node has) are not checked here (invariants 1 and 4 are).
 """
 
 from __future__ import annotations
@@ -84,6 +85,14 @@ def fits(u: Unit, free: dict[str, int], gpn: int) -> bool:
     that need no guess about how Slurm would split it)."""
     s = u.spec
     allowed = {n: max(g, 0) for n, g in free.items() if n not in s.excluded}
+    if s.components:  # a hetjob: each component on one node, fullest free node first
+        left = sorted(allowed.values(), reverse=True)
+        for c in sorted(s.components, reverse=True):
+            left.sort(reverse=True)
+            if not left or left[0] < c:
+                return False
+            left[0] -= c
+        return True
     if s.required:
         return all(allowed.get(n, 0) >= s.gpus // len(s.required) for n in s.required)
     if s.per_node:
@@ -97,7 +106,7 @@ def waiting(obs: Observation, u: Unit, siblings: list[tuple[float, float]]) -> l
     """When the job of ``u`` was startable and not running (merged intervals)."""
     s = u.spec
     sub = W.event(obs, s.key, "submit")
-    if sub is None or not s.runnable or s.kind == "hetjob" or W.event(obs, s.key, "ungpu") is not None:
+    if sub is None or not s.runnable or W.event(obs, s.key, "ungpu") is not None:
         return []
     start = sub.t
     if s.begin_s is not None:

@@ -23,6 +23,7 @@ an Observation (tests/soak/collect.py). Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -71,6 +72,7 @@ class Result:
 
 def check(obs: Observation) -> Result:
     """Every invariant on ``obs``."""
+    W.index(obs, rebuild=True)
     res = Result()
     ends(obs, res)
     attained(obs, res)
@@ -96,49 +98,32 @@ def check(obs: Observation) -> Result:
 def released_not_started(obs: Observation, a: float, b: float) -> list[str]:
     """Jobs the controller released (audit ``start``) before ``b`` that had not started
     by ``a`` + a poll interval and were not running in [a, b]: GPUs promised, unused."""
-    by_raw = W.unit_of_raw(obs)
+    ix = W.index(obs)
     out = []
-    for e in obs.audit:
-        if e.get("action") != "start" or e["time"] > b:
-            continue
-        u = by_raw.get(e["job"])
-        runs = [r for r in obs.rows if r.raw == e["job"] and r.start is not None]
-        if any(r.start is not None and e["time"] - 1 <= r.start <= a + obs.poll_s for r in runs):
-            continue  # it started soon enough
-        if any(
-            r.start is not None and r.start <= b and (r.end is None or r.end >= a)
-            for r in runs
-            if r.start >= e["time"] - 1
-        ):
-            continue
-        failed = next(
-            (
-                x
-                for x in obs.audit
-                if x.get("job") == e["job"] and x.get("action") in ("start-failed", "hold") and x["time"] >= e["time"]
-            ),
-            None,
-        )
+    lo = bisect.bisect_left(ix.start_times, a - 120.0)  # a release is given up within start_timeout
+    for e in ix.starts[lo : bisect.bisect_right(ix.start_times, b)]:
+        runs = [r for r in ix.rows_by_raw.get(e["job"], []) if r.start is not None and r.start >= e["time"] - 1]
+        if any(r.start is not None and r.start <= b and (r.end is None or r.end >= a) for r in runs):
+            continue  # it started, and ran in the window
+        failed = next(iter(ix.audit_of(e["job"], "start-failed", "hold", after=e["time"])), None)
         if failed is not None and failed["time"] < a:
             continue  # given back before the window
-        name = u.key if u else str(e["job"])
-        kind = f" ({u.spec.kind})" if u else ""
-        out.append(f"{name}{kind} on {','.join(e.get('nodes', []))}" + (f", then {failed['reason']}" if failed else ""))
+        u = ix.by_raw.get(e["job"])
+        name = f"{u.key} ({u.spec.kind})" if u else str(e["job"])
+        out.append(f"{name} on {','.join(e.get('nodes', []))}" + (f", then {failed['reason']}" if failed else ""))
     return out[:4]
 
 
 def last_word(obs: Observation, u: Unit) -> str:
     """The controller's last reason about the job (audit), for 'lost' jobs."""
+    ix = W.index(obs)
     raws = {r.raw for r in u.runs} | ({u.raw} if u.raw is not None else set())
-    e = next(
-        (
-            x
-            for x in reversed(obs.audit)
-            if x.get("job") in raws and x.get("action") in ("start-failed", "hold", "start")
-        ),
-        None,
+    said = sorted((e for j in raws for e in ix.audit_of(j, "start-failed", "hold", "start")), key=lambda e: e["time"])
+    return (
+        f"; the controller's last word: {said[-1]['action']} {said[-1]['reason']}"
+        if said
+        else "; never started by the controller"
     )
-    return f"; the controller's last word: {e['action']} {e['reason']}" if e else "; never started by the controller"
 
 
 def _final(u: Unit) -> str:
@@ -386,7 +371,8 @@ def beneficiaries(obs: Observation, res: Result) -> None:
     faults = W.fault_windows(obs)
     missed: dict[str, list[str]] = {}
     first_at: dict[str, float] = {}
-    for i, e in enumerate(obs.audit):
+    ix = W.index(obs)
+    for e in obs.audit:
         act, victim = e.get("action"), e.get("job")
         m = PREEMPTED_BY.search(e.get("reason", "")) if act in ("signal", "requeue") else None
         if m is None or victim is None:
@@ -395,19 +381,12 @@ def beneficiaries(obs: Observation, res: Result) -> None:
         vic = by_raw.get(victim)
         if ben is None:
             continue
-        ben_raws = {raw for raw, x in by_raw.items() if x is ben}
+        ben_raws = {raw for raw, x in by_raw.items() if x is ben}  # a hetjob: each component
         res.checked(4)
         t = e["time"]
         freed = t
         if act == "signal":
-            nxt = next(
-                (
-                    x
-                    for x in obs.audit[i + 1 :]
-                    if x.get("job") == victim and x.get("action") in ("requeue", "finished")
-                ),
-                None,
-            )
+            nxt = next(iter(ix.audit_of(victim, "requeue", "finished", after=t)), None)
             if nxt is None:
                 continue
             freed = nxt["time"]
@@ -422,10 +401,9 @@ def beneficiaries(obs: Observation, res: Result) -> None:
         refused = next(
             (
                 x
-                for x in obs.audit
-                if x.get("job") in ben_raws
-                and x.get("action") == "start-failed"
-                and t <= x["time"] <= deadline + obs.poll_s
+                for j in ben_raws
+                for x in ix.audit_of(j, "start-failed", after=t)
+                if x["time"] <= deadline + obs.poll_s
             ),
             None,
         )
@@ -439,8 +417,7 @@ def beneficiaries(obs: Observation, res: Result) -> None:
         vrun = next((r for r in (vic.runs if vic else []) if r.start is not None and r.start <= t), None)
         vnodes = set(vrun.nodes) if vrun else set()
         if refused is None and any(
-            r.start is not None and freed - 1 <= r.start <= deadline and r.raw != victim and set(r.nodes) & vnodes
-            for r in obs.rows
+            r.raw != victim and set(r.nodes) & vnodes for r in ix.started_between(freed - 1, deadline)
         ):
             continue  # outranked by another job, which got those GPUs: not wasted
         why = f" (its start failed: {refused['reason']})" if refused is not None else ""

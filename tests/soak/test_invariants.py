@@ -150,7 +150,9 @@ def test_a_startable_job_still_there_when_the_driver_stops_waiting_is_lost():
     events[-1] = Event(1022.5, "end-cancel", key="j3", job="3", extra={"waits_for": ""})
     capped = [e if e.what != "drained" else replace(e, extra={"why": "cap"}) for e in events]
     res = check(clean(events=capped, rows=rows))
-    assert not [v for v in res.violations if v.invariant == 1] and res.notes == ["j3: still pending at the driver's cap"]
+    assert not [v for v in res.violations if v.invariant == 1] and res.notes == [
+        "j3: still pending at the driver's cap"
+    ]
 
 
 def test_a_run_after_a_final_end_and_overlapping_runs_are_caught():

@@ -128,21 +128,67 @@ def end_cancel(obs: Observation, key: str) -> Event | None:
     return next((e for e in obs.events if e.key == key and e.what == "end-cancel"), None)
 
 
-def unit_of_raw(obs: Observation) -> dict[int, Unit]:
-    """Slurm's raw job id -> the unit (a hetjob's components both map to it)."""
-    out: dict[int, Unit] = {}
+@dataclass
+class Index:
+    """Look-ups the checks share, built once per check (``index``): a long run has
+    thousands of jobs and tens of thousands of audit lines."""
+
+    by_raw: dict[int, Unit]  # Slurm's raw job id -> its unit (a hetjob's components both)
+    rows_by_raw: dict[int, list[Run]]
+    audit_by_job: dict[int, list[dict]]  # in the log's order
+    starts: list[dict]  # every audit ``start``, by time
+    start_times: list[float]
+    rows_by_start: list[Run]  # every run that started, by start
+    row_starts: list[float]
+
+    def audit_of(self, job: int, *actions: str, after: float = -float("inf")) -> list[dict]:
+        return [
+            e for e in self.audit_by_job.get(job, []) if e["time"] >= after and (not actions or e["action"] in actions)
+        ]
+
+    def started_between(self, a: float, b: float) -> list[Run]:
+        return self.rows_by_start[bisect.bisect_left(self.row_starts, a) : bisect.bisect_right(self.row_starts, b)]
+
+
+def index(obs: Observation, rebuild: bool = False) -> Index:
+    """The Observation's Index (kept on it; ``rebuild`` after it changed)."""
+    got = obs.__dict__.get("_index")
+    if got is not None and not rebuild:
+        return got
+    by_raw: dict[int, Unit] = {}
+    by_sacct = {u.sacct_id: u for u in obs.units.values() if u.sacct_id}
     for u in obs.units.values():
         for r in u.runs:
-            out[r.raw] = u
+            by_raw[r.raw] = u
         if u.raw is not None:
-            out.setdefault(u.raw, u)
+            by_raw.setdefault(u.raw, u)
+    rows_by_raw: dict[int, list[Run]] = {}
     for r in obs.rows:
-        if "+" in r.sacct_id:
-            base = r.sacct_id.split("+")[0]
-            for u in obs.units.values():
-                if u.sacct_id == base:
-                    out.setdefault(r.raw, u)
-    return out
+        rows_by_raw.setdefault(r.raw, []).append(r)
+        if "+" in r.sacct_id and r.sacct_id.split("+")[0] in by_sacct:
+            by_raw.setdefault(r.raw, by_sacct[r.sacct_id.split("+")[0]])
+    audit_by_job: dict[int, list[dict]] = {}
+    for e in obs.audit:
+        if e.get("job") is not None:
+            audit_by_job.setdefault(e["job"], []).append(e)
+    starts = sorted((e for e in obs.audit if e.get("action") == "start"), key=lambda e: e["time"])
+    started = sorted((r for r in obs.rows if r.start is not None), key=lambda r: r.start or 0.0)
+    got = Index(
+        by_raw,
+        rows_by_raw,
+        audit_by_job,
+        starts,
+        [e["time"] for e in starts],
+        started,
+        [r.start or 0.0 for r in started],
+    )
+    obs.__dict__["_index"] = got
+    return got
+
+
+def unit_of_raw(obs: Observation) -> dict[int, Unit]:
+    """Slurm's raw job id -> the unit (a hetjob's components both map to it)."""
+    return index(obs).by_raw
 
 
 def split(obs: Observation, run: Run, unit: Unit | None) -> dict[str, int]:
@@ -154,8 +200,8 @@ def split(obs: Observation, run: Run, unit: Unit | None) -> dict[str, int]:
     gpn = obs.workload.gpus_per_node
     if unit is not None and unit.spec.per_node and unit.spec.kind != "hetjob":
         return {n: unit.spec.per_node for n in run.nodes}
-    for e in obs.audit:
-        if e.get("job") == run.raw and e.get("action") == "start" and sorted(e.get("nodes", [])) == sorted(run.nodes):
+    for e in index(obs).audit_of(run.raw, "start"):
+        if sorted(e.get("nodes", [])) == sorted(run.nodes):
             placed = dict(zip(e["nodes"], e["gpus"]))
             if sum(placed.values()) == run.gpus:
                 return placed

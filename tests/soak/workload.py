@@ -77,6 +77,7 @@ class JobSpec:
     begin_s: int | None = None  # --begin=now+N
     after: tuple[str, str] | None = None  # (afterok | afterany, key of an earlier job)
     tasks: tuple[int, ...] = ()  # array task ids
+    components: tuple[int, ...] = ()  # a hetjob's GPUs per component (one node each)
     throttle: int | None = None  # the array's %N
     held: bool = False  # -H
     no_requeue: bool = False
@@ -266,7 +267,7 @@ def generate(
             # sbatch's component separator; each component gets its own limit below
             args = ("-G", str(a), "-t", str(limit), ":", "-G", str(b))
             n_nodes, per = None, None
-            kw.update(may_refuse=True, work_s=secs)
+            kw.update(may_refuse=True, work_s=secs, components=(a, b))
         elif kind == "typed":
             g = min(gpus, gpus_per_node)
             args = (rng.choice(TYPED_FORMS).format(g=g),)
