@@ -5,7 +5,8 @@ one run folder.
 - Jobs are submitted with the real sbatch (tsbatch for PyTorch jobs) by
   unprivileged users (``soak_*``, made with useradd if missing, 0700 homes),
   through ``runuser``; holds and releases by the owner or by root (an admin);
-  cancels and ``scontrol update gres=gpu:0`` by the owner.
+  cancels and ``scontrol update gres=gpu:0`` by the owner; ``scontrol
+  requeue`` by root.
 - The controller is ``teiresias controller run --json`` as a subprocess
   (tests/slurm/controller_support.py ``ControllerProc``): its rounds (one JSON
   line each) go to ``rounds.jsonl``, its log to ``controller.log``.
@@ -244,6 +245,7 @@ class Driver:
             "release": ["scontrol", "release", job],
             "cancel": ["scancel", job],
             "ungpu": ["scontrol", "update", f"jobid={job}", "gres=gpu:0"],
+            "requeue": ["scontrol", "requeue", job],
         }[a.what]
         t0 = time.time()
         r = self.as_user(user, cmd)

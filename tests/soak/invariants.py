@@ -474,9 +474,12 @@ def checkpoints(obs: Observation, res: Result) -> None:
     for key, u in obs.units.items():
         if not u.spec.resumable:
             continue
+        by_admin = [e for e in obs.events if e.key == u.spec.key and e.what == "requeue" and e.ok]
         for k, r in enumerate(u.runs):
             if r.state != "REQUEUED" or r.start is None or r.end is None:
                 continue
             res.checked(6)
+            if any((e.t0 or e.t) - 1 <= r.end <= e.t + 2 for e in by_admin):
+                continue  # an admin's scontrol requeue: not the controller's preemption
             if not any(r.start - 1 <= t <= r.end + 1 for t in signals.get(r.raw, [])):
                 res.fail(6, "no-checkpoint-signal", key, f"run {k} was requeued without its checkpoint signal", r.end)

@@ -94,7 +94,8 @@ def summary(obs: Observation, res: Result) -> dict[str, Any]:
         "requeues": sum(1 for r in obs.rows if r.state == "REQUEUED"),
         "faults": {f: sum(1 for e in obs.events if e.what == "fault" and e.fault == f) for f in _faults(obs)},
         "user_actions": {
-            a: sum(1 for e in obs.events if e.what == a and e.ok) for a in ("hold", "release", "cancel", "ungpu")
+            a: sum(1 for e in obs.events if e.what == a and e.ok)
+            for a in ("hold", "release", "cancel", "ungpu", "requeue")
         },
         "rounds": len(obs.rounds),
         "checks": dict(res.checks),

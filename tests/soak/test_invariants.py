@@ -288,6 +288,11 @@ def test_a_checkpointing_job_requeued_before_its_grace_or_without_its_signal_is_
     obs = clean()
     obs.audit = [e for e in obs.audit if e["action"] != "signal"]
     assert (6, "no-checkpoint-signal", "j2") in codes(obs)
+    # an admin's own `scontrol requeue` is not the controller's preemption
+    requeue = Event(1009.1, "requeue", key="j2", job="2", by="admin", t0=1008.9)
+    obs = clean(events=[*clean().events, requeue])
+    obs.audit = [e for e in obs.audit if e["action"] not in ("signal", "requeue")]
+    assert not [c for c in codes(obs) if c[0] == 6]
 
 
 def test_a_plain_jobs_requeue_must_say_the_work_it_lost():

@@ -43,7 +43,7 @@ def test_a_long_workload_covers_the_grammar_faults_and_user_actions():
     assert {g for j in w.jobs.values() for g in [j.gpus]} >= {1, 2, 3, 4, 6, 8, 12, 16}
     acts = {(a.what, a.by) for a in w.actions}
     assert {("hold", "owner"), ("hold", "admin"), ("release", "owner"), ("release", "admin")} <= acts
-    assert {"cancel", "ungpu"} <= {a.what for a in w.actions}
+    assert {"cancel", "ungpu", "requeue"} <= {a.what for a in w.actions}
     assert {a.fault for a in w.actions if a.what == "fault"} == set(FAULTS)
 
 

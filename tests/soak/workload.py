@@ -6,7 +6,8 @@
 ``-H`` and later holds and releases by the owner or an admin; ``-w``/``-x``;
 ``--begin``; ``--no-requeue``; time limits that expire; typed GPU requests the
 cluster lacks; hetjobs; cancels at random moments; jobs that change to 0 GPUs
-while pending; resumable and plain jobs of several users) and faults
+while pending; an admin's ``scontrol requeue``; resumable and plain jobs of
+several users) and faults
 (controller ``kill -9``, slurmctld stop/start, node drain/resume, a rival
 controller on another state DB), each at an offset from the start. Nothing
 here reads a clock or the machine: the same arguments give the same
@@ -93,8 +94,8 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class Action:
-    """``what``: submit | hold | release | cancel | ungpu | fault | fault-end.
-    ``by``: owner | admin (holds, releases). ``fault``: a FAULTS name."""
+    """``what``: submit | hold | release | cancel | ungpu | requeue | fault | fault-end.
+    ``by``: owner | admin (holds, releases; a requeue is an admin's). ``fault``: a FAULTS name."""
 
     at: float  # seconds after the start of the run
     what: str
@@ -335,6 +336,9 @@ def generate(
                 actions.append(Action(t + rng.uniform(5, 25), "release", key, by=by))
         if kind == "ungpu":
             actions.append(Action(at + rng.uniform(0.5, 3), "ungpu", key))
+        if kind not in ("hetjob", "array", "typed") and rng.random() < 0.04:
+            # an admin's `scontrol requeue` of the job, running by then or not (one more requeue path)
+            actions.append(Action(at + rng.uniform(5, 40), "requeue", key, by="admin"))
         if rng.random() < 0.07:
             actions.append(Action(at + rng.uniform(0, 40), "cancel", key))
 
