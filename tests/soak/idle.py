@@ -27,6 +27,9 @@ from tests.soak import windows as W
 from tests.soak.collect import Observation, Unit
 
 INF = float("inf")
+# slurmctld marks a dependency met in its own scheduling pass after the job it waits for
+# ends, not at that instant: a few seconds on the local cluster.
+DEPENDENCY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,14 @@ class FreeGpus:
             i += 1
 
 
+def fits_at(obs: Observation, u: Unit, t: float) -> bool:
+    """Whether the free GPUs at ``t`` fitted the job of ``u``."""
+    free = obs.__dict__.get("_free")
+    if free is None:
+        free = obs.__dict__["_free"] = FreeGpus(obs)
+    return any(fits(u, f, obs.workload.gpus_per_node) for _, _, f in free.segments(t, t + 1e-3))
+
+
 def fits(u: Unit, free: dict[str, int], gpn: int) -> bool:
     """Whether the free GPUs fit the job's own shape (the safe side: only shapes
     that need no guess about how Slurm would split it)."""
@@ -118,7 +129,7 @@ def waiting(obs: Observation, u: Unit, siblings: list[tuple[float, float]]) -> l
             return []
         if how == "afterok" and dep.runs[-1].state != "COMPLETED":
             return []
-        start = max(start, dep.runs[-1].end + 1)
+        start = max(start, dep.runs[-1].end + 1 + DEPENDENCY_S)
     stop = min((e.t0 or e.t for e in obs.events if e.key == s.key and e.what == "cancel" and e.ok), default=INF)
     spans: list[tuple[float, float]] = []
     at = start
@@ -139,7 +150,8 @@ def _throttled(siblings: list[tuple[float, float]], throttle: int | None) -> lis
     """When ``throttle`` tasks of the array (``siblings``' runs) were running."""
     if not throttle:
         return []
-    points = sorted([(a, 1) for a, _ in siblings] + [(b, -1) for _, b in siblings])
+    # a task counts against %N until it has completed (RELEASE_S after its end)
+    points = sorted([(a, 1) for a, _ in siblings] + [(b + W.RELEASE_S, -1) for _, b in siblings])
     out, n, since = [], 0, 0.0
     for t, d in points:
         if n >= throttle and t > since:

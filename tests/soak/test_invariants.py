@@ -254,6 +254,30 @@ def test_a_preemption_for_a_job_that_then_does_not_start_is_caught():
     assert (4, "preempted-for-nothing", "j3") not in codes(clean(events=events, rows=late))
 
 
+def test_the_beneficiary_may_wait_for_its_slowest_victims_ack():
+    """Two victims for j3: a plain job requeued at once, and j2, whose Ack comes 8 s
+    later; j3 starts when both are gone: no violation, though it started well after
+    three rounds from the first requeue."""
+    obs = clean()
+    rows = []
+    for r in obs.rows:
+        if r.sacct_id == "2" and r.state == "REQUEUED":
+            r = replace(r, end=1016.0)
+        elif r.sacct_id == "2":
+            r = replace(r, start=1018.0, end=1026.0)
+        elif r.sacct_id == "3":
+            r = replace(r, start=1017.0, end=1024.0)
+        rows.append(r)
+    audit = [dict(e) for e in obs.audit]
+    for e in audit:
+        if e["action"] == "requeue":
+            e["time"] = 1016.2
+    audit.append({"time": 1007.9, "job": 1, "action": "requeue", "reason": "preempted by higher-priority job 3"})
+    audit.sort(key=lambda e: e["time"])
+    got = codes(clean(rows=rows, audit=audit))
+    assert (4, "preempted-for-nothing", "j3") not in got
+
+
 # ------------------------------------------------------------------ 5
 def test_gpus_idle_while_a_startable_job_waits_are_caught_outside_faults_only():
     obs = clean()

@@ -155,6 +155,7 @@ def index(obs: Observation, rebuild: bool = False) -> Index:
     got = obs.__dict__.get("_index")
     if got is not None and not rebuild:
         return got
+    obs.__dict__.pop("_free", None)  # idle.FreeGpus, built from the same data
     by_raw: dict[int, Unit] = {}
     by_sacct = {u.sacct_id: u for u in obs.units.values() if u.sacct_id}
     for u in obs.units.values():
