@@ -113,15 +113,17 @@ def parse_sacct(text: str) -> list[Run]:
         if len(f) < 11 or not f[1].isdigit():
             continue
         code, _, sig = f[10].partition(":")
+        nodes = expand_hostlist(f[8]) if f[8] != "None assigned" else ()
         out.append(
             Run(
                 sacct_id=f[0],
                 raw=int(f[1]),
                 state=f[3].split()[0] if f[3] else "",
                 submit=_epoch(f[4]) or 0.0,
-                start=_epoch(f[5]),
+                # Slurm stamps a job cancelled while pending with Start = End: no run
+                start=_epoch(f[5]) if nodes else None,
                 end=_epoch(f[6]),
-                nodes=expand_hostlist(f[8]) if f[8] != "None assigned" else (),
+                nodes=nodes,
                 gpus=gres_count(f[9]),
                 exit_code=int(code) if code.isdigit() else 0,
                 exit_signal=int(sig) if sig.isdigit() else 0,

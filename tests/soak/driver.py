@@ -408,8 +408,9 @@ class Driver:
         for job in left:
             key = by_base.get(job, "")
             why = self.waits_for_good(key) if key else "not the soak's"
+            t0 = time.time()
             self.as_user("root", ["scancel", job])
-            self.log("end-cancel", key=key, job=job, waits_for=why)
+            self.log("end-cancel", key=key, job=job, waits_for=why, t0=round(t0, 3))
         deadline = time.monotonic() + 60
         while self._squeue() and time.monotonic() < deadline:
             time.sleep(1)

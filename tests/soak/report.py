@@ -69,6 +69,8 @@ def format_violation(obs: Observation, v: Violation) -> str:
     lines.append(f"  job {v.key} (Slurm {u.sacct_id or 'none'}, user {u.spec.user}, kind {u.spec.kind}): {v.detail}")
     lines.append(f"  submitted with: {obs.lines.get(u.spec.key, ' '.join(u.spec.sbatch))}")
     for t, src, text in sequence(obs, u):
+        if src == "fault" and v.at is not None and not v.at - 120 <= t <= v.at + 5:
+            continue  # only the faults just before the violation
         mark = "  <-" if v.at is not None and abs(t - v.at) < 0.5 else ""
         lines.append(f"    {t - obs.started:+9.1f}s  {src:6}  {text}{mark}")
     return "\n".join(lines)
