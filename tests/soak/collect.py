@@ -13,7 +13,7 @@ from typing import Any
 from slurm_plugin.backends.parse import expand_hostlist, gres_count
 from slurm_plugin.controller.audit import read_audit
 from slurm_plugin.controller.state import StateStore
-from tests.soak.workload import FAULTS, JobSpec, Workload, generate
+from tests.soak.workload import FAULTS, Action, JobSpec, Workload, generate
 
 
 @dataclass(frozen=True)
@@ -209,19 +209,42 @@ def build_units(workload: Workload, events: list[Event], rows: list[Run]) -> dic
     return units
 
 
+def workload_from_json(d: dict[str, Any]) -> Workload:
+    """A Workload as driver.py saved it (``dataclasses.asdict``)."""
+
+    def spec(j: dict[str, Any]) -> JobSpec:
+        tuples = {k: tuple(v) for k, v in j.items() if isinstance(v, list)}
+        return JobSpec(**{**j, **tuples})
+
+    return Workload(
+        seed=d["seed"],
+        duration_s=d["duration_s"],
+        nodes=tuple(d["nodes"]),
+        gpus_per_node=d["gpus_per_node"],
+        jobs={k: spec(j) for k, j in d["jobs"].items()},
+        actions=tuple(Action(**a) for a in d["actions"]),
+        args=d.get("args", {}),
+    )
+
+
 def load(run_dir: Path) -> Observation:
     """The Observation of a finished run folder (its workload regenerated from params.json)."""
     params = json.loads((run_dir / "params.json").read_text())
     w = params["workload"]
-    workload = generate(
-        w["seed"],
-        duration_s=w["duration_s"],
-        jobs=w["jobs"],
-        torch_jobs=w["torch_jobs"],
-        faults=w["faults"],
-        fault_kinds=tuple(w.get("fault_kinds", FAULTS)),
-        nodes=w["nodes"],
-        gpus_per_node=w["gpus_per_node"],
+    saved = run_dir / "workload.json"
+    workload = (
+        workload_from_json(json.loads(saved.read_text()))
+        if saved.exists()
+        else generate(
+            w["seed"],
+            duration_s=w["duration_s"],
+            jobs=w["jobs"],
+            torch_jobs=w["torch_jobs"],
+            faults=w["faults"],
+            fault_kinds=tuple(w.get("fault_kinds", FAULTS)),
+            nodes=w["nodes"],
+            gpus_per_node=w["gpus_per_node"],
+        )
     )
     events = read_events(run_dir / "driver.jsonl")
     rows = parse_sacct((run_dir / "sacct.txt").read_text()) if (run_dir / "sacct.txt").exists() else []

@@ -305,6 +305,8 @@ class Driver:
         (self.dir / "params.json").write_text(
             json.dumps({"workload": self.w.args, "config": asdict(self.cfg)}, indent=1)
         )
+        # The workload itself too: a later generator may draw other jobs from the same seed.
+        (self.dir / "workload.json").write_text(json.dumps(asdict(self.w)) + "\n")
         self._log = open(self.dir / "driver.jsonl", "a")
         try:
             self._prepare_users()

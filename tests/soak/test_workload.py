@@ -3,8 +3,11 @@ everyday sbatch grammar and the faults (issue 20 A)."""
 
 from __future__ import annotations
 
+import json
 import shlex
+from dataclasses import asdict
 
+from tests.soak.collect import workload_from_json
 from tests.soak.workload import FAULTS, KINDS, generate
 
 
@@ -82,3 +85,8 @@ def test_offered_load_follows_the_jobs_and_minutes_asked():
     many = generate(1, duration_s=120, jobs=360)
     work = lambda w: sum(j.work_s * j.gpus for j in w.jobs.values() if j.kind in ("plain", "resumable"))  # noqa: E731
     assert work(many) < 3 * work(short)  # ten times the jobs, each shorter
+
+
+def test_a_saved_workload_reads_back_equal():
+    w = generate(4, duration_s=600, jobs=150, torch_jobs=2)
+    assert workload_from_json(json.loads(json.dumps(asdict(w)))) == w
