@@ -333,6 +333,29 @@ def intent(obs: Observation, res: Result) -> None:
                     )
                     break
         ungpu = W.event(obs, s.key, "ungpu") is not None
+        if (s.required or s.excluded) and u.raw is not None:
+            # the controller's own placement (audit `start`), whether or not Slurm then refused it
+            for e in W.index(obs).audit_of(u.raw, "start"):
+                res.checked(3)
+                placed = set(e.get("nodes", []))
+                if set(s.excluded) & placed:
+                    res.fail(
+                        3,
+                        "excluded",
+                        key,
+                        f"asked -x {','.join(s.excluded)}, placed on {','.join(sorted(placed))}",
+                        e["time"],
+                    )
+                    break
+                if s.required and not set(s.required) <= placed:
+                    res.fail(
+                        3,
+                        "nodelist",
+                        key,
+                        f"asked -w {','.join(s.required)}, placed on {','.join(sorted(placed))}",
+                        e["time"],
+                    )
+                    break
         for r in started:
             res.checked(3)
             if s.required and not set(s.required) <= set(r.nodes):

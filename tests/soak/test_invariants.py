@@ -225,6 +225,10 @@ def test_node_lists_excluded_nodes_and_sizes_are_checked_on_every_run():
     ):
         obs = clean(workload=jobs_with(j3=changed))
         assert (3, code, "j3") in codes(obs), code
+    # a placement on an excluded node is caught even when Slurm refuses to start it there
+    obs = clean(workload=jobs_with(j3=replace(jobs["j3"], excluded=("node1",))))
+    obs.audit.append({"time": 1009.0, "job": 3, "action": "start", "reason": "Q1", "nodes": ["node1"], "gpus": [4]})
+    assert (3, "excluded", "j3") in codes(obs)
 
 
 def test_begin_times_dependencies_and_throttles_are_checked():
