@@ -84,7 +84,10 @@ class FreeGpus:
 
 
 def fits_at(obs: Observation, u: Unit, t: float) -> bool:
-    """Whether the free GPUs at ``t`` fitted the job of ``u``."""
+    """Whether the free GPUs at ``t`` fitted the job of ``u`` (one changed to 0 GPUs
+    needs none)."""
+    if W.event(obs, u.spec.key, "ungpu") is not None:
+        return True
     free = obs.__dict__.get("_free")
     if free is None:
         free = obs.__dict__["_free"] = FreeGpus(obs)
