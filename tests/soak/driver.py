@@ -109,6 +109,11 @@ class SoakController(ControllerProc):
 
 
 class Driver:
+    """Plays one Workload on ``cluster`` into ``run_dir`` (:meth:`run`): users and
+    folders, the controller, every action at its offset (late ones shift what
+    follows, so faults and holds keep their lengths; users' actions wait while
+    slurmctld is down, as a user would retry), the drain, the end."""
+
     def __init__(
         self,
         workload: Workload,
