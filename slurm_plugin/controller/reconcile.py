@@ -99,15 +99,20 @@ def _new_record(sj: SlurmJob, now: float) -> JobRecord:
         phase=Phase.PENDING,
         phase_since=now,
         restart_count=sj.restart_count,
-        slurm_submit_time=float(sj.submit_time) if sj.submit_time else None,
     )
 
 
 def same_job(rec: JobRecord, sj: SlurmJob) -> bool:
     """Is Slurm's job ``sj`` the job ``rec`` was kept for? Job ids restart on a
     new or reset cluster, so the id alone does not say. Slurm's SubmitTime
-    does, except that a requeue moves it to the requeue time and counts a
-    restart: a later SubmitTime with more restarts is the same job."""
+    does, except that every requeue (the controller's, Slurm's own at a node
+    failure or a time limit, an admin's ``scontrol requeue``, the job's own)
+    moves it to the requeue time, one restart later than the time it replaces:
+    a later SubmitTime whose restart count is above the one the recorded time
+    belonged to (``submit_restart``) is the same job. The count alone is not
+    enough: Slurm counts the restart at the requeue and moves SubmitTime only
+    once the run has finished completing, so a round that sees the job
+    COMPLETING already has the new count beside the old time."""
     if not sj.submit_time:
         return True  # nothing to compare with
     seen = rec.slurm_submit_time
@@ -116,7 +121,26 @@ def same_job(rec: JobRecord, sj: SlurmJob) -> bool:
         return abs(sj.submit_time - rec.submit_time) < 1.0 or 0 < rec.restart_count <= sj.restart_count
     if abs(sj.submit_time - seen) < 1.0:
         return True
-    return sj.submit_time > seen and sj.restart_count > rec.restart_count
+    if rec.submit_restart is None:
+        # Written before submit_restart: the count seen last may have come with the old time.
+        return sj.submit_time > seen and sj.restart_count >= max(rec.restart_count, 1)
+    return sj.submit_time > seen and sj.restart_count > rec.submit_restart
+
+
+def note_submit_time(rec: JobRecord, sj: SlurmJob, state: str) -> None:
+    """Keep Slurm's last SubmitTime and the restart count it belongs to (see same_job).
+    A job in transit (COMPLETING after a requeue) may show a count its time is not
+    yet of; a time that moved, or one seen in a settled state, belongs to its count."""
+    if not sj.submit_time:
+        return
+    moved = rec.slurm_submit_time is not None and abs(sj.submit_time - rec.slurm_submit_time) >= 1.0
+    settled = state == "PENDING" or state in RUNNING_STATES or state in FINISHED_STATES
+    if moved or settled:
+        rec.submit_restart = sj.restart_count
+    elif rec.submit_restart is None:
+        # First seen in transit: its time may be the run's before the requeue being counted.
+        rec.submit_restart = max(sj.restart_count - 1, 0)
+    rec.slurm_submit_time = float(sj.submit_time)
 
 
 def _close_vanished(rec: JobRecord, now: float) -> None:
@@ -174,8 +198,7 @@ def reconcile(
         elif not rec.active:
             continue
         out.records[job_id] = rec
-        if sj.submit_time:
-            rec.slurm_submit_time = float(sj.submit_time)
+        note_submit_time(rec, sj, state)
         rec.comment = sj.comment or rec.comment
         rec.gpus = sj.gpus or rec.gpus
         running = state in RUNNING_STATES

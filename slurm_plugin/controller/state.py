@@ -85,6 +85,12 @@ class JobRecord:
     # ClusterName, and the SubmitTime Slurm showed last (a requeue moves it).
     cluster: str = ""
     slurm_submit_time: float | None = None
+    # The restart count that SubmitTime belongs to. A requeue counts the restart at
+    # once but moves SubmitTime only when the run has finished completing (Slurm's
+    # batch_requeue_fini), so a job seen COMPLETING shows the new count beside the
+    # old time: the next SubmitTime is the same job's iff its count is above this one.
+    # None: written before this field (reconcile.same_job falls back on restart_count).
+    submit_restart: int | None = None
     # Measured use of the current run (wrappers/hooks/usage.py, summed over its
     # nodes; controller/usage.py): mean GPU utilization %, GPU memory used and
     # total in bytes (None without NVML: no GPU there), CPU % (100 = one core),
@@ -198,6 +204,7 @@ _INT = {
     "run_restart",
     "closed_restart",
     "restart_count",
+    "submit_restart",
     "queue",
     "rank",
     "preemptions",
