@@ -49,3 +49,26 @@ def test_a_requeue_by_an_admin_keeps_the_jobs_record_and_service(cluster, make_c
     assert not ctl.audit(job, "replaced"), ctl.audit(job, "replaced")
     assert rec.closed_run_seconds >= 2 and rec.submit_restart == 1 and rec.final_state is None
     assert len(ctl.audit(job, "start")) == 2
+
+
+# ---------------------------------------------------------------- B3
+
+
+def test_a_run_between_two_rounds_gets_its_service_from_slurms_times(cluster, make_controller):
+    """README's `--once` flow: the first round starts the job, it runs 2 s and ends before
+    the second round. It used to be recorded with no service, no first start and a
+    queueing delay equal to its JCT."""
+    ctl = make_controller()
+    job = cluster.submit("sleep 2", "-p", "gpu", "--gpus=2", "-t", "5")
+    first = ctl.cli("controller", "run", "--once")
+    assert first.returncode == 0, first.stderr
+    assert ctl.audit(job, "start"), first.stdout
+    sj = cluster.wait_for(job, "COMPLETED", timeout=60)
+    second = ctl.cli("controller", "run", "--once")
+    assert second.returncode == 0, second.stderr
+    rec = ctl.rec(job)
+    assert rec.phase is Phase.FINISHED and rec.final_state == "COMPLETED"
+    assert rec.first_start_time == sj.start_time and rec.closed_run_seconds == sj.end_time - sj.start_time >= 2
+    (done,) = ctl.audit(job, "finished")
+    assert done["attained_gpu_seconds"] == 2 * rec.closed_run_seconds
+    assert done["queueing_delay"] == pytest.approx(done["jct"] - rec.closed_run_seconds, abs=0.01)
