@@ -112,7 +112,63 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    return slurm.SUCCESS
 end
 
+-- A person's hold that Slurm itself would not show the controller: the owner's
+-- or an admin's `scontrol hold` on a job the controller holds (it is held
+-- already: nothing changes, and an owner may not touch an admin hold), or on a
+-- running job (which the controller requeues held, with its mark). The hold is
+-- written into the job's comment instead, which its owner may change:
+-- HOLD_ITEM<uid> (slurm_plugin/backends/base.py PERSON_HOLD), and the controller
+-- never releases a job that carries it. The controller's own holds carry
+-- HOLD_MARK in the same update, so they are never taken for a person's.
+local HOLD_ITEM = "teiresias:hold="
+local JOB_RUNNING, JOB_SUSPENDED = 1, 2 -- Slurm's job_states (base state: the low byte)
+
+local function has_item(text, item)
+   for x in string.gmatch(text or "", "[^;]+") do
+      if x == item then
+         return true
+      end
+   end
+   return false
+end
+
+-- The comment without any HOLD_ITEM entry.
+local function without_hold(comment)
+   local kept = {}
+   for x in string.gmatch(comment or "", "[^;]+") do
+      if string.sub(x, 1, #HOLD_ITEM) ~= HOLD_ITEM then
+         kept[#kept + 1] = x
+      end
+   end
+   return table.concat(kept, ";")
+end
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+   if not is_managed(job_rec.partition) then
+      return slurm.SUCCESS
+   end
+   local marked = has_item(job_rec.admin_comment, HOLD_MARK)
+   if job_desc.priority == 0 and not has_item(job_desc.admin_comment, HOLD_MARK) then
+      local base = (job_rec.job_state or 0) % 256
+      if marked or base == JOB_RUNNING or base == JOB_SUSPENDED then
+         local rest = without_hold(job_rec.comment)
+         job_desc.comment = (rest == "" and "" or rest .. ";") .. HOLD_ITEM .. tostring(modify_uid)
+         slurm.log_info("teiresias: job %u held by uid %u; the controller keeps it held",
+                        job_rec.job_id, modify_uid)
+      end
+   elseif job_desc.priority == slurm.INFINITE then
+      -- A release lifts the person's hold. On a job the controller holds it lifts
+      -- only that: the controller starts the job when its policy says. (A lua
+      -- string cannot be set empty: a comment with nothing else keeps HOLD_ITEM
+      -- alone, which holds nothing.)
+      if string.find(job_rec.comment or "", HOLD_ITEM, 1, true) then
+         local rest = without_hold(job_rec.comment)
+         job_desc.comment = rest == "" and HOLD_ITEM or rest
+      end
+      if marked then
+         job_desc.priority = slurm.NO_VAL
+      end
+   end
    return slurm.SUCCESS
 end
 

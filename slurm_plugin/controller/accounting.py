@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.backends.parse import FINISHED_STATES
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import service
 
@@ -127,7 +128,13 @@ def observe_run(rec: JobRecord, sj: SlurmJob, now: float, running: bool) -> tupl
             seg = close_run(rec, end, source)
             if seg:
                 closed.append(seg)
-        elif sj.start_time and sj.end_time and rc > rec.closed_restart and sj.start_time <= sj.end_time <= now:
+        elif (
+            sj.start_time
+            and sj.end_time
+            and rc > rec.closed_restart
+            and sj.start_time <= sj.end_time <= now
+            and sj.state.split(" ")[0].split(",")[0].upper() in FINISHED_STATES
+        ):
             # A run that began and ended between two rounds (a short job, a poll interval
             # longer than the job, `controller run --once`): never seen running, but an
             # ended job's StartTime and EndTime are Slurm's own (parse.parse_job keeps them

@@ -306,6 +306,9 @@ NEVER_STARTS = frozenset(
 
 
 def _user_of_hold(sj: SlurmJob) -> str:
+    if (uid := sj.person_hold) is not None:
+        # Written by job_submit.lua: a hold on a job the controller already held.
+        return f"uid {uid} (`scontrol hold` while the controller held it)"
     return "an admin" if sj.state_reason == "JobHeldAdmin" else "its owner"
 
 

@@ -7,13 +7,14 @@ cluster, and plain jobs that thrash (docs/job-states.md, docs/controller.md)."""
 
 from __future__ import annotations
 
+import pwd
 import subprocess
 
 import pytest
 
 from slurm_plugin.controller.state import Phase
 from tests.helpers import poll
-from tests.slurm.controller_support import submit_sleep
+from tests.slurm.controller_support import submit_sleep, wait_rounds
 
 pytestmark = pytest.mark.slurm
 
@@ -72,3 +73,64 @@ def test_a_run_between_two_rounds_gets_its_service_from_slurms_times(cluster, ma
     (done,) = ctl.audit(job, "finished")
     assert done["attained_gpu_seconds"] == 2 * rec.closed_run_seconds
     assert done["queueing_delay"] == pytest.approx(done["jct"] - rec.closed_run_seconds, abs=0.01)
+
+
+# ---------------------------------------------------------------- B4
+
+OWNER = "live_u1"  # a real non-root user (machine-wide: prefixed, made if missing, never removed)
+
+
+@pytest.fixture
+def owner(cluster) -> str:
+    if subprocess.run(["id", OWNER], capture_output=True).returncode != 0:
+        made = subprocess.run(["useradd", "-M", "-s", "/bin/sh", OWNER], capture_output=True, text=True)
+        assert made.returncode == 0 or "already exists" in made.stderr, made.stderr
+    yield OWNER
+    subprocess.run(["scancel", "-u", OWNER], env=cluster.env, timeout=30)
+
+
+def submit_as(cluster, user: str, gpus: int) -> int:
+    out = subprocess.run(
+        ["runuser", "-u", user, "--", "env", f"SLURM_CONF={cluster.conf}"]
+        + ["sbatch", "--parsable", "-p", "gpu", f"--gpus={gpus}", "-t", "10", "-D", "/tmp", "-o", "/dev/null"]
+        + ["--wrap", "sleep 600"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip())
+
+
+def test_holds_placed_after_submission_stand(cluster, make_controller, owner):
+    """The owner's `scontrol hold` on a job the controller holds changes nothing Slurm shows,
+    and the mark stays: the controller released it (6 of 6), an admin's hold likewise, and a
+    hold on a running job was lost at its preemption. job_submit.lua writes such holds into
+    the comment; the controller leaves them be until the person releases."""
+    mine = submit_as(cluster, owner, 1)  # held by job_submit.lua: the controller's hold
+    theirs = submit_sleep(cluster, 1)
+    assert scontrol(cluster, "hold", str(mine), user=owner).returncode == 0
+    assert scontrol(cluster, "hold", str(theirs)).returncode == 0  # root: an admin's hold
+    ctl = make_controller(policy={"queues": [2]}).start()
+    running = submit_as(cluster, owner, 1)
+    cluster.wait_for(running, "RUNNING", timeout=30)
+    assert scontrol(cluster, "hold", str(running), user=owner).returncode == 0  # held while it runs
+    big = submit_sleep(cluster, 16)  # preempts the running one once it is in Q2
+    poll("the running job preempted", lambda: ctl.audit(running, "requeue"), 60)
+    poll("the big job started", lambda: ctl.audit(big, "start"), 30)
+    scontrol(cluster, "update", f"jobid={big}", "timelimit=0:01")  # leaves in ~1 min; cancelled below anyway
+    for job in (mine, theirs, running):
+        poll(f"job {job}'s reason", lambda j=job: "held by" in (ctl.rec(j) and ctl.rec(j).reason or ""), 30)
+    subprocess.run(["scancel", str(big)], env=cluster.env, check=True, timeout=30)
+    cluster.wait_for(big, "CANCELLED", timeout=30)
+    wait_rounds(ctl, 3)  # rounds with free GPUs: no held job is started
+    assert f"uid {pwd.getpwnam(owner).pw_uid}" in ctl.rec(mine).reason, ctl.rec(mine).reason
+    assert [len(ctl.audit(j, "start")) for j in (mine, theirs, running)] == [0, 0, 1]
+    assert all(cluster.job(j).state == "PENDING" for j in (mine, theirs, running))
+    # Each person's release hands the job back to the controller, which starts it.
+    assert scontrol(cluster, "release", str(mine), user=owner).returncode == 0
+    assert scontrol(cluster, "release", str(running), user=owner).returncode == 0
+    assert scontrol(cluster, "release", str(theirs)).returncode == 0
+    for job in (mine, theirs, running):
+        cluster.wait_for(job, "RUNNING", timeout=60)
+    assert cluster.job(mine).person_hold is None

@@ -171,7 +171,7 @@ class InMemorySlurm(SlurmBackend):
         sj = self._act("hold", job_id)
         if sj.state != "PENDING":
             raise SlurmError(f"scontrol hold {job_id}: Job is no longer pending execution")
-        # The controller's hold is marked as its own (the CLI backend marks, then holds).
+        # The controller's hold is marked as its own, in the same update (SlurmBackend.hold).
         self._jobs[sj.job_id] = replace(
             sj, held=True, priority=0, state_reason="JobHeldUser", admin_comment=_marked(sj.admin_comment, True)
         )
