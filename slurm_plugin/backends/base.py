@@ -84,6 +84,16 @@ class SlurmJob:
     array_tasks: str = ""
     admin_comment: str = ""
     dependency: str = ""  # ``afterok:12(unfulfilled)``; "" when none is left
+    # A heterogeneous job's component: the leader's id (``sbatch A : B``); None otherwise.
+    het_job_id: int | None = None
+    # What the job asked of its nodes, kept by the controller's placement: the GPU type
+    # (``--gres=gpu:a100:2``; "" untyped), the nodes it excluded (``-x``), its
+    # ``--constraint`` expression, and an array's limit on running tasks (``%N``; 0: none).
+    # ``required_nodes`` is ``-w`` until the controller pins a start (JobRecord.user_nodes).
+    gpu_type: str = ""
+    excluded_nodes: tuple[str, ...] = ()
+    features: str = ""
+    array_max_tasks: int = 0
 
     @property
     def target(self) -> str:
@@ -131,6 +141,8 @@ class SlurmNode:
     partitions: tuple[str, ...]
     cpus: int = 0
     mem_mb: int = 0
+    gpu_types: frozenset[str] = frozenset()  # typed GPUs of its Gres (``gpu:a100:4``)
+    features: frozenset[str] = frozenset()  # its active features (``--constraint`` matches them)
 
     @property
     def usable(self) -> bool:

@@ -30,6 +30,7 @@ from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, array_tas
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.accounting import Segment
+from slurm_plugin.controller.constraints import NodeConstraint, never_fits_nodes, node_constraint
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
@@ -64,6 +65,9 @@ class Reconciled:
     # job -> the closed record of an earlier job with that id (a new or reset cluster
     # reuses ids): the caller archives it before the new record is saved.
     replaced: dict[int, JobRecord] = field(default_factory=dict)
+    # job -> the nodes its owner lets it use (-w, -x, --constraint, a GPU type), for
+    # jobs that restrict them (controller/constraints.py).
+    constraints: dict[int, NodeConstraint] = field(default_factory=dict)
 
 
 def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Cluster:
@@ -99,6 +103,7 @@ def _new_record(sj: SlurmJob, now: float) -> JobRecord:
         phase=Phase.PENDING,
         phase_since=now,
         restart_count=sj.restart_count,
+        user_nodes=",".join(sj.required_nodes),
     )
 
 
@@ -141,6 +146,17 @@ def note_submit_time(rec: JobRecord, sj: SlurmJob, state: str) -> None:
         # First seen in transit: its time may be the run's before the requeue being counted.
         rec.submit_restart = max(sj.restart_count - 1, 0)
     rec.slurm_submit_time = float(sj.submit_time)
+
+
+def note_user_nodes(rec: JobRecord, sj: SlurmJob, state: str) -> None:
+    """A held job's ReqNodeList that is neither the user's list as known nor the
+    controller's last pin was changed by a person (``scontrol update nodelist=``):
+    it is the user's list from now on."""
+    if rec.user_nodes is None or state != "PENDING" or rec.phase is Phase.STARTING:
+        return
+    shown = ",".join(sj.required_nodes)
+    if shown not in (rec.user_nodes, rec.pinned_nodes):
+        rec.user_nodes = shown
 
 
 def _close_vanished(rec: JobRecord, now: float) -> None:
@@ -199,6 +215,9 @@ def reconcile(
             continue
         out.records[job_id] = rec
         note_submit_time(rec, sj, state)
+        note_user_nodes(rec, sj, state)
+        if state not in FINISHED_STATES and (c := node_constraint(sj, rec.user_nodes, slurm_nodes)).any:
+            out.constraints[job_id] = c
         rec.comment = sj.comment or rec.comment
         rec.gpus = sj.gpus or rec.gpus
         running = state in RUNNING_STATES
@@ -260,7 +279,9 @@ def reconcile(
                     if requeued_itself
                     else "pending without a hold (outside the controller's control)"
                 )
-            elif why := not_waiting_reason(sj, rec, slurm_nodes, now, (backoff or {}).get(job_id)):
+            elif why := not_waiting_reason(
+                sj, rec, slurm_nodes, now, (backoff or {}).get(job_id), out.constraints.get(job_id)
+            ):
                 out.not_waiting[job_id] = why
         else:
             out.in_transit.append(job_id)
@@ -313,7 +334,12 @@ def _user_of_hold(sj: SlurmJob) -> str:
 
 
 def not_waiting_reason(
-    sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode], now: float, backoff: tuple[float, str] | None = None
+    sj: SlurmJob,
+    rec: JobRecord,
+    nodes: list[SlurmNode],
+    now: float,
+    backoff: tuple[float, str] | None = None,
+    constraint: NodeConstraint | None = None,
 ) -> str | None:
     """Why a held pending job is not waiting for GPUs, or None when it is.
 
@@ -333,6 +359,8 @@ def not_waiting_reason(
     if sj.eligible_time and sj.eligible_time > now and sj.restart_count == 0 and rec.first_start_time is None:
         return f"begins at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(sj.eligible_time))} (--begin)"
     if (never := never_fits(sj, nodes)) is not None:
+        return never
+    if constraint is not None and (never := never_fits_nodes(sj, constraint, nodes)) is not None:
         return never
     if backoff is not None and backoff[0] > now:
         return f"{backoff[1]}; next try in {backoff[0] - now:.0f}s"
@@ -362,7 +390,9 @@ def never_fits(sj: SlurmJob, nodes: list[SlurmNode]) -> str | None:
     return None
 
 
-def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placement | None) -> Job:
+def to_policy_job(
+    rec: JobRecord, now: float, state: JobState, placement: Placement | None, nodes: NodeConstraint | None = None
+) -> Job:
     return Job(
         job_id=JobId(rec.job_id),
         num_gpus=rec.gpus,
@@ -383,6 +413,8 @@ def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placem
         shared_with=JobId(rec.shared_with) if rec.shared_with is not None else None,
         sub_batch=rec.sub_batch,
         accumulation=rec.accumulation,
+        nodes_allowed=nodes.allowed if nodes is not None else None,
+        nodes_required=nodes.required if nodes is not None else frozenset(),
     )
 
 
@@ -437,7 +469,7 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
         elif rec.phase is Phase.STARTING and rec.planned is not None and job_id not in rec_out.to_hold:
             jobs.append(to_policy_job(rec, now, JobState.RUNNING, rec.planned))
         elif state == "PENDING" and job_id not in rec_out.not_waiting:
-            jobs.append(to_policy_job(rec, now, JobState.PENDING, None))
+            jobs.append(to_policy_job(rec, now, JobState.PENDING, None, rec_out.constraints.get(job_id)))
     # GPUs managed jobs may not use: all of a node Slurm will not schedule on,
     # else whatever Slurm counts as used beyond our running jobs (other
     # partitions' jobs, jobs in transit).

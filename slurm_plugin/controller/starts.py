@@ -111,11 +111,15 @@ class Starter:
                 )
                 continue
             allowed = [n for p in sj.partition.split(",") for n in self._partition_nodes.get(p, [])]
-            fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)))
+            nodes = rec.constraints.get(job_id)
+            if nodes is not None and nodes.allowed is not None:
+                allowed = [n for n in allowed if n in nodes.allowed]
+            required = nodes.required if nodes is not None else frozenset()
+            fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)), required)
             if fitted is None:
                 r.reason = (
                     f"waiting for {sj.num_nodes} node(s) with {sj.gpus_per_node} free GPUs each"
-                    " (asked per node; its size is kept)"
+                    f" (asked per node; its size is kept{'; ' + nodes.note if nodes is not None else ''})"
                 )
                 continue
             placement = fitted

@@ -91,6 +91,11 @@ class JobRecord:
     # old time: the next SubmitTime is the same job's iff its count is above this one.
     # None: written before this field (reconcile.same_job falls back on restart_count).
     submit_restart: int | None = None
+    # The job's own ``-w`` node list as first seen (comma-separated, "" none; None: a
+    # record from before this field), and the list the controller last pinned at a
+    # start: Slurm's ReqNodeList shows the pin from then on (controller/constraints.py).
+    user_nodes: str | None = None
+    pinned_nodes: str = ""
     # Measured use of the current run (wrappers/hooks/usage.py, summed over its
     # nodes; controller/usage.py): mean GPU utilization %, GPU memory used and
     # total in bytes (None without NVML: no GPU there), CPU % (100 = one core),
@@ -360,7 +365,18 @@ class StateStore:
         kw = dict(zip(_JOB_FIELDS, row))
         kw["phase"] = Phase(kw["phase"])
         kw["planned"] = _placement_from_json(kw["planned"])
-        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note", "share_role"):
+        for k in (
+            "user",
+            "account",
+            "partition",
+            "name",
+            "comment",
+            "reason",
+            "cluster",
+            "usage_note",
+            "share_role",
+            "pinned_nodes",
+        ):
             kw[k] = kw[k] or ""
         kw["accumulation"] = kw["accumulation"] or 1  # NULL in rows written before sharing
         return JobRecord(**kw)

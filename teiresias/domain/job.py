@@ -97,6 +97,12 @@ class Job:
     # gives 1). None: not measured (simulated jobs get them from the engine).
     step_time: float | None = None
     solo_step_time: float | None = None
+    # Where the owner lets the job run (live: Slurm's ``-x``, ``--constraint``, a GPU
+    # type; ``-w``): a placement keeps to ``nodes_allowed`` (None: any node) and gives
+    # each node of ``nodes_required`` some of the job's GPUs. The simulator leaves both
+    # unset (teiresias/policy/placement.py).
+    nodes_allowed: frozenset[str] | None = None
+    nodes_required: frozenset[str] = frozenset()
 
     @property
     def attained_service(self) -> float:
@@ -119,3 +125,8 @@ class Job:
     @property
     def is_running(self) -> bool:
         return self.state is JobState.RUNNING
+
+    @property
+    def constrained(self) -> bool:
+        """Does the owner restrict the job's nodes (``nodes_allowed`` / ``nodes_required``)?"""
+        return self.nodes_allowed is not None or bool(self.nodes_required)

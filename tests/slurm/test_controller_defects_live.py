@@ -134,3 +134,25 @@ def test_holds_placed_after_submission_stand(cluster, make_controller, owner):
     for job in (mine, theirs, running):
         cluster.wait_for(job, "RUNNING", timeout=60)
     assert cluster.job(mine).person_hold is None
+
+
+# ---------------------------------------------------------------- B6
+
+
+def test_node_lists_and_exclusions_are_kept_and_said(cluster, make_controller):
+    """`-w node4` was rewritten by the controller's placement (the user's list lost) and
+    `-x` ignored (the start failed with BadConstraints and waited out a back-off)."""
+    busy = submit_sleep(cluster, 4, 600, "other", "-w", "node4")  # node4 full: the -w job waits
+    cluster.wait_for(busy, "RUNNING", timeout=30)
+    ctl = make_controller(placement="consolidate").start()
+    pinned = submit_sleep(cluster, 1, 600, "gpu", "-w", "node4")
+    spared = submit_sleep(cluster, 4, 600, "gpu", "-x", "node1,node2")
+    cluster.wait_for(spared, "RUNNING", timeout=30)
+    assert cluster.job(spared).nodes == ("node3",)  # consolidate alone would take node1
+    reason = poll("the -w job's reason", lambda: (r := ctl.rec(pinned)) and "-w node4" in r.reason and r.reason, 30)
+    assert "0 free there" in reason, reason
+    subprocess.run(["scancel", str(busy)], env=cluster.env, check=True, timeout=30)
+    sj = cluster.wait_for(pinned, "RUNNING", timeout=60)
+    assert sj.nodes == ("node4",)
+    assert ctl.rec(pinned).user_nodes == "node4"
+    assert not ctl.audit(spared, "start-failed") and not ctl.audit(pinned, "start-failed")

@@ -90,13 +90,14 @@ def test_job_waiting_on_a_dependency_is_not_started_and_preempts_nobody(cluster,
 
 
 def test_a_start_slurm_refuses_is_backed_off_and_said_in_queue_and_audit(cluster, make_controller):
-    # node4 has feature "fast" but all its GPUs are taken: the controller (which does not
-    # look at features) places the job elsewhere, and Slurm cannot start it there.
+    # node4 has feature "fast" but all its GPUs are taken. The controller keeps to plain
+    # constraints (test_controller_defects_live.py), not to grouped ones like "(fast)":
+    # it places the job elsewhere, and Slurm cannot start it there.
     busy = submit_sleep(cluster, 4, 600, "other", "-w", "node4")
     cluster.wait_for(busy, "RUNNING", timeout=30)
     scontrol(cluster, "update", "nodename=node4", "availablefeatures=fast", "activefeatures=fast")
     try:
-        job = submit_sleep(cluster, 1, 600, "gpu", "--constraint=fast")
+        job = submit_sleep(cluster, 1, 600, "gpu", "--constraint=(fast)")
         ctl = make_controller(preemption={"start_timeout_seconds": 30}).start()
         failed = poll("start-failed in the audit log", lambda: ctl.audit(job, "start-failed"), 30)
         assert "BadConstraints" in failed[0]["reason"] and failed[0]["retry_in_s"] == 60
