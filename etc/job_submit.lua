@@ -82,6 +82,74 @@ end
 -- The controller's word that a hold is its own (slurm_plugin/backends/base.py HOLD_MARK).
 local HOLD_MARK = "teiresias:held"
 
+-- GPU types some node has, read once from the slurm.conf beside this file (and the
+-- files it Includes): NodeName=... Gres=gpu:TYPE:N. Slurm accepts a typed request
+-- no node can give (--gres=gpu:a100:2 on untyped GPUs) and keeps it pending for
+-- ever. nil when slurm.conf cannot be read: then no type is refused. slurmctld
+-- reads this file again when it changes, not when slurm.conf does: touch it (or
+-- restart slurmctld) after adding a GPU type.
+local function read_gpu_types(path, types, depth)
+   local f = io.open(path, "r")
+   if f == nil then
+      return depth > 0 and types or nil
+   end
+   local dir = string.match(path, "^(.*)/[^/]*$") or "."
+   for line in f:lines() do
+      local l = string.gsub(line, "#.*", "")
+      local inc = string.match(l, "^%s*[Ii]nclude%s+(%S+)")
+      if inc and depth < 4 then
+         read_gpu_types(string.sub(inc, 1, 1) == "/" and inc or dir .. "/" .. inc, types, depth + 1)
+      elseif string.match(l, "^%s*[Nn][Oo][Dd][Ee][Nn][Aa][Mm][Ee]=") then
+         local gres = string.match(l, "[Gg][Rr][Ee][Ss]=(%S+)")
+         for item in string.gmatch(gres or "", "[^,]+") do
+            local name, typ = string.match(item, "^(%w+):([^:]+):")
+            if name == "gpu" and not string.match(typ, "^%d+$") then
+               types[typ] = true
+            end
+         end
+      end
+   end
+   f:close()
+   return types
+end
+
+local function gpu_types_here()
+   local info = debug and debug.getinfo and debug.getinfo(1, "S")
+   local dir = info and string.match(info.source or "", "^@(.*)/[^/]*$")
+   if dir == nil then
+      return nil
+   end
+   return read_gpu_types(dir .. "/slurm.conf", {}, 0)
+end
+
+local GPU_TYPES = gpu_types_here()
+
+-- A typed GPU entry (gpu:TYPE:N) whose type no node has, or nil.
+local function missing_gpu_type(job_desc)
+   if GPU_TYPES == nil then
+      return nil
+   end
+   for _, field in ipairs({ "tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket" }) do
+      for item in string.gmatch(job_desc[field] or "", "[^,]+") do
+         local s = string.gsub(string.gsub(item, "%b()", ""), "^gres[:/]", "")
+         local name, typ = string.match(s, "^(%w+):([^:=]+)[:=]%d+$")
+         if name == "gpu" and not GPU_TYPES[typ] then
+            return typ
+         end
+      end
+   end
+   return nil
+end
+
+local function known_types()
+   local names = {}
+   for t in pairs(GPU_TYPES or {}) do
+      names[#names + 1] = t
+   end
+   table.sort(names)
+   return #names > 0 and table.concat(names, ", ") or "none, untyped GPUs only"
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
    if not is_managed(job_desc.partition) then
       return slurm.SUCCESS
@@ -94,6 +162,19 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    end
    if gpus == 0 then
       return slurm.SUCCESS
+   end
+   if job_desc.het_job_offset ~= nil and job_desc.het_job_offset ~= slurm.NO_VAL then
+      -- One component of `sbatch A : B`: the controller starts jobs one by one, and
+      -- Slurm cannot start a component alone (it used to wait for ever).
+      slurm.log_user("teiresias: heterogeneous jobs are not scheduled on partition %s; " ..
+                     "submit each component as a job of its own", tostring(job_desc.partition))
+      return slurm.ERROR
+   end
+   local typ = missing_gpu_type(job_desc)
+   if typ ~= nil then
+      slurm.log_user("teiresias: no node has GPUs of type '%s' (types here: %s); " ..
+                     "ask for --gres=gpu:N without a type, or one of those types", typ, known_types())
+      return slurm.ERROR
    end
    if job_desc.priority == 0 then
       -- sbatch -H (or --priority=0 by an operator): the submitter's own hold.

@@ -192,6 +192,24 @@ class Books:
                 usage.set_usage(r, usage.read_for(r))
         self._usage_read = {j: t for j, t in self._usage_read.items() if j in records}
 
+    def hand_back(self, jobs: dict[int, tuple[str, str]]) -> None:
+        """Release to Slurm the jobs the controller holds but no longer manages
+        (reconcile.handed_back): mark cleared first, then released; one log and
+        audit line (``unmanaged``) each. Idempotent: a failure is retried next round."""
+        if self.dry_run:
+            return
+        for job_id, (target, why) in jobs.items():
+            try:
+                self.backend.set_hold_mark(target, False)
+                self.backend.release(target)
+            except SlurmUnreachable:
+                raise
+            except SlurmError as exc:
+                log.warning("[job %d] not released to Slurm: %s; tried again next round", job_id, exc)
+                continue
+            log.warning("[job %d] %s", job_id, why)
+            self.audit.write(job_id, "unmanaged", why)
+
     def split_arrays(self, tasks: list[str], unheld: list[int]) -> None:
         """Split array tasks off their meta record (marking each as held by us), so
         each task is a job of its own: held, ranked, started and preempted alone.

@@ -103,9 +103,7 @@ def never_fits_nodes(sj: SlurmJob, c: NodeConstraint, nodes: Iterable[SlurmNode]
         return None
     total = sum(part[n].gpus for n in usable)
     if sj.gpus > total:
-        return (
-            f"asks for {sj.gpus} GPUs; {c.note} leaves {total} in partition {sj.partition}: it can never start"
-        )
+        return f"asks for {sj.gpus} GPUs; {c.note} leaves {total} in partition {sj.partition}: it can never start"
     if c.required and sj.gpus < len(c.required):
         return f"asks for {sj.gpus} GPU(s) on {len(c.required)} required nodes (-w): teiresias gives each node a GPU"
     return None
@@ -117,7 +115,4 @@ def waiting_reason(gpus: int, c: NodeConstraint, free: dict[str, int]) -> str:
     # A -w job needs a GPU on each of its nodes: what is free there is what matters.
     usable = c.required or (set(free) if c.allowed is None else c.allowed)
     there = sum(free.get(n, 0) for n in usable)
-    return (
-        f"waiting for {gpus} GPUs where its {c.note} lets it run: {there} free there,"
-        f" {sum(free.values())} in all"
-    )
+    return f"waiting for {gpus} GPUs where its {c.note} lets it run: {there} free there, {sum(free.values())} in all"

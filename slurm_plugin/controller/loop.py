@@ -30,7 +30,7 @@ from slurm_plugin.controller.history import History, PolicyFactory
 from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import packlimit_json
 from slurm_plugin.controller.preemption import ACK_WATCH_S, Preempter, awaited_acks, first_acked
-from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
+from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, managed_jobs, reconcile
 from slurm_plugin.controller.slicing import Slicer
 from slurm_plugin.controller.starts import Starter
 from slurm_plugin.controller.startup import unreachable_line
@@ -189,14 +189,14 @@ class Controller:
         self._records = None  # until this round has completed
         self.books.refresh_usage(records, now)
         self.preempter.forget(records)
-        managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
+        managed = managed_jobs(self.config, slurm_jobs)
         enactor.targets = {j: sj.target for j, sj in managed.items()}
         if any(a.ok for a in enactor.recover(records, managed, now)) and polled:
             # A crash's action was finished (a requeue, hold or start): what was read above
             # is stale, and a job requeued just now would still look running (it would be
             # preempted a second time, its signal refused). Rare: only after a crash.
             slurm_jobs, slurm_nodes = self.backend.jobs(), self.backend.nodes()
-            managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
+            managed = managed_jobs(self.config, slurm_jobs)
             enactor.targets = {j: sj.target for j, sj in managed.items()}
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now, backoff=self.starter.waits())
         self.starter.observe(rec, slurm_nodes)
@@ -230,6 +230,7 @@ class Controller:
             plan = policy.decide(rec.snapshot)
             if leasing and not self.dry_run:
                 lease_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
+        plan = self.starter.gate(rec, plan)
         quiet = quiet_until_of(policy)
         self.next_change = quiet(after_plan(rec.snapshot, plan)) if quiet is not None else None
         t3 = time.perf_counter()
@@ -289,6 +290,7 @@ class Controller:
                 if job_id in rec.start_failed:
                     self.starter.back_off(rec.records[job_id], why, now)
         self.books.split_arrays(rec.to_split, rec.unheld_arrays)
+        self.books.hand_back(rec.to_release)
         # 2. Preemptions the plan asks for. 3. Those in progress: requeue on Ack or grace over.
         free = rec.snapshot.free_gpus()
         moves = plan

@@ -68,6 +68,10 @@ class Reconciled:
     # job -> the nodes its owner lets it use (-w, -x, --constraint, a GPU type), for
     # jobs that restrict them (controller/constraints.py).
     constraints: dict[int, NodeConstraint] = field(default_factory=dict)
+    # Jobs held by the controller that it no longer manages (no GPU asked any more, a
+    # heterogeneous job, moved to another partition): job -> (Slurm target, why); the
+    # round clears the mark and releases them, so Slurm runs them (Books.hand_back).
+    to_release: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Cluster:
@@ -148,6 +152,74 @@ def note_submit_time(rec: JobRecord, sj: SlurmJob, state: str) -> None:
     rec.slurm_submit_time = float(sj.submit_time)
 
 
+def managed_jobs(config: ControllerConfig, slurm_jobs: Iterable[SlurmJob]) -> dict[int, SlurmJob]:
+    """The jobs the controller schedules: GPU jobs of a managed partition. CPU-only
+    jobs are Slurm's (job_submit.lua does not hold them either), and so are the
+    components of a heterogeneous job, which job_submit.lua refuses (a component
+    cannot be started alone; they used to wait for ever)."""
+    return {
+        sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and config.manages(sj.partition) and sj.het_job_id is None
+    }
+
+
+def outside_why(config: ControllerConfig, sj: SlurmJob) -> str:
+    """Why a job Slurm has is not (or no longer) the controller's to schedule."""
+    if sj.het_job_id is not None:
+        return (
+            f"a component of heterogeneous job {sj.het_job_id}, which teiresias does not schedule"
+            " (job_submit.lua refuses them)"
+        )
+    if not config.manages(sj.partition):
+        return f"in partition {sj.partition}, which teiresias does not manage"
+    return "it asks for no GPU (any more)"
+
+
+def handed_back(
+    config: ControllerConfig,
+    records: Mapping[int, JobRecord],
+    slurm_jobs: Iterable[SlurmJob],
+    managed: Mapping[int, SlurmJob],
+) -> dict[int, tuple[str, str]]:
+    """Jobs the controller holds (its mark, no person's hold) that it no longer
+    manages: held, nobody would ever release them (a held job whose GPU request
+    was dropped stayed held for ever). Array meta records are not among them."""
+    out: dict[int, tuple[str, str]] = {}
+    for sj in slurm_jobs:
+        if sj.job_id in managed or (sj.array_tasks and sj.array_task_id is None):
+            continue
+        if base_state(sj.state) != "PENDING" or not sj.held_by_teiresias:
+            continue
+        if config.manages(sj.partition) or sj.job_id in records:
+            out[sj.job_id] = (sj.target, f"{outside_why(config, sj)}: released to Slurm")
+    return out
+
+
+def hold_throttled_tasks(out: Reconciled) -> None:
+    """An array's ``%N`` throttle: Slurm starts no more than N of its tasks at once,
+    so a task released beyond it sits pending on GPUs promised to it (~28 s
+    measured, until a sibling ended). The tasks past the room left are not
+    waiting; the lowest task ids get the room, as Slurm would start them."""
+    busy: dict[int, int] = {}
+    waiting: dict[int, list[SlurmJob]] = {}
+    for job_id, sj in out.slurm.items():
+        if not sj.array_max_tasks or sj.array_job_id is None or job_id not in out.records:
+            continue
+        rec, state = out.records[job_id], base_state(sj.state)
+        if not rec.active:
+            continue
+        if state != "PENDING" or rec.phase is Phase.STARTING:
+            busy[sj.array_job_id] = busy.get(sj.array_job_id, 0) + 1
+        elif job_id not in out.not_waiting and job_id not in out.to_hold:
+            waiting.setdefault(sj.array_job_id, []).append(sj)
+    for array, tasks in waiting.items():
+        limit = tasks[0].array_max_tasks
+        room = max(limit - busy.get(array, 0), 0)
+        for sj in sorted(tasks, key=lambda t: t.array_task_id or 0)[room:]:
+            out.not_waiting[sj.job_id] = (
+                f"array {array} runs {busy.get(array, 0)} task(s), its limit (%{limit}): waits for one to end"
+            )
+
+
 def note_user_nodes(rec: JobRecord, sj: SlurmJob, state: str) -> None:
     """A held job's ReqNodeList that is neither the user's list as known nor the
     controller's last pin was changed by a person (``scontrol update nodelist=``):
@@ -185,9 +257,9 @@ def reconcile(
     slurm_nodes = list(slurm_nodes)
     slurm_jobs = list(slurm_jobs)
     cluster = build_cluster(slurm_nodes, config)
-    # CPU-only jobs are Slurm's to schedule (job_submit.lua does not hold them either).
-    managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and config.manages(sj.partition)}
+    managed = managed_jobs(config, slurm_jobs)
     out = Reconciled(snapshot=Snapshot(now, cluster, ()), records={}, slurm=managed)
+    out.to_release = handed_back(config, records, slurm_jobs, managed)
     # An array's meta record (its tasks not split off yet) is no job for the policy:
     # releasing it would release every task. Its tasks are split off (loop), each a job.
     for sj in [s for s in managed.values() if s.array_tasks and s.array_task_id is None]:
@@ -291,16 +363,28 @@ def reconcile(
     # still has, outside the managed set now (moved to another partition, or
     # a partition no longer managed), has not vanished: its record is kept as
     # it is, so its attained service is there if it comes back.
+    # Such a job is not waiting for GPUs: it says why (it was ranked and counted as
+    # "waiting for 1 GPUs" after `scontrol update gres=gpu:0`), and it ends with
+    # its own final state instead of VANISHED once Slurm purges it.
     known = {sj.job_id: sj for sj in slurm_jobs if sj.job_id not in managed} if records else {}
     for job_id, rec in records.items():
         if rec.active and job_id not in managed and job_id not in out.replaced:
             other = known.get(job_id)
             if other is not None and same_job(rec, other):
+                out.records[job_id] = rec
+                out.not_waiting[job_id] = f"left to Slurm: {outside_why(config, other)}"
+                if base_state(other.state) in FINISHED_STATES:
+                    accounting.close_run(rec, float(other.end_time or now), "slurm")
+                    _set_phase(rec, Phase.FINISHED, now)
+                    rec.final_state = base_state(other.state)
+                    rec.end_time = float(other.end_time or now)
+                    out.notes.append((job_id, f"ended ({rec.final_state}) as a job teiresias does not manage"))
                 continue
             _close_vanished(rec, now)
             out.records[job_id] = rec
             out.vanished.append(job_id)
 
+    hold_throttled_tasks(out)
     end_pairs(out, records, now)
     out.snapshot = build_snapshot(cluster, out, slurm_nodes, now)
     return out
@@ -448,8 +532,8 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
     jobs: list[Job] = []
     slurm_running: dict[str, int] = {}
     for job_id, rec in rec_out.records.items():
-        if not rec.active or job_id in rec_out.in_transit:
-            continue
+        if not rec.active or job_id in rec_out.in_transit or job_id not in rec_out.slurm:
+            continue  # (not in slurm: a job left to Slurm, see reconcile's last loop)
         sj = rec_out.slurm[job_id]
         state = base_state(sj.state)
         if (

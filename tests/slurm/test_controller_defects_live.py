@@ -14,7 +14,7 @@ import pytest
 
 from slurm_plugin.controller.state import Phase
 from tests.helpers import poll
-from tests.slurm.controller_support import submit_sleep, wait_rounds
+from tests.slurm.controller_support import queue_rows, submit_sleep, wait_rounds
 
 pytestmark = pytest.mark.slurm
 
@@ -156,3 +156,79 @@ def test_node_lists_and_exclusions_are_kept_and_said(cluster, make_controller):
     assert sj.nodes == ("node4",)
     assert ctl.rec(pinned).user_nodes == "node4"
     assert not ctl.audit(spared, "start-failed") and not ctl.audit(pinned, "start-failed")
+
+
+# ---------------------------------------------------------------- B5, B7: refused at submission
+
+
+def test_gpu_types_no_node_has_and_heterogeneous_jobs_are_refused_in_one_line(cluster):
+    """Slurm accepts a typed GPU request no node can give when the job is held (as
+    job_submit.lua holds every GPU job), and a heterogeneous job whose components the
+    controller cannot start one by one: both waited for ever (and preempted others)."""
+    asks = {
+        ("--gres=gpu:a100:2",): "no node has GPUs of type 'a100' (types here: none, untyped GPUs only)",
+        ("--gpus-per-node=v100:1",): "no node has GPUs of type 'v100'",
+        ("-H", "--gres=gpu:nosuchtype:4"): "no node has GPUs of type 'nosuchtype'",
+        ("--gpus=1", ":", "-p", "gpu", "--gpus=1"): "heterogeneous jobs are not scheduled on partition gpu",
+    }
+    for args, words in asks.items():
+        r = subprocess.run(
+            ["sbatch", "-p", "gpu", "-t", "5", *args, "--wrap", "sleep 1"],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+            cwd=cluster.jobs_dir,
+            timeout=30,
+        )
+        ours = [line for line in r.stderr.splitlines() if "teiresias:" in line]
+        assert r.returncode != 0 and len(ours) == 1 and words in ours[0], (args, r.stderr)
+    assert cluster.active_jobs() == []
+    ok = cluster.submit("sleep 1", "-p", "gpu", "--gres=gpu:2", "-t", "5")  # untyped: held as ever
+    assert cluster.job(ok).held_by_teiresias
+
+
+# ---------------------------------------------------------------- B8
+
+
+def test_a_held_job_that_stops_asking_for_gpus_is_released_to_slurm(cluster, make_controller):
+    """`scontrol update gres=gpu:0` on a job the controller held left it held for ever,
+    ranked in `queue` as "waiting for 1 GPUs", and later recorded VANISHED."""
+    ctl = make_controller(policy={"queues": [100000]}).start()
+    full = submit_sleep(cluster, 16, 600, "gpu", "--mem=100M")  # every GPU (not the memory): the next job waits
+    cluster.wait_for(full, "RUNNING", timeout=30)
+    job = cluster.submit("sleep 2", "-p", "gpu", "--gres=gpu:1", "-t", "5", "--mem=100M")
+    poll("the job waiting", lambda: (r := ctl.rec(job)) and r.reason.startswith("waiting for"), 30)
+    assert scontrol(cluster, "update", f"jobid={job}", "gres=gpu:0").returncode == 0
+    poll("released to Slurm", lambda: ctl.audit(job, "unmanaged"), 30)
+    assert "asks for no GPU" in ctl.audit(job, "unmanaged")[0]["reason"]
+    sj = cluster.job(job)
+    assert not sj.held and "teiresias:held" not in sj.admin_comment
+    rows = queue_rows(ctl, cluster)
+    assert rows[job]["reason"].startswith("left to Slurm: it asks for no GPU") and rows[job]["rank"] is None
+    # Slurm 22.05.8 still gives a job whose request was set to gpu:0 a GPU when it starts it
+    # (gres_detail gpu:1(IDX:0), measured): it starts when the big job ends, is seen running
+    # on that GPU (as a job started without the controller), and ends with its own state.
+    subprocess.run(["scancel", str(full)], env=cluster.env, check=True, timeout=30)
+    cluster.wait_for(job, "COMPLETED", timeout=60)
+    rec = poll("its record closed", lambda: (r := ctl.rec(job)) and r.phase is Phase.FINISHED and r, 30)
+    assert rec.final_state == "COMPLETED" and rec.rank is None
+    assert not ctl.audit(job, "start") and not ctl.audit(job, "vanished")
+
+
+# ---------------------------------------------------------------- B9
+
+
+def test_an_array_throttle_is_kept_in_the_plan(cluster, make_controller):
+    """Tasks beyond `%N` were released and given GPUs that idled until a sibling ended."""
+    ctl = make_controller(policy={"queues": [100000]}).start()
+    array = cluster.submit("sleep 600", "-p", "gpu", "--array=0-5%2", "--gpus=1", "-t", "10", "-J", "thr")
+    poll(
+        "two tasks running",
+        lambda: sum(1 for a in ctl.audit(action="start")) == 2 and len([r for r in ctl.records().values()]) == 6,
+        30,
+    )
+    wait_rounds(ctl, 3)
+    recs = ctl.records()
+    assert len(ctl.audit(action="start")) == 2
+    waiting = [r for r in recs.values() if r.phase is Phase.PENDING]
+    assert len(waiting) == 4 and all(f"array {array} runs 2 task(s), its limit (%2)" in r.reason for r in waiting)

@@ -100,6 +100,8 @@ class InMemorySlurm(SlurmBackend):
         for j, sj in sorted(self._jobs.items()):
             if sj.state != "PENDING" or sj.held or sj.priority == 0 or not sj.required_nodes:
                 continue
+            if sj.state_reason in ("BadConstraints",):
+                continue
             if sj.eligible_time and sj.eligible_time > now:
                 continue
             per = -(-sj.gpus // len(sj.required_nodes))
@@ -110,6 +112,11 @@ class InMemorySlurm(SlurmBackend):
             )
             started.append(j)
         return started
+
+    def refuse(self, job_id: int, reason: str = "BadConstraints") -> None:
+        """Slurm will not start a released job where it is pinned (a constraint the
+        controller does not model): it stays pending with that reason."""
+        self._jobs[job_id] = replace(self._jobs[job_id], state_reason=reason)
 
     def down(self, node: str) -> None:
         self._down.add(node)
