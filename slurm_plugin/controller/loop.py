@@ -27,6 +27,7 @@ from slurm_plugin.controller.events import EventSocket, open_events
 from slurm_plugin.controller.explain import META_KEY as EXPLAIN_META_KEY
 from slurm_plugin.controller.explain import round_summary, vc_rows
 from slurm_plugin.controller.history import History, PolicyFactory
+from slurm_plugin.controller.lock import ClusterLock
 from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import packlimit_json
 from slurm_plugin.controller.preemption import ACK_WATCH_S, Preempter, awaited_acks, first_acked
@@ -152,6 +153,9 @@ class Controller:
         self.events: EventSocket | None = None
         # Prometheus metrics (controller/metrics.py), set by `controller run` when served.
         self.metrics: ControllerMetrics | None = None
+        # The lock of the Slurm cluster (lock.ClusterLock), once taken at the first contact;
+        # released with the process (Controller.close).
+        self.cluster_lock: ClusterLock | None = None
         # Run once, at the first round that reaches Slurm, before any record is touched:
         # checks the config against Slurm (ConfigError) and tells the store its cluster
         # (runtime.make_controller; controller/startup.py). Returns notes to log.

@@ -14,7 +14,7 @@ import pytest
 
 from slurm_plugin.controller.state import Phase
 from tests.helpers import poll
-from tests.slurm.controller_support import queue_rows, submit_sleep, wait_rounds
+from tests.slurm.controller_support import ControllerProc, queue_rows, submit_sleep, wait_rounds
 
 pytestmark = pytest.mark.slurm
 
@@ -232,3 +232,32 @@ def test_an_array_throttle_is_kept_in_the_plan(cluster, make_controller):
     assert len(ctl.audit(action="start")) == 2
     waiting = [r for r in recs.values() if r.phase is Phase.PENDING]
     assert len(waiting) == 4 and all(f"array {array} runs 2 task(s), its limit (%2)" in r.reason for r in waiting)
+
+
+# ---------------------------------------------------------------- B10
+
+
+def test_one_controller_per_cluster_whatever_its_state_db(cluster, make_controller, tmp_path):
+    """Two controllers on one cluster with different state DBs both acted and preempted
+    each other's jobs: the lock was per DB file only."""
+    first = make_controller().start()
+    job = submit_sleep(cluster, 1)
+    cluster.wait_for(job, "RUNNING", timeout=30)
+    other = tmp_path / "second"
+    other.mkdir()
+    second = ControllerProc(other, cluster)
+    r = second.cli("controller", "run", "--once")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "another controller (pid" in lines[0] and "manages Slurm cluster 'teiresias'" in lines[0], lines[0]
+    assert not (other / "audit.jsonl").exists() or not second.audit(action="start")
+    # A standby on its own state DB waits for the cluster, and takes over when the first dies.
+    second.start("--standby")
+    try:
+        wait_rounds(first, 2)
+        assert second.alive() and not second.audit(action="hold")
+        first.kill9()
+        later = submit_sleep(cluster, 1)
+        poll("the standby starts the next job", lambda: second.audit(later, "start"), 30)
+    finally:
+        second.stop()

@@ -364,3 +364,21 @@ def test_file_group_gives_a_group_read_access(tmp_path):
     assert (tmp_path / "st" / "state.db").stat().st_gid == grp.getgrnam(group).gr_gid
     store.close()
     audit.close()
+
+
+def test_one_controller_per_slurm_cluster_lock(tmp_path):
+    """Issue 20 B10: the cluster lock lives beside slurmctld's state, whatever the state DB."""
+    from slurm_plugin.controller.lock import ClusterLock, LockHeld
+
+    state = tmp_path / "ctld"
+    state.mkdir()
+    a = ClusterLock(str(state), "c1", tmp_path / "a.db")
+    b = ClusterLock(str(state), "c1", tmp_path / "b.db")
+    assert a.usable() is None and a.try_acquire()
+    with pytest.raises(LockHeld, match=r"another controller \(pid \d+ on .*, state DB .*a\.db\) manages Slurm"):
+        b.acquire()
+    a.release()
+    b.acquire()
+    b.release()
+    assert "not on this host" in ClusterLock(str(tmp_path / "elsewhere"), "c1", tmp_path / "a.db").usable()
+    assert parse_show_config("StateSaveLocation = /var/spool/slurmctld\n").state_save_location == "/var/spool/slurmctld"
