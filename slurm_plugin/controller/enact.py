@@ -218,7 +218,8 @@ class Enactor:
             self.audit.stage(rec.job_id, "signalled", time.time(), rec.restart_count)
         return act
 
-    def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None) -> None:
+    def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None, lost: float = 0.0) -> None:
+        rec.lost_gpu_seconds += lost
         seg = accounting.close_run(rec, when, "controller")
         if seg is not None:
             self.store.add_segment(rec.job_id, seg.restart_count, seg.start, seg.end, seg.source)
@@ -242,6 +243,9 @@ class Enactor:
         detail: dict[str, Any] = {"acked": due.ack is not None}
         if due.ack is not None:
             detail.update(ckpt_seconds=due.ack.seconds, ckpt_bytes=due.ack.bytes, step=due.ack.step)
+        # Work lost: GPUs x the time since its last checkpoint (issue 20 B12; 0 when it acked).
+        lost = rec.gpus * max(now - due.lost_since, 0.0) if due.lost_since is not None else 0.0
+        detail["lost_gpu_seconds"] = round(lost, 1)
         restart = rec.signal_restart if rec.signal_restart is not None else rec.restart_count
         act = self._do(
             rec,
@@ -249,7 +253,7 @@ class Enactor:
             due.reason,
             calls,
             restart_count=restart,
-            after=lambda: self._after_requeue(rec, now, due),
+            after=lambda: self._after_requeue(rec, now, due, lost),
             detail=detail,
         )
         if act.ok:

@@ -47,6 +47,7 @@ from teiresias.policy.base import (
     quiet_until_of,
     uses_slices,
 )
+from teiresias.policy.protect import MinRun, protected_until
 
 if TYPE_CHECKING:  # imported where used: only a gandiva controller needs it
     from teiresias.policy.gandiva.params import GandivaParams
@@ -211,6 +212,7 @@ class Controller:
         if any([self.history.known_skew(rec.records[j]) for j in rec.created]):
             # A model profiled before: profile placement can use its skew in this very round.
             rec.snapshot = build_snapshot(rec.snapshot.cluster, rec, slurm_nodes, now)
+        self.protect(rec)
         t2 = time.perf_counter()
         policy = self.policy()
         carry_state = None  # a CarriesState policy's plan.carry, stored for the next round
@@ -283,6 +285,24 @@ class Controller:
                 getattr(plan, "rebound", {}),
             )
         return result
+
+    def protect(self, rec: Reconciled) -> None:
+        """Each running job's protection from preemption (Job.protected_until, the one rule
+        in teiresias.policy.protect the simulator applies too): a minimum run time from its
+        run's start (Slurm's StartTime; a job being started counts from its release),
+        longer for a job that cannot checkpoint; a --no-requeue job is never preempted."""
+        pre = self.config.preemption
+        rule = MinRun(pre.min_run_seconds, pre.plain_min_run_seconds)
+        for j in rec.snapshot.jobs:
+            if not j.is_running or j.job_id not in rec.slurm:
+                continue
+            r, sj = rec.records[j.job_id], rec.slurm[j.job_id]
+            if not sj.requeue:
+                j.protected_until = math.inf  # Slurm refuses its requeue: plans must not count on it
+                continue
+            start = r.run_start if r.run_start is not None else r.phase_since
+            keeps_work = rule.plain == rule.checkpointing or self.preempter.checkpoints(r, sj)
+            j.protected_until = protected_until(start, keeps_work, rule)
 
     def _enact(self, enactor: Enactor, rec: Reconciled, plan: Plan, now: float) -> None:
         """The plan's actions in their order; each step's requeues free GPUs for the next."""

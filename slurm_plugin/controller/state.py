@@ -96,6 +96,10 @@ class JobRecord:
     # start: Slurm's ReqNodeList shows the pin from then on (controller/constraints.py).
     user_nodes: str | None = None
     pinned_nodes: str = ""
+    # Work lost to the controller's preemptions, in GPU-seconds: GPUs x the time since
+    # the run's last checkpoint (its start for a job that cannot checkpoint) at each
+    # requeue; 0 for a preemption the job acknowledged with a checkpoint.
+    lost_gpu_seconds: float = 0.0
     # Measured use of the current run (wrappers/hooks/usage.py, summed over its
     # nodes; controller/usage.py): mean GPU utilization %, GPU memory used and
     # total in bytes (None without NVML: no GPU there), CPU % (100 = one core),
@@ -182,6 +186,7 @@ _LRS = _JOB_FIELDS.index("last_running_seen")
 _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
 _REAL = {
+    "lost_gpu_seconds",
     "slurm_submit_time",
     "submit_time",
     "phase_since",
@@ -379,6 +384,7 @@ class StateStore:
         ):
             kw[k] = kw[k] or ""
         kw["accumulation"] = kw["accumulation"] or 1  # NULL in rows written before sharing
+        kw["lost_gpu_seconds"] = kw["lost_gpu_seconds"] or 0.0  # NULL in rows written before it
         return JobRecord(**kw)
 
     def jobs(self, *, active_only: bool = True) -> dict[int, JobRecord]:

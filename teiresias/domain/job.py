@@ -103,6 +103,11 @@ class Job:
     # unset (teiresias/policy/placement.py).
     nodes_allowed: frozenset[str] | None = None
     nodes_required: frozenset[str] = frozenset()
+    # The owner's protection of a RUNNING job: the allocation walk does not preempt
+    # it before this instant (a minimum run time from its start; ``inf``: never, e.g.
+    # a job that cannot checkpoint or be requeued). None: no protection. Computed
+    # by teiresias.policy.protect.protected_until, the one rule both owners use.
+    protected_until: float | None = None
 
     @property
     def attained_service(self) -> float:

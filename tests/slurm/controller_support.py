@@ -35,7 +35,14 @@ class ControllerProc:
             "policy": {"name": "las", "queues": [8]},
             "placement": "consolidate",
             "poll_interval": 1,
-            "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
+            # The paper's preemption at any time, also of plain sbatch jobs (most tests preempt
+            # `sleep` jobs within seconds); the minimum run times are tested on their own.
+            "preemption": {
+                "grace_seconds": 20,
+                "start_timeout_seconds": 20,
+                "min_run_seconds": 0,
+                "plain_min_run_seconds": 0,
+            },
             "state_db": str(tmp / "state.db"),
             "audit_log": str(tmp / "audit.jsonl"),
             "backend": "cli",

@@ -261,3 +261,32 @@ def test_one_controller_per_cluster_whatever_its_state_db(cluster, make_controll
         poll("the standby starts the next job", lambda: second.audit(later, "start"), 30)
     finally:
         second.stop()
+
+
+# ---------------------------------------------------------------- B12
+
+
+def test_plain_jobs_are_not_thrashed_and_lost_work_is_counted(cluster, make_controller, tmp_path):
+    """With a small threshold, jobs that cannot checkpoint were requeued again and again
+    (runs of 38 s, 1 s, 16 s: 112 s of work lost), uncounted. By default a plain job is
+    never preempted once started; where a site allows it, the work lost is counted in
+    the record, the audit log, `queue` and `explain`."""
+    plain = {"min_run_seconds": 30, "plain_min_run_seconds": "never"}  # the defaults
+    ctl = make_controller(policy={"queues": [2]}, preemption=plain).start()
+    job = submit_sleep(cluster, 16)  # every GPU; in Q2 after 1/8 s
+    cluster.wait_for(job, "RUNNING", timeout=30)
+    newer = submit_sleep(cluster, 4)  # Q1: it would preempt the plain job at once
+    poll("the newer job's reason", lambda: (r := ctl.rec(newer)) and r.reason, 30)
+    wait_rounds(ctl, 3)
+    assert not ctl.audit(job, "requeue") and ctl.rec(job).phase is Phase.RUNNING
+    assert "waiting for 4 GPUs" in ctl.rec(newer).reason
+    ctl.stop()
+    # The same state under a site that lets plain jobs be preempted at any time.
+    again = make_controller(policy={"queues": [2]}, preemption={"min_run_seconds": 0, "plain_min_run_seconds": 0})
+    again.start()
+    (requeue,) = poll("the plain job requeued", lambda: again.audit(job, "requeue"), 30)
+    assert requeue["lost_gpu_seconds"] >= 16 * 3 and requeue["acked"] is False
+    lost = round(again.rec(job).lost_gpu_seconds, 1)
+    assert lost == requeue["lost_gpu_seconds"] == queue_rows(again, cluster)[job]["lost_gpu_seconds"]
+    out = again.cli("explain", str(job))
+    assert out.returncode == 0 and f"{lost:g} GPU-s of work lost" in out.stdout, out.stdout

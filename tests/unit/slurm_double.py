@@ -209,6 +209,8 @@ class InMemorySlurm(SlurmBackend):
         self._done("signal")
 
     def batch_script(self, job_id: int | str) -> str:
+        if int(job_id) not in self.scripts:
+            raise JobVanished(f"Invalid job id specified: {job_id}")
         return self.scripts[int(job_id)]
 
     def requeue(self, job_id: int, hold: bool = True) -> None:

@@ -31,7 +31,8 @@ def controller(tmp_path: Path, slurm: InMemorySlurm) -> Controller:
             "state_db": str(tmp_path / "s.db"),
             "audit_log": str(tmp_path / "a.jsonl"),
             "policy": {"name": "las", "queues": [10]},
-            "preemption": {"grace_seconds": 5},
+            # The paper's preemption at any time (the minimum run times: test_controller_minrun.py).
+            "preemption": {"grace_seconds": 5, "min_run_seconds": 0, "plain_min_run_seconds": 0},
         }
     )
     return Controller(cfg, slurm, StateStore(cfg.state_db), AuditLog(cfg.audit_log))
