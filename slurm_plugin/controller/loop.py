@@ -324,7 +324,7 @@ class Controller:
             self.slicer.resume_before_preempt(rec, plan, now)
             self.slicer.enact(rec, plan, now)
             moves = self.slicer.moving(plan)
-        self.preempter.preempt(enactor, rec, moves, free, now)
+        self.preempter.preempt(enactor, rec, moves, free, now, frozenset(moves.preempt) - frozenset(plan.preempt))
         self.preempter.requeue_ready(enactor, rec, free, now, self._requeued)
         # 4. Starts whose GPUs are free now; the others wait for preempted jobs to leave.
         self.starter.start(enactor, rec, plan, free, now)

@@ -202,16 +202,25 @@ class Preempter:
         """Drop what is kept about jobs no longer among the active records."""
         self._own_signals = {j: v for j, v in self._own_signals.items() if j in records}
 
-    def preempt(self, enactor: Enactor, rec: Reconciled, plan: Plan, free: dict[str, int], now: float) -> None:
+    def preempt(
+        self,
+        enactor: Enactor,
+        rec: Reconciled,
+        plan: Plan,
+        free: dict[str, int],
+        now: float,
+        moving: frozenset[int] = frozenset(),
+    ) -> None:
         """The plan's preemptions (Tiresias §3.2: preempted jobs keep their attained service).
         A job inside its minimum run time is not preempted, whatever the policy (the
-        allocation walk never asks; other policies may)."""
+        allocation walk never asks; other policies may), unless it is ``moving``: a
+        Gandiva migration or resize, which checkpoints the job to start it elsewhere."""
         records = rec.records
         protected = {int(j.job_id): j.protected_until for j in rec.snapshot.jobs if j.protected_until is not None}
         for job_id in plan.preempt:
             r = records[job_id]
             until = protected.get(job_id)
-            if until is not None and until > now and r.phase is Phase.RUNNING:
+            if until is not None and until > now and r.phase is Phase.RUNNING and job_id not in moving:
                 if job_id not in self._unpreemptible:
                     self._unpreemptible.add(job_id)
                     why = (
