@@ -288,7 +288,11 @@ def reconcile(
         out.records[job_id] = rec
         note_submit_time(rec, sj, state)
         note_user_nodes(rec, sj, state)
-        if state not in FINISHED_STATES and (c := node_constraint(sj, rec.user_nodes, slurm_nodes)).any:
+        if (
+            state == "PENDING"  # only a job to be placed needs them
+            and (sj.excluded_nodes or sj.features or sj.gpu_type or rec.user_nodes)
+            and (c := node_constraint(sj, rec.user_nodes, slurm_nodes)).any
+        ):
             out.constraints[job_id] = c
         rec.comment = sj.comment or rec.comment
         rec.gpus = sj.gpus or rec.gpus
