@@ -22,6 +22,17 @@ from slurm_plugin.controller.files import FileModes, secure_file
 from teiresias.errors import ConfigError
 
 
+def _flock_naming(fd: int, holder: str) -> bool:
+    """Take the exclusive flock on ``fd`` without waiting; once ours, the file names ``holder``."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{holder}\n".encode(), 0)
+    return True
+
+
 def lock_path(state_db: Path) -> Path:
     return state_db.with_name(state_db.name + ".lock")
 
@@ -39,14 +50,8 @@ class ControllerLock:
 
     def try_acquire(self) -> bool:
         assert self._fd is not None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
-        self.held = True
-        return True
+        self.held = _flock_naming(self._fd, f"{os.getpid()}")
+        return self.held
 
     def holder(self) -> str:
         """The holder's pid as written in the file ('?' when unreadable)."""
@@ -114,13 +119,7 @@ class ClusterLock:
     def try_acquire(self) -> bool:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()} {socket.gethostname()} {self.state_db}\n".encode(), 0)
-        return True
+        return _flock_naming(self._fd, f"{os.getpid()} {socket.gethostname()} {self.state_db}")
 
     def holder(self) -> str:
         try:
