@@ -164,7 +164,8 @@ def run_once(a: argparse.Namespace, cluster: LocalCluster) -> dict[str, Any] | N
         "policy": {"name": a.policy, "queues": a.queues},
         "placement": "consolidate",
         "poll_interval": a.poll,
-        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20},
+        # min_run_seconds 0: the paper's rule, as in the simulator it is compared with.
+        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20, "min_run_seconds": 0},
         "state_db": str(work / "state.db"),
         "audit_log": str(work / "audit.jsonl"),
         "backend": "cli",

@@ -84,6 +84,16 @@ class SlurmJob:
     array_tasks: str = ""
     admin_comment: str = ""
     dependency: str = ""  # ``afterok:12(unfulfilled)``; "" when none is left
+    # A heterogeneous job's component: the leader's id (``sbatch A : B``); None otherwise.
+    het_job_id: int | None = None
+    # What the job asked of its nodes, kept by the controller's placement: the GPU type
+    # (``--gres=gpu:a100:2``; "" untyped), the nodes it excluded (``-x``), its
+    # ``--constraint`` expression, and an array's limit on running tasks (``%N``; 0: none).
+    # ``required_nodes`` is ``-w`` until the controller pins a start (JobRecord.user_nodes).
+    gpu_type: str = ""
+    excluded_nodes: tuple[str, ...] = ()
+    features: str = ""
+    array_max_tasks: int = 0
 
     @property
     def target(self) -> str:
@@ -96,14 +106,30 @@ class SlurmJob:
     @property
     def held_by_teiresias(self) -> bool:
         """Held, and the hold is the project's own (job_submit.lua's or the
-        controller's: both leave HOLD_MARK in AdminComment); any other hold is
-        the user's or an admin's and is never released by the controller."""
-        return self.held and HOLD_MARK in self.admin_comment.split(";")
+        controller's: both leave HOLD_MARK in AdminComment) and no person's
+        (``person_hold``); any other hold is the user's or an admin's and is
+        never released by the controller."""
+        return self.held and HOLD_MARK in self.admin_comment.split(";") and self.person_hold is None
+
+    @property
+    def person_hold(self) -> str | None:
+        """The uid whose hold job_submit.lua wrote into the comment (PERSON_HOLD): a
+        hold placed on a job the controller already held, which Slurm itself
+        shows nowhere; None when there is none."""
+        for item in self.comment.split(";"):
+            item = item.strip()
+            if item.startswith(PERSON_HOLD) and len(item) > len(PERSON_HOLD):
+                return item[len(PERSON_HOLD) :]
+        return None
 
 
 # AdminComment of a job held by job_submit.lua or by the controller (etc/job_submit.lua
 # writes the same word): how the controller tells its own hold from a user's or an admin's.
 HOLD_MARK = "teiresias:held"
+# The comment item etc/job_submit.lua writes (``teiresias:hold=<uid>``) when a person
+# holds a job the controller holds: an owner's ``scontrol hold`` on such a job changes
+# nothing Slurm shows (it is held already), and an owner may not write AdminComment.
+PERSON_HOLD = "teiresias:hold="
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +141,8 @@ class SlurmNode:
     partitions: tuple[str, ...]
     cpus: int = 0
     mem_mb: int = 0
+    gpu_types: frozenset[str] = frozenset()  # typed GPUs of its Gres (``gpu:a100:4``)
+    features: frozenset[str] = frozenset()  # its active features (``--constraint`` matches them)
 
     @property
     def usable(self) -> bool:
@@ -161,7 +189,10 @@ class SlurmBackend(ABC):
         raise JobVanished(f"Slurm no longer knows job {job_id}")
 
     @abstractmethod
-    def hold(self, job_id: JobTarget) -> None: ...
+    def hold(self, job_id: JobTarget) -> None:
+        """The controller's hold: priority 0 and HOLD_MARK in ONE update, so that
+        etc/job_submit.lua tells it from a person's hold (a hold request without the
+        mark on a marked job is a person's: PERSON_HOLD)."""
 
     @abstractmethod
     def release(self, job_id: JobTarget) -> None:

@@ -133,10 +133,9 @@ class CliBackend(SlurmBackend):
 
     # ---------------------------------------------------------------- actions
     def hold(self, job_id: JobTarget) -> None:
-        """The controller's hold: marked first (a crash between the two leaves
-        a marked, unheld job, which the next round holds again)."""
-        self.set_hold_mark(job_id, True)
-        self._scontrol(job_id, "hold", str(job_id))
+        """The controller's hold: ``priority=0`` (an admin hold, as ``scontrol hold`` by
+        an operator) with the mark in the same update (SlurmBackend.hold)."""
+        self._scontrol(job_id, "update", f"jobid={job_id}", "priority=0", f"admincomment={HOLD_MARK}")
 
     def release(self, job_id: JobTarget) -> None:
         """Release a held job. Slurm recomputes its priority: a manual priority

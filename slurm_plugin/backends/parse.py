@@ -122,6 +122,32 @@ def gres_count(spec: str, name: str = "gpu") -> int:
     return plain + (tres_total if tres_total is not None else typed)
 
 
+@lru_cache(maxsize=4096)
+def gres_types(spec: str, name: str = "gpu") -> frozenset[str]:
+    """The types of the ``name`` entries of a gres or TRES string: ``gpu:a100:2``,
+    ``gres:gpu:v100:1(S:0)``, ``gres/gpu:a100=2`` -> {"a100"}; untyped entries add none."""
+    out: set[str] = set()
+    for item in _split_top_level(spec or ""):
+        item = re.sub(r"\(.*?\)", "", item).strip()
+        if item.startswith("gres:"):
+            item = item[5:]
+        elif item.startswith("gres/"):
+            item = item[5:].replace("=", ":")
+        fields = item.split(":")
+        if fields[0] == name and len(fields) == 3 and fields[1] and not fields[1].isdigit():
+            out.add(fields[1])
+    return frozenset(out)
+
+
+def job_gpu_type(*specs: str) -> str:
+    """The GPU type a job asked for in its tres_per_* strings ("" untyped)."""
+    for spec in specs:
+        types = gres_types(spec)
+        if types:
+            return min(types)
+    return ""
+
+
 def job_shards(d: dict[str, Any]) -> int:
     """GPU shards per node of one openapi job (``--gres=shard:N``), 0 for a gpu job.
 
@@ -221,7 +247,15 @@ def parse_job(d: dict[str, Any]) -> SlurmJob:
         array_tasks=str(d.get("array_task_string") or ""),
         admin_comment=str(d.get("admin_comment") or ""),
         dependency=str(d.get("dependency") or ""),
+        het_job_id=int(d.get("het_job_id") or 0) or None,
+        gpu_type=job_gpu_type(*(str(d.get(k) or "") for k in _TRES_PER)),
+        excluded_nodes=expand_hostlist(str(d.get("excluded_nodes") or "")),
+        features=str(d.get("features") or ""),
+        array_max_tasks=int(d.get("array_max_tasks") or 0),
     )
+
+
+_TRES_PER = ("tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket")
 
 
 def _task_id(v: Any) -> int | None:
@@ -277,6 +311,8 @@ def parse_node(d: dict[str, Any]) -> SlurmNode:
         partitions=tuple(d.get("partitions") or ()),
         cpus=int(d.get("cpus") or 0),
         mem_mb=int(d.get("real_memory") or 0),
+        gpu_types=gres_types(str(d.get("gres") or "")),
+        features=frozenset(f for f in str(d.get("active_features") or "").split(",") if f.strip()),
     )
 
 
@@ -415,6 +451,11 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         array_tasks=kv.get("ArrayTaskId", "") if not kv.get("ArrayTaskId", "0").isdigit() else "",
         admin_comment=kv.get("AdminComment", ""),
         dependency="" if kv.get("Dependency") in null else kv.get("Dependency", ""),
+        het_job_id=_int(kv.get("HetJobId"), 0) or None,
+        gpu_type=job_gpu_type(*(kv.get(k, "") for k in ("TresPerJob", "TresPerNode", "TresPerTask", "TresPerSocket"))),
+        excluded_nodes=expand_hostlist(kv.get("ExcNodeList", "") if kv.get("ExcNodeList") not in null else ""),
+        features="" if kv.get("Features") in null else kv.get("Features", ""),
+        array_max_tasks=_int(kv.get("ArrayTaskThrottle"), 0),
     )
 
 

@@ -176,8 +176,9 @@ class PyslurmBackend(SlurmBackend):
         return [node_from_pyslurm(n) for n in self._do(None, self.pyslurm.Nodes.load).values()]
 
     def hold(self, job_id: JobTarget) -> None:
-        self.set_hold_mark(job_id, True)
-        self._do(job_id, self._job(job_id).hold)
+        # One update, mark and priority 0 (SlurmBackend.hold); pyslurm passes priority 0
+        # as 0 (JobSubmitDescription: u32(priority, zero_is_noval=False)).
+        self._modify(job_id, admin_comment=HOLD_MARK, priority=0)
 
     def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
         self._modify(job_id, admin_comment=HOLD_MARK if on else "")

@@ -89,14 +89,17 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
             else:
                 lock.acquire()
         # Built only now: a standby must read the state as the previous controller left it.
-        _run(config, dry_run, once, as_json, stop)
+        _run(config, dry_run, once, as_json, stop, standby)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, stop: threading.Event) -> None:
-    ctl = make_controller(config, dry_run=dry_run)
+def _run(
+    config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, stop: threading.Event, standby: bool = False
+) -> None:
+    # A standby waits for the Slurm cluster's lock too (lock.ClusterLock), taken at the first round.
+    ctl = make_controller(config, dry_run=dry_run, standby=stop if standby else None)
 
     def emit(result: RoundResult) -> None:
         if as_json:
@@ -119,6 +122,8 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
         finally:
             ctl.store.close()
             ctl.audit.close()
+            if ctl.cluster_lock is not None:
+                ctl.cluster_lock.release()
         return
 
     server = None
@@ -139,6 +144,8 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
             server.shutdown()
         ctl.store.close()
         ctl.audit.close()
+        if ctl.cluster_lock is not None:
+            ctl.cluster_lock.release()
         log.info("controller stopped")
 
 

@@ -41,7 +41,8 @@ def _controller_config(d: Path, conf: Path, policy: str, queues: list[float], po
         "policy": {"name": policy, "queues": queues},
         "placement": "consolidate",
         "poll_interval": poll,
-        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20},
+        # min_run_seconds 0: the paper's rule, as in the simulator it is compared with.
+        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20, "min_run_seconds": 0},
         "state_db": str(ctl / "state.db"),
         "audit_log": str(ctl / "audit.jsonl"),
         "backend": "cli",

@@ -19,6 +19,7 @@ from slurm_plugin.backends.base import SlurmBackend
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.constraints import waiting_reason
 from slurm_plugin.controller.history import History
 from slurm_plugin.controller.reconcile import Reconciled, same_job
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
@@ -124,6 +125,7 @@ class Books:
             self.audit.write(job_id, "vanished", "Slurm no longer knows the job")
         promoted = set(plan.promote)
         rank = {j: i for i, j in enumerate(plan.order)}
+        free = rec.snapshot.free_gpus() if rec.constraints else None
         for job_id, r in rec.records.items():
             if job_id in promoted:
                 # Tiresias §3.2.3: t_J and delta_J restart from 0.
@@ -150,6 +152,10 @@ class Books:
                 r.reason = rec.not_waiting.get(job_id) or (
                     plan.reasons.get(jid, "") if r.phase is Phase.PENDING else ""
                 )
+                nodes = rec.constraints.get(job_id)
+                if nodes is not None and r.phase is Phase.PENDING and r.reason.startswith("waiting for"):
+                    # Its -w / -x / --constraint / GPU type are why it waits: say so (issue 20 B6).
+                    r.reason = waiting_reason(r.gpus, nodes, free if free is not None else {})
         for job_id in rec.finished:
             r = rec.records[job_id]
             gpu_s = accounting.attained_gpu_seconds(r, now)
@@ -185,6 +191,24 @@ class Books:
                 self._usage_read[r.job_id] = now
                 usage.set_usage(r, usage.read_for(r))
         self._usage_read = {j: t for j, t in self._usage_read.items() if j in records}
+
+    def hand_back(self, jobs: dict[int, tuple[str, str]]) -> None:
+        """Release to Slurm the jobs the controller holds but no longer manages
+        (reconcile.handed_back): mark cleared first, then released; one log and
+        audit line (``unmanaged``) each. Idempotent: a failure is retried next round."""
+        if self.dry_run:
+            return
+        for job_id, (target, why) in jobs.items():
+            try:
+                self.backend.set_hold_mark(target, False)
+                self.backend.release(target)
+            except SlurmUnreachable:
+                raise
+            except SlurmError as exc:
+                log.warning("[job %d] not released to Slurm: %s; tried again next round", job_id, exc)
+                continue
+            log.warning("[job %d] %s", job_id, why)
+            self.audit.write(job_id, "unmanaged", why)
 
     def split_arrays(self, tasks: list[str], unheld: list[int]) -> None:
         """Split array tasks off their meta record (marking each as held by us), so

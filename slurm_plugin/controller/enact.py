@@ -177,6 +177,7 @@ class Enactor:
             rec.phase, rec.phase_since = Phase.STARTING, now
             rec.planned = placement
             rec.reason = ""
+            rec.pinned_nodes = ",".join(placement.nodes)  # ReqNodeList from now on (constraints.py)
 
         detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations], "priority": priority}
         act = self._do(
@@ -217,7 +218,8 @@ class Enactor:
             self.audit.stage(rec.job_id, "signalled", time.time(), rec.restart_count)
         return act
 
-    def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None) -> None:
+    def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None, lost: float = 0.0) -> None:
+        rec.lost_gpu_seconds += lost
         seg = accounting.close_run(rec, when, "controller")
         if seg is not None:
             self.store.add_segment(rec.job_id, seg.restart_count, seg.start, seg.end, seg.source)
@@ -241,6 +243,9 @@ class Enactor:
         detail: dict[str, Any] = {"acked": due.ack is not None}
         if due.ack is not None:
             detail.update(ckpt_seconds=due.ack.seconds, ckpt_bytes=due.ack.bytes, step=due.ack.step)
+        # Work lost: GPUs x the time since its last checkpoint (issue 20 B12; 0 when it acked).
+        lost = rec.gpus * max(now - due.lost_since, 0.0) if due.lost_since is not None else 0.0
+        detail["lost_gpu_seconds"] = round(lost, 1)
         restart = rec.signal_restart if rec.signal_restart is not None else rec.restart_count
         act = self._do(
             rec,
@@ -248,7 +253,7 @@ class Enactor:
             due.reason,
             calls,
             restart_count=restart,
-            after=lambda: self._after_requeue(rec, now, due),
+            after=lambda: self._after_requeue(rec, now, due, lost),
             detail=detail,
         )
         if act.ok:
@@ -326,19 +331,32 @@ class Enactor:
         return act
 
 
-def fit_shape(placement: Placement, sj: SlurmJob, free: dict[str, int], allowed: list[str]) -> Placement | None:
+def fit_shape(
+    placement: Placement,
+    sj: SlurmJob,
+    free: dict[str, int],
+    allowed: list[str],
+    required: frozenset[str] = frozenset(),
+) -> Placement | None:
     """The plan's placement in the job's own shape, or None when the free GPUs
     cannot give it now. A job that asked per node (--gpus-per-node, --gres)
     gets exactly its node count with that many GPUs on each: the node list the
-    controller sets also sets the node count, and so the job's size. The plan's
-    nodes come first, then the other ``allowed`` nodes, fullest free first.
+    controller sets also sets the node count, and so the job's size. Its
+    ``required`` nodes (-w) come first, then the plan's, then the other
+    ``allowed`` nodes (those its -x / --constraint leave), fullest free first.
     Other jobs keep the plan's placement."""
     per, count = sj.gpus_per_node, sj.num_nodes
-    if not per or (len(placement.allocations) == count and all(a.gpus == per for a in placement.allocations)):
+    if not per or (
+        len(placement.allocations) == count
+        and all(a.gpus == per for a in placement.allocations)
+        and required <= set(placement.nodes)
+    ):
         return placement
+    ok = set(allowed) | required
     others = sorted((n for n in allowed if n not in placement.nodes), key=lambda n: (-free.get(n, 0), n))
-    chosen = [n for n in (*placement.nodes, *others) if free.get(n, 0) >= per][:count]
-    if len(chosen) < count:
+    order = dict.fromkeys([*sorted(required), *(n for n in placement.nodes if n in ok), *others])
+    chosen = [n for n in order if free.get(n, 0) >= per][:count]
+    if len(chosen) < count or not required <= set(chosen):
         return None
     return Placement.of([(n, per) for n in chosen])
 

@@ -134,6 +134,7 @@ class Explanation:
     plan_time: float | None
     plan_round: int | None
     notes: list[str] = field(default_factory=list)
+    lost_gpu_seconds: float = 0.0  # work its preemptions lost (GPU-s since the last checkpoint at each)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -346,6 +347,7 @@ def explain(
         reason=r.reason,
         placement=placement,
         preemptions=r.preemptions,
+        lost_gpu_seconds=round(r.lost_gpu_seconds, 1),
         last_preemption=last_preemption,
         ahead=ahead,
         ahead_hidden=hidden,
@@ -397,7 +399,8 @@ def format_text(e: Explanation, now: float) -> str:
         last = e.last_preemption
         row(
             "preempted",
-            f"{e.preemptions} time(s)" + (f", last {_ago(last['time'], now)}: {last['reason']}" if last else ""),
+            f"{e.preemptions} time(s), {e.lost_gpu_seconds:g} GPU-s of work lost"
+            + (f", last {_ago(last['time'], now)}: {last['reason']}" if last else ""),
         )
     if e.ahead or e.ahead_hidden["jobs"]:
         parts = [

@@ -45,6 +45,7 @@ METRIC_NAMES = (
     "teiresias_preemptions_total",
     "teiresias_migrations_total",
     "teiresias_requeues_total",
+    "teiresias_lost_gpu_seconds_total",
     "teiresias_round_duration_seconds",
     "teiresias_slurm_poll_seconds",
     "teiresias_failed_actions_total",
@@ -160,6 +161,11 @@ class ControllerMetrics:
         self.requeues = Counter(
             "teiresias_requeues", "Requeues of preempted jobs, by what let them go", ["reason"], registry=r
         )
+        self.lost = Counter(
+            "teiresias_lost_gpu_seconds",
+            "Work lost to preemptions: GPU-seconds since each preempted run's last checkpoint",
+            registry=r,
+        )
         self.failed = Counter(
             "teiresias_failed_actions", "Actions Slurm refused or that failed", ["action"], registry=r
         )
@@ -216,6 +222,7 @@ class ControllerMetrics:
                 self.preemptions.labels(preemption_reason(reasons.get(a.job, ""))).inc()  # type: ignore[call-overload]
             if a.action == "requeue":
                 self.requeues.labels(requeue_reason(a.reason)).inc()
+                self.lost.inc(float(a.detail.get("lost_gpu_seconds", 0.0)))
         for r in finished:
             jct = (r.end_time or now) - r.submit_time
             self.jct.observe(jct)

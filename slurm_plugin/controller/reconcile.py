@@ -30,6 +30,7 @@ from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, array_tas
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.accounting import Segment
+from slurm_plugin.controller.constraints import NodeConstraint, never_fits_nodes, node_constraint
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
@@ -64,6 +65,13 @@ class Reconciled:
     # job -> the closed record of an earlier job with that id (a new or reset cluster
     # reuses ids): the caller archives it before the new record is saved.
     replaced: dict[int, JobRecord] = field(default_factory=dict)
+    # job -> the nodes its owner lets it use (-w, -x, --constraint, a GPU type), for
+    # jobs that restrict them (controller/constraints.py).
+    constraints: dict[int, NodeConstraint] = field(default_factory=dict)
+    # Jobs held by the controller that it no longer manages (no GPU asked any more, a
+    # heterogeneous job, moved to another partition): job -> (Slurm target, why); the
+    # round clears the mark and releases them, so Slurm runs them (Books.hand_back).
+    to_release: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Cluster:
@@ -99,15 +107,21 @@ def _new_record(sj: SlurmJob, now: float) -> JobRecord:
         phase=Phase.PENDING,
         phase_since=now,
         restart_count=sj.restart_count,
-        slurm_submit_time=float(sj.submit_time) if sj.submit_time else None,
+        user_nodes=",".join(sj.required_nodes),
     )
 
 
 def same_job(rec: JobRecord, sj: SlurmJob) -> bool:
     """Is Slurm's job ``sj`` the job ``rec`` was kept for? Job ids restart on a
     new or reset cluster, so the id alone does not say. Slurm's SubmitTime
-    does, except that a requeue moves it to the requeue time and counts a
-    restart: a later SubmitTime with more restarts is the same job."""
+    does, except that every requeue (the controller's, Slurm's own at a node
+    failure or a time limit, an admin's ``scontrol requeue``, the job's own)
+    moves it to the requeue time, one restart later than the time it replaces:
+    a later SubmitTime whose restart count is above the one the recorded time
+    belonged to (``submit_restart``) is the same job. The count alone is not
+    enough: Slurm counts the restart at the requeue and moves SubmitTime only
+    once the run has finished completing, so a round that sees the job
+    COMPLETING already has the new count beside the old time."""
     if not sj.submit_time:
         return True  # nothing to compare with
     seen = rec.slurm_submit_time
@@ -116,7 +130,105 @@ def same_job(rec: JobRecord, sj: SlurmJob) -> bool:
         return abs(sj.submit_time - rec.submit_time) < 1.0 or 0 < rec.restart_count <= sj.restart_count
     if abs(sj.submit_time - seen) < 1.0:
         return True
-    return sj.submit_time > seen and sj.restart_count > rec.restart_count
+    if rec.submit_restart is None:
+        # Written before submit_restart: the count seen last may have come with the old time.
+        return sj.submit_time > seen and sj.restart_count >= max(rec.restart_count, 1)
+    return sj.submit_time > seen and sj.restart_count > rec.submit_restart
+
+
+def note_submit_time(rec: JobRecord, sj: SlurmJob, state: str) -> None:
+    """Keep Slurm's last SubmitTime and the restart count it belongs to (see same_job).
+    A job in transit (COMPLETING after a requeue) may show a count its time is not
+    yet of; a time that moved, or one seen in a settled state, belongs to its count."""
+    if not sj.submit_time:
+        return
+    moved = rec.slurm_submit_time is not None and abs(sj.submit_time - rec.slurm_submit_time) >= 1.0
+    settled = state == "PENDING" or state in RUNNING_STATES or state in FINISHED_STATES
+    if moved or settled:
+        rec.submit_restart = sj.restart_count
+    elif rec.submit_restart is None:
+        # First seen in transit: its time may be the run's before the requeue being counted.
+        rec.submit_restart = max(sj.restart_count - 1, 0)
+    rec.slurm_submit_time = float(sj.submit_time)
+
+
+def managed_jobs(config: ControllerConfig, slurm_jobs: Iterable[SlurmJob]) -> dict[int, SlurmJob]:
+    """The jobs the controller schedules: GPU jobs of a managed partition. CPU-only
+    jobs are Slurm's (job_submit.lua does not hold them either), and so are the
+    components of a heterogeneous job, which job_submit.lua refuses (a component
+    cannot be started alone; they used to wait for ever)."""
+    return {
+        sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and config.manages(sj.partition) and sj.het_job_id is None
+    }
+
+
+def outside_why(config: ControllerConfig, sj: SlurmJob) -> str:
+    """Why a job Slurm has is not (or no longer) the controller's to schedule."""
+    if sj.het_job_id is not None:
+        return (
+            f"a component of heterogeneous job {sj.het_job_id}, which teiresias does not schedule"
+            " (job_submit.lua refuses them)"
+        )
+    if not config.manages(sj.partition):
+        return f"in partition {sj.partition}, which teiresias does not manage"
+    return "it asks for no GPU (any more)"
+
+
+def handed_back(
+    config: ControllerConfig,
+    records: Mapping[int, JobRecord],
+    slurm_jobs: Iterable[SlurmJob],
+    managed: Mapping[int, SlurmJob],
+) -> dict[int, tuple[str, str]]:
+    """Jobs the controller holds (its mark, no person's hold) that it no longer
+    manages: held, nobody would ever release them (a held job whose GPU request
+    was dropped stayed held for ever). Array meta records are not among them."""
+    out: dict[int, tuple[str, str]] = {}
+    for sj in slurm_jobs:
+        if sj.job_id in managed or (sj.array_tasks and sj.array_task_id is None):
+            continue
+        if base_state(sj.state) != "PENDING" or not sj.held_by_teiresias:
+            continue
+        if config.manages(sj.partition) or sj.job_id in records:
+            out[sj.job_id] = (sj.target, f"{outside_why(config, sj)}: released to Slurm")
+    return out
+
+
+def hold_throttled_tasks(out: Reconciled) -> None:
+    """An array's ``%N`` throttle: Slurm starts no more than N of its tasks at once,
+    so a task released beyond it sits pending on GPUs promised to it (~28 s
+    measured, until a sibling ended). The tasks past the room left are not
+    waiting; the lowest task ids get the room, as Slurm would start them."""
+    busy: dict[int, int] = {}
+    waiting: dict[int, list[SlurmJob]] = {}
+    for job_id, sj in out.slurm.items():
+        if not sj.array_max_tasks or sj.array_job_id is None or job_id not in out.records:
+            continue
+        rec, state = out.records[job_id], base_state(sj.state)
+        if not rec.active:
+            continue
+        if state != "PENDING" or rec.phase is Phase.STARTING:
+            busy[sj.array_job_id] = busy.get(sj.array_job_id, 0) + 1
+        elif job_id not in out.not_waiting and job_id not in out.to_hold:
+            waiting.setdefault(sj.array_job_id, []).append(sj)
+    for array, tasks in waiting.items():
+        limit = tasks[0].array_max_tasks
+        room = max(limit - busy.get(array, 0), 0)
+        for sj in sorted(tasks, key=lambda t: t.array_task_id or 0)[room:]:
+            out.not_waiting[sj.job_id] = (
+                f"array {array} runs {busy.get(array, 0)} task(s), its limit (%{limit}): waits for one to end"
+            )
+
+
+def note_user_nodes(rec: JobRecord, sj: SlurmJob, state: str) -> None:
+    """A held job's ReqNodeList that is neither the user's list as known nor the
+    controller's last pin was changed by a person (``scontrol update nodelist=``):
+    it is the user's list from now on."""
+    if rec.user_nodes is None or state != "PENDING" or rec.phase is Phase.STARTING:
+        return
+    shown = ",".join(sj.required_nodes)
+    if shown not in (rec.user_nodes, rec.pinned_nodes):
+        rec.user_nodes = shown
 
 
 def _close_vanished(rec: JobRecord, now: float) -> None:
@@ -145,9 +257,9 @@ def reconcile(
     slurm_nodes = list(slurm_nodes)
     slurm_jobs = list(slurm_jobs)
     cluster = build_cluster(slurm_nodes, config)
-    # CPU-only jobs are Slurm's to schedule (job_submit.lua does not hold them either).
-    managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and config.manages(sj.partition)}
+    managed = managed_jobs(config, slurm_jobs)
     out = Reconciled(snapshot=Snapshot(now, cluster, ()), records={}, slurm=managed)
+    out.to_release = handed_back(config, records, slurm_jobs, managed)
     # An array's meta record (its tasks not split off yet) is no job for the policy:
     # releasing it would release every task. Its tasks are split off (loop), each a job.
     for sj in [s for s in managed.values() if s.array_tasks and s.array_task_id is None]:
@@ -174,8 +286,14 @@ def reconcile(
         elif not rec.active:
             continue
         out.records[job_id] = rec
-        if sj.submit_time:
-            rec.slurm_submit_time = float(sj.submit_time)
+        note_submit_time(rec, sj, state)
+        note_user_nodes(rec, sj, state)
+        if (
+            state == "PENDING"  # only a job to be placed needs them
+            and (sj.excluded_nodes or sj.features or sj.gpu_type or rec.user_nodes)
+            and (c := node_constraint(sj, rec.user_nodes, slurm_nodes)).any
+        ):
+            out.constraints[job_id] = c
         rec.comment = sj.comment or rec.comment
         rec.gpus = sj.gpus or rec.gpus
         running = state in RUNNING_STATES
@@ -237,7 +355,9 @@ def reconcile(
                     if requeued_itself
                     else "pending without a hold (outside the controller's control)"
                 )
-            elif why := not_waiting_reason(sj, rec, slurm_nodes, now, (backoff or {}).get(job_id)):
+            elif why := not_waiting_reason(
+                sj, rec, slurm_nodes, now, (backoff or {}).get(job_id), out.constraints.get(job_id)
+            ):
                 out.not_waiting[job_id] = why
         else:
             out.in_transit.append(job_id)
@@ -247,16 +367,28 @@ def reconcile(
     # still has, outside the managed set now (moved to another partition, or
     # a partition no longer managed), has not vanished: its record is kept as
     # it is, so its attained service is there if it comes back.
+    # Such a job is not waiting for GPUs: it says why (it was ranked and counted as
+    # "waiting for 1 GPUs" after `scontrol update gres=gpu:0`), and it ends with
+    # its own final state instead of VANISHED once Slurm purges it.
     known = {sj.job_id: sj for sj in slurm_jobs if sj.job_id not in managed} if records else {}
     for job_id, rec in records.items():
         if rec.active and job_id not in managed and job_id not in out.replaced:
             other = known.get(job_id)
             if other is not None and same_job(rec, other):
+                out.records[job_id] = rec
+                out.not_waiting[job_id] = f"left to Slurm: {outside_why(config, other)}"
+                if base_state(other.state) in FINISHED_STATES:
+                    accounting.close_run(rec, float(other.end_time or now), "slurm")
+                    _set_phase(rec, Phase.FINISHED, now)
+                    rec.final_state = base_state(other.state)
+                    rec.end_time = float(other.end_time or now)
+                    out.notes.append((job_id, f"ended ({rec.final_state}) as a job teiresias does not manage"))
                 continue
             _close_vanished(rec, now)
             out.records[job_id] = rec
             out.vanished.append(job_id)
 
+    hold_throttled_tasks(out)
     end_pairs(out, records, now)
     out.snapshot = build_snapshot(cluster, out, slurm_nodes, now)
     return out
@@ -283,11 +415,19 @@ NEVER_STARTS = frozenset(
 
 
 def _user_of_hold(sj: SlurmJob) -> str:
+    if (uid := sj.person_hold) is not None:
+        # Written by job_submit.lua: a hold on a job the controller already held.
+        return f"uid {uid} (`scontrol hold` while the controller held it)"
     return "an admin" if sj.state_reason == "JobHeldAdmin" else "its owner"
 
 
 def not_waiting_reason(
-    sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode], now: float, backoff: tuple[float, str] | None = None
+    sj: SlurmJob,
+    rec: JobRecord,
+    nodes: list[SlurmNode],
+    now: float,
+    backoff: tuple[float, str] | None = None,
+    constraint: NodeConstraint | None = None,
 ) -> str | None:
     """Why a held pending job is not waiting for GPUs, or None when it is.
 
@@ -307,6 +447,8 @@ def not_waiting_reason(
     if sj.eligible_time and sj.eligible_time > now and sj.restart_count == 0 and rec.first_start_time is None:
         return f"begins at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(sj.eligible_time))} (--begin)"
     if (never := never_fits(sj, nodes)) is not None:
+        return never
+    if constraint is not None and (never := never_fits_nodes(sj, constraint, nodes)) is not None:
         return never
     if backoff is not None and backoff[0] > now:
         return f"{backoff[1]}; next try in {backoff[0] - now:.0f}s"
@@ -336,7 +478,9 @@ def never_fits(sj: SlurmJob, nodes: list[SlurmNode]) -> str | None:
     return None
 
 
-def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placement | None) -> Job:
+def to_policy_job(
+    rec: JobRecord, now: float, state: JobState, placement: Placement | None, nodes: NodeConstraint | None = None
+) -> Job:
     return Job(
         job_id=JobId(rec.job_id),
         num_gpus=rec.gpus,
@@ -357,6 +501,8 @@ def to_policy_job(rec: JobRecord, now: float, state: JobState, placement: Placem
         shared_with=JobId(rec.shared_with) if rec.shared_with is not None else None,
         sub_batch=rec.sub_batch,
         accumulation=rec.accumulation,
+        nodes_allowed=nodes.allowed if nodes is not None else None,
+        nodes_required=nodes.required if nodes is not None else frozenset(),
     )
 
 
@@ -390,8 +536,8 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
     jobs: list[Job] = []
     slurm_running: dict[str, int] = {}
     for job_id, rec in rec_out.records.items():
-        if not rec.active or job_id in rec_out.in_transit:
-            continue
+        if not rec.active or job_id in rec_out.in_transit or job_id not in rec_out.slurm:
+            continue  # (not in slurm: a job left to Slurm, see reconcile's last loop)
         sj = rec_out.slurm[job_id]
         state = base_state(sj.state)
         if (
@@ -411,7 +557,7 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
         elif rec.phase is Phase.STARTING and rec.planned is not None and job_id not in rec_out.to_hold:
             jobs.append(to_policy_job(rec, now, JobState.RUNNING, rec.planned))
         elif state == "PENDING" and job_id not in rec_out.not_waiting:
-            jobs.append(to_policy_job(rec, now, JobState.PENDING, None))
+            jobs.append(to_policy_job(rec, now, JobState.PENDING, None, rec_out.constraints.get(job_id)))
     # GPUs managed jobs may not use: all of a node Slurm will not schedule on,
     # else whatever Slurm counts as used beyond our running jobs (other
     # partitions' jobs, jobs in transit).

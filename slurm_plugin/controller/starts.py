@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from slurm_plugin.backends.base import SlurmNode, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
@@ -111,11 +112,15 @@ class Starter:
                 )
                 continue
             allowed = [n for p in sj.partition.split(",") for n in self._partition_nodes.get(p, [])]
-            fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)))
+            nodes = rec.constraints.get(job_id)
+            if nodes is not None and nodes.allowed is not None:
+                allowed = [n for n in allowed if n in nodes.allowed]
+            required = nodes.required if nodes is not None else frozenset()
+            fitted = fit_shape(placement, sj, free, list(dict.fromkeys(allowed)), required)
             if fitted is None:
                 r.reason = (
                     f"waiting for {sj.num_nodes} node(s) with {sj.gpus_per_node} free GPUs each"
-                    " (asked per node; its size is kept)"
+                    f" (asked per node; its size is kept{'; ' + nodes.note if nodes is not None else ''})"
                 )
                 continue
             placement = fitted
@@ -208,6 +213,52 @@ class Starter:
             r.share_role = host.share_role = ""
             r.shared_since = host.shared_since = None
             self.back_off(r, f"start refused by Slurm ({act.detail.get('error', '?')})", now)
+
+    def unproven(self, rec: Reconciled) -> set[int]:
+        """Jobs whose start failed and that Slurm has never started: until it has,
+        nothing shows they can run where the controller puts them."""
+        return {
+            j
+            for j in self.backoff
+            if j in rec.records and rec.records[j].first_start_time is None and rec.records[j].phase is Phase.PENDING
+        }
+
+    def gate(self, rec: Reconciled, plan: Plan) -> Plan:
+        """A job whose start failed and that never ran may start only on GPUs free
+        now: it may preempt nobody until Slurm has started it once (a job Slurm
+        could never start preempted another user's jobs once per back-off retry).
+        Such a start that needs evicted GPUs is taken out of the plan with the
+        preemptions the walk made for it ("preempted by higher-priority job J");
+        the job waits, with its reason, for free GPUs."""
+        unproven = self.unproven(rec)
+        if not unproven or not plan.start:
+            return plan
+        free = rec.snapshot.free_gpus()
+        rank = {j: i for i, j in enumerate(plan.order)}
+        dropped: set[int] = set()
+        for job_id, placement in sorted(plan.start.items(), key=lambda kv: rank.get(kv[0], 0)):
+            on_free = all(a.gpus <= free.get(a.node, 0) for a in placement.allocations)
+            if not on_free and job_id in unproven:
+                dropped.add(job_id)
+                continue
+            for a in placement.allocations:
+                free[a.node] = max(free.get(a.node, 0) - a.gpus, 0)
+        if not dropped:
+            return plan
+        for gone in dropped:
+            why = self.backoff[gone][2]
+            rec.not_waiting[gone] = f"{why}; it waits for free GPUs and preempts nobody until Slurm has started it once"
+        spared = tuple(
+            j
+            for j in plan.preempt
+            if any(plan.reasons.get(j, "") == f"preempted by higher-priority job {d}" for d in dropped)
+        )
+        return replace(
+            plan,
+            start={j: p for j, p in plan.start.items() if j not in dropped},
+            preempt=tuple(j for j in plan.preempt if j not in spared),
+            keep=(*plan.keep, *spared),
+        )
 
     def back_off(self, r: JobRecord, why: str, now: float) -> None:
         """A start that failed is not retried at once: the GPUs promised to it

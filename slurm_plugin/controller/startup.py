@@ -29,6 +29,7 @@ class SlurmSite:
     cluster_name: str
     private_data: frozenset[str]
     slurm_user: str
+    state_save_location: str = ""  # slurmctld's state folder: where the cluster lock lives (lock.py)
 
     @property
     def private_jobs(self) -> bool:
@@ -47,7 +48,9 @@ def parse_show_config(text: str) -> SlurmSite:
         if private.lower() in ("none", "(null)", "")
         else frozenset(f.strip().lower() for f in private.split(",") if f.strip())
     )
-    return SlurmSite(kv.get("ClusterName", ""), flags, kv.get("SlurmUser", "").split("(")[0])
+    return SlurmSite(
+        kv.get("ClusterName", ""), flags, kv.get("SlurmUser", "").split("(")[0], kv.get("StateSaveLocation", "")
+    )
 
 
 def slurm_env(config: ControllerConfig) -> dict[str, str]:

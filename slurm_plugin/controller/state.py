@@ -85,6 +85,21 @@ class JobRecord:
     # ClusterName, and the SubmitTime Slurm showed last (a requeue moves it).
     cluster: str = ""
     slurm_submit_time: float | None = None
+    # The restart count that SubmitTime belongs to. A requeue counts the restart at
+    # once but moves SubmitTime only when the run has finished completing (Slurm's
+    # batch_requeue_fini), so a job seen COMPLETING shows the new count beside the
+    # old time: the next SubmitTime is the same job's iff its count is above this one.
+    # None: written before this field (reconcile.same_job falls back on restart_count).
+    submit_restart: int | None = None
+    # The job's own ``-w`` node list as first seen (comma-separated, "" none; None: a
+    # record from before this field), and the list the controller last pinned at a
+    # start: Slurm's ReqNodeList shows the pin from then on (controller/constraints.py).
+    user_nodes: str | None = None
+    pinned_nodes: str = ""
+    # Work lost to the controller's preemptions, in GPU-seconds: GPUs x the time since
+    # the run's last checkpoint (its start for a job that cannot checkpoint) at each
+    # requeue; 0 for a preemption the job acknowledged with a checkpoint.
+    lost_gpu_seconds: float = 0.0
     # Measured use of the current run (wrappers/hooks/usage.py, summed over its
     # nodes; controller/usage.py): mean GPU utilization %, GPU memory used and
     # total in bytes (None without NVML: no GPU there), CPU % (100 = one core),
@@ -171,6 +186,7 @@ _LRS = _JOB_FIELDS.index("last_running_seen")
 _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
 _REAL = {
+    "lost_gpu_seconds",
     "slurm_submit_time",
     "submit_time",
     "phase_since",
@@ -198,6 +214,7 @@ _INT = {
     "run_restart",
     "closed_restart",
     "restart_count",
+    "submit_restart",
     "queue",
     "rank",
     "preemptions",
@@ -353,9 +370,21 @@ class StateStore:
         kw = dict(zip(_JOB_FIELDS, row))
         kw["phase"] = Phase(kw["phase"])
         kw["planned"] = _placement_from_json(kw["planned"])
-        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note", "share_role"):
+        for k in (
+            "user",
+            "account",
+            "partition",
+            "name",
+            "comment",
+            "reason",
+            "cluster",
+            "usage_note",
+            "share_role",
+            "pinned_nodes",
+        ):
             kw[k] = kw[k] or ""
         kw["accumulation"] = kw["accumulation"] or 1  # NULL in rows written before sharing
+        kw["lost_gpu_seconds"] = kw["lost_gpu_seconds"] or 0.0  # NULL in rows written before it
         return JobRecord(**kw)
 
     def jobs(self, *, active_only: bool = True) -> dict[int, JobRecord]:

@@ -66,6 +66,8 @@ class QueueRow:
     colocated_with: list[int] = field(default_factory=list)
     slices: int = 0
     migrations: int = 0
+    # Work lost to its preemptions, GPU-seconds since the last checkpoint at each (issue 20 B12).
+    lost_gpu_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +116,7 @@ def build_rows(
                 executed_seconds=round(accounting.total_executed(r, now), 1),
                 gittins_index=r.gittins,
                 preemptions=r.preemptions,
+                lost_gpu_seconds=round(r.lost_gpu_seconds, 1),
                 placement=alloc,
                 reason=r.reason,
                 skew=r.skew,

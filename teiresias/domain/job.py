@@ -97,6 +97,17 @@ class Job:
     # gives 1). None: not measured (simulated jobs get them from the engine).
     step_time: float | None = None
     solo_step_time: float | None = None
+    # Where the owner lets the job run (live: Slurm's ``-x``, ``--constraint``, a GPU
+    # type; ``-w``): a placement keeps to ``nodes_allowed`` (None: any node) and gives
+    # each node of ``nodes_required`` some of the job's GPUs. The simulator leaves both
+    # unset (teiresias/policy/placement.py).
+    nodes_allowed: frozenset[str] | None = None
+    nodes_required: frozenset[str] = frozenset()
+    # The owner's protection of a RUNNING job: the allocation walk does not preempt
+    # it before this instant (a minimum run time from its start; ``inf``: never, e.g.
+    # a job that cannot checkpoint or be requeued). None: no protection. Computed
+    # by teiresias.policy.protect.protected_until, the one rule both owners use.
+    protected_until: float | None = None
 
     @property
     def attained_service(self) -> float:
@@ -119,3 +130,8 @@ class Job:
     @property
     def is_running(self) -> bool:
         return self.state is JobState.RUNNING
+
+    @property
+    def constrained(self) -> bool:
+        """Does the owner restrict the job's nodes (``nodes_allowed`` / ``nodes_required``)?"""
+        return self.nodes_allowed is not None or bool(self.nodes_required)

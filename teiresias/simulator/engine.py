@@ -63,6 +63,7 @@ from teiresias.policy.base import (
     uses_slices,
     wake_at_of,
 )
+from teiresias.policy.protect import MinRun, protected_until
 from teiresias.policy.themis.apps import app_of
 from teiresias.simulator.clock import Clock, SimulatedClock
 from teiresias.simulator.gandiva import Mechanisms
@@ -114,6 +115,14 @@ class SimulationOptions:
     # (consolidated seconds) counts as a job's early feedback (Gandiva §4.1).
     migration_cost: float | None = None
     feedback: float = 600.0
+    # Minimum run times (teiresias.policy.protect; off by default, the paper's): a running
+    # job is not preempted before its protection ends. ``plain_jobs``: the jobs that cannot
+    # checkpoint; their preemption loses all their work since they started (counted in
+    # Simulator.lost_gpu_seconds), and they get ``min_run.plain``. With a protection in
+    # force the pruned, keyed and quiet-skipping rounds are off (a protection's end is
+    # no event they see); ticks every ``interval`` notice it.
+    min_run: MinRun = field(default_factory=MinRun)
+    plain_jobs: frozenset[int] = frozenset()
 
 
 class Simulator:
@@ -179,6 +188,12 @@ class Simulator:
         # Extending the base needs a preemptive policy with quiet_until whose placement's
         # feasibility is monotone in the free GPUs (more free GPUs never make a job unplaceable).
         self._extend = self._idle_first and self._preemptive and self._quiet is not None and monotone_placement(policy)
+        rule = self.opt.min_run
+        self._protect = rule.checkpointing > 0 or (rule.plain > 0 and bool(self.opt.plain_jobs))
+        if self._protect:
+            self._idle_first = self._extend = False
+            self._quiet, self._rank_keys = None, None
+        self.lost_gpu_seconds = 0.0  # work of plain jobs lost at their preemptions
         self.extended_rounds = 0
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
         self._active: dict[JobId, SimJob] = {}  # arrival order
@@ -330,6 +345,13 @@ class Simulator:
             self._last_progress = now
         else:
             self._check_livelock(now)
+        if j.job_id in self.opt.plain_jobs:
+            # It cannot checkpoint: its next run starts from the beginning. What it ran
+            # stays in its executed time (the attained service the policy ranks by).
+            self.lost_gpu_seconds += j.num_gpus * (j.trace.duration - j.work_left)
+            j.work_left = j.trace.duration
+            j.total_executed_time = 0.0
+        j.protected_until = None
         j.state = JobState.PENDING
         j.preemptions += 1
         self.preemptions += 1
@@ -592,6 +614,8 @@ class Simulator:
             j.first_start_time = now
         j.nodes = placement.nodes
         j.work_at_start = j.work_left
+        if self._protect:
+            j.protected_until = protected_until(now, j.job_id not in self.opt.plain_jobs, self.opt.min_run)
 
     def _drop_pending_key(self, jid: JobId) -> None:
         """Forget a pending job's kept rank key (it started, or was promoted)."""

@@ -62,6 +62,9 @@ def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path)
         assert j["jct_s"] >= j["work_s"] - 1.0
         assert j["sim_fifo_jct_s"] >= j["work_s"] - 1e-6 and j["sim_las_jct_s"] >= j["work_s"] - 1e-6
     assert 0 <= rep["run_overhead_s"] < 10  # sleep jobs start fast
+    # Its preempted jobs stayed themselves (issue 20 B1: 1, 0 and 8 `replaced` lines in three runs).
+    audit = [json.loads(line) for line in (d / "controller" / "audit.jsonl").read_text().splitlines()]
+    assert not [e for e in audit if e["action"] == "replaced"]
     assert rep["avg_jct_s"] > 0 and rep["sim_fifo_avg_jct_s"] > 0 and rep["sim_las_avg_jct_s"] > 0
     assert f"SLURM_CONF={d}/etc/slurm.conf" in p.stderr  # the cluster of TEIRESIAS_CLUSTER_DIR
     assert f"SlurmctldPort={port}\n" in (d / "etc" / "slurm.conf").read_text()  # ...on TEIRESIAS_CLUSTER_PORT_BASE

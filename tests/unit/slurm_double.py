@@ -100,6 +100,8 @@ class InMemorySlurm(SlurmBackend):
         for j, sj in sorted(self._jobs.items()):
             if sj.state != "PENDING" or sj.held or sj.priority == 0 or not sj.required_nodes:
                 continue
+            if sj.state_reason in ("BadConstraints",):
+                continue
             if sj.eligible_time and sj.eligible_time > now:
                 continue
             per = -(-sj.gpus // len(sj.required_nodes))
@@ -110,6 +112,11 @@ class InMemorySlurm(SlurmBackend):
             )
             started.append(j)
         return started
+
+    def refuse(self, job_id: int, reason: str = "BadConstraints") -> None:
+        """Slurm will not start a released job where it is pinned (a constraint the
+        controller does not model): it stays pending with that reason."""
+        self._jobs[job_id] = replace(self._jobs[job_id], state_reason=reason)
 
     def down(self, node: str) -> None:
         self._down.add(node)
@@ -171,7 +178,7 @@ class InMemorySlurm(SlurmBackend):
         sj = self._act("hold", job_id)
         if sj.state != "PENDING":
             raise SlurmError(f"scontrol hold {job_id}: Job is no longer pending execution")
-        # The controller's hold is marked as its own (the CLI backend marks, then holds).
+        # The controller's hold is marked as its own, in the same update (SlurmBackend.hold).
         self._jobs[sj.job_id] = replace(
             sj, held=True, priority=0, state_reason="JobHeldUser", admin_comment=_marked(sj.admin_comment, True)
         )
@@ -202,6 +209,8 @@ class InMemorySlurm(SlurmBackend):
         self._done("signal")
 
     def batch_script(self, job_id: int | str) -> str:
+        if int(job_id) not in self.scripts:
+            raise JobVanished(f"Invalid job id specified: {job_id}")
         return self.scripts[int(job_id)]
 
     def requeue(self, job_id: int, hold: bool = True) -> None:

@@ -52,7 +52,7 @@ def test_one_round_sets_every_kind_of_metric():
         Action(2, "signal", "preempted"),
         Action(3, "requeue", "checkpoint acknowledged (step 4, 1.0s, 9 B)"),
         Action(4, "start", "Q1", ok=False),
-        Action(5, "requeue", "x; not a tsbatch job: requeued without a checkpoint"),
+        Action(5, "requeue", "x; not a tsbatch job: requeued without a checkpoint", detail={"lost_gpu_seconds": 80.0}),
     ]
     result = RoundResult(
         200.0,
@@ -82,6 +82,7 @@ def test_one_round_sets_every_kind_of_metric():
     assert s[("teiresias_preemptions_total", (("reason", "other"),))] == 1  # job 5: plain sbatch, requeued at once
     assert s[("teiresias_requeues_total", (("reason", "checkpoint"),))] == 1
     assert s[("teiresias_requeues_total", (("reason", "no-checkpoint"),))] == 1
+    assert s[("teiresias_lost_gpu_seconds_total", ())] == 80.0  # issue 20 B12: job 5's run since its start
     assert s[("teiresias_failed_actions_total", (("action", "start"),))] == 1
     assert s[("teiresias_job_completion_seconds_count", ())] == 1
     assert s[("teiresias_job_completion_seconds_sum", ())] == 60.0  # 160 - 100
