@@ -84,6 +84,14 @@ class SlurmJob:
     array_tasks: str = ""
     admin_comment: str = ""
     dependency: str = ""  # ``afterok:12(unfulfilled)``; "" when none is left
+    # GPU indices the job holds on each of its nodes (``gres_detail``'s IDX; running jobs).
+    gpu_ids: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # The per-GPU types its shard request names (``shard:g2:1`` -> (2,); backends/gputypes.py):
+    # Slurm starts it only on those GPU indices, on whatever node. (): untyped, or no shards.
+    gpu_types: tuple[int, ...] = ()
+
+    def gpu_ids_on(self, node: str) -> tuple[int, ...]:
+        return next((ids for n, ids in self.gpu_ids if n == node), ())
 
     @property
     def target(self) -> str:
@@ -115,6 +123,9 @@ class SlurmNode:
     partitions: tuple[str, ...]
     cpus: int = 0
     mem_mb: int = 0
+    # The GPU indices whose shards have their own gres Type (``shard:g0:K,...``,
+    # backends/gputypes.py): a shard job can be put on one of them by name. (): untyped.
+    gpu_types: tuple[int, ...] = ()
 
     @property
     def usable(self) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting
+from slurm_plugin.controller import accounting, gpus
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.preemption import RequeueDue
 from slurm_plugin.controller.reconcile import RUNNING_STATES, base_state, same_job
@@ -64,6 +64,8 @@ class Enactor:
         self.actions: list[Action] = []
         # job -> the id scontrol must get (an array task's "A_T"; plain "A" acts on every task)
         self.targets: dict[int, str] = {}
+        # Nodes with one gres Type per GPU: a shard job is released on the GPU the plan chose.
+        self.typed: frozenset[str] = frozenset()
 
     def _t(self, job_id: int) -> JobTarget:
         return self.targets.get(job_id, job_id)
@@ -158,6 +160,10 @@ class Enactor:
                 # ran is the user's (--begin): such a job is not started at all (reconcile).
                 self.backend.clear_begin_time(t)
             self.backend.set_nodelist(t, placement.nodes)
+            # Before the unmark, which clears the AdminComment that keeps the request.
+            gres = gpus.shard_request(job, placement, all(n in self.typed for n in placement.nodes))
+            if gres is not None:
+                self.backend.set_gres(t, gres)
             if job.held or job.priority == 0:
                 # Unmarked first: a crash between the two leaves a held job without the
                 # mark, whose interrupted start the journal finishes.
@@ -178,7 +184,13 @@ class Enactor:
             rec.planned = placement
             rec.reason = ""
 
-        detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations], "priority": priority}
+        detail: dict[str, Any] = {
+            "nodes": list(placement.nodes),
+            "gpus": [a.gpus for a in placement.allocations],
+            "priority": priority,
+        }
+        if any(a.gpu_ids for a in placement.allocations):
+            detail["gpu_ids"] = [list(a.gpu_ids) for a in placement.allocations]
         act = self._do(
             rec,
             "start",

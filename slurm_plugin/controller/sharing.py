@@ -41,14 +41,20 @@ def cannot_share(
     records: Mapping[int, JobRecord],
     slurm: Mapping[int, SlurmJob],
     free: Mapping[str, int],
+    *,
+    typed: bool = False,
 ) -> str | None:
-    """Why the guest cannot be started on its host's GPU now, or None when it can."""
+    """Why the guest cannot be started on its host's GPU now, or None when it can.
+    ``typed``: the node has one gres Type per GPU, so the guest is released on its
+    host's GPU by name (controller/gpus.py) and Slurm's first fit is no concern."""
     if not guest.shards:
         return f"chosen to share job {host.job_id if host else '?'}'s GPU, but it asks for whole GPUs; {SHARD_HINT}"
     if host is None or host_rec is None or host_rec.phase is not Phase.RUNNING:
         return "chosen to share a GPU whose job is not running (not started yet, or stopping); waits for the next round"
     if not host.shards:
         return f"chosen to share job {host.job_id}'s GPU, which it holds whole (--gres=gpu); {SHARD_HINT}"
+    if typed:
+        return None
     for node in placement.nodes:
         if free.get(node, 0) > 0:
             return (

@@ -409,6 +409,8 @@ class Slicer:
                 return f"chosen to join job {p}, which is not running (not started yet, or stopping)"
             if not ps.shards:
                 return f"chosen to join job {p}, which holds its GPUs whole (--gres=gpu); {hint}"
+        if placement.has_ids:
+            return None  # released on its partners' GPU by its gres type (controller/gpus.py)
         for node in placement.nodes:
             if free.get(node, 0) > 0:
                 return (
