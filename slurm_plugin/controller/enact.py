@@ -141,7 +141,7 @@ class Enactor:
         )
 
     def _start_calls(
-        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, now: float
+        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, now: float, bind: tuple[int, ...] = ()
     ) -> Callable[[], None]:
         def calls() -> None:
             t = self._t(rec.job_id)
@@ -161,7 +161,7 @@ class Enactor:
                 self.backend.clear_begin_time(t)
             self.backend.set_nodelist(t, placement.nodes)
             # Before the unmark, which clears the AdminComment that keeps the request.
-            gres = gpus.shard_request(job, placement, all(n in self.typed for n in placement.nodes))
+            gres = gpus.shard_request(job, placement, all(n in self.typed for n in placement.nodes), bind)
             if gres is not None:
                 self.backend.set_gres(t, gres)
             if job.held or job.priority == 0:
@@ -175,8 +175,18 @@ class Enactor:
         return calls
 
     def start(
-        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, reason: str, now: float
+        self,
+        rec: JobRecord,
+        placement: Placement,
+        priority: int,
+        sj: SlurmJob,
+        reason: str,
+        now: float,
+        bind: tuple[int, ...] = (),
     ) -> Action:
+        """Node list, the shard job's GPU types (``bind``: all the GPUs a job that joins an
+        over-subscribed node may run on, controller/gpus.py), release, priority."""
+
         def before() -> None:
             # STARTING is saved with the journal row: a crash mid-start leaves a
             # record that the start-timeout re-holds if Slurm never starts it.
@@ -191,11 +201,13 @@ class Enactor:
         }
         if any(a.gpu_ids for a in placement.allocations):
             detail["gpu_ids"] = [list(a.gpu_ids) for a in placement.allocations]
+        if bind:
+            detail["bind"] = list(bind)  # the journal keeps it for a start a crash interrupts
         act = self._do(
             rec,
             "start",
             reason,
-            self._start_calls(rec, placement, priority, sj, now),
+            self._start_calls(rec, placement, priority, sj, now, bind),
             restart_count=sj.restart_count,
             before=before,
             detail=detail,
@@ -311,7 +323,10 @@ class Enactor:
                 act.reason = "start was interrupted: finishing node list, release, priority"
                 placement = rec.planned
                 if placement is not None:
-                    calls = self._start_calls(rec, placement, int(entry.args.get("priority", PRIORITY_BASE)), sj, now)
+                    bind = tuple(int(i) for i in entry.args.get("bind") or ())
+                    calls = self._start_calls(
+                        rec, placement, int(entry.args.get("priority", PRIORITY_BASE)), sj, now, bind
+                    )
             else:
                 act.reason = f"start already happened (Slurm: {sj.state})"
         elif entry.action == "hold":

@@ -86,17 +86,18 @@ def common_ids(placement: Placement) -> tuple[int, ...] | None:
     return ids or None
 
 
-def shard_request(sj: SlurmJob, placement: Placement, typed: bool) -> str | None:
+def shard_request(sj: SlurmJob, placement: Placement, typed: bool, bind: tuple[int, ...] = ()) -> str | None:
     """The gres to set before releasing ``sj`` on ``placement``: None when there is nothing to
     set (not a shard job held with its request kept aside, or already typed). On typed
-    nodes the placement's GPU indices (a floater's: every GPU it may run on, which the
-    caller puts in ``placement``), else the untyped request as it was."""
+    nodes the placement's GPU indices, or ``bind``: every GPU a job joining an
+    over-subscribed node may run on (Colocation.gpus, a shard of each); else the
+    untyped request as it was."""
     shards = gputypes.stashed_shards(sj.admin_comment)
     if not shards or sj.gpu_types:
         return None
     if not typed:
         return f"shard:{shards}"
-    ids = common_ids(placement)
+    ids = tuple(bind) if bind else common_ids(placement)
     if ids is None:
         raise ValueError(f"job {sj.job_id}: a typed shard start needs the same GPU indices on every node")
     return gputypes.shard_gres(ids, shards)

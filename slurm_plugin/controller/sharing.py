@@ -92,10 +92,9 @@ def audit_fields(sh: Sharing) -> dict[str, float | int]:
     }
 
 
-def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
-    """accumulate.json in the guest's job directory (read by the hooks when its run starts);
-    None for a job without one (not a tsbatch job). The directory is created for
-    the job's user when the controller (root) makes it."""
+def ensure_job_dir(rec: JobRecord, user: str) -> Path | None:
+    """The job's directory, created for the job's user when the controller (root) makes it;
+    None for a job without one (not a tsbatch job)."""
     jd = rec.files.job_dir(rec.job_id)
     if jd is None:
         return None
@@ -108,6 +107,15 @@ def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
                 pass  # a numeric or unknown user: root-owned, as Slurm's root jobs expect
             else:
                 os.chown(jd, pw.pw_uid, pw.pw_gid)
+    return jd
+
+
+def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
+    """accumulate.json in the guest's job directory (read by the hooks when its run starts);
+    None for a job without one (not a tsbatch job)."""
+    jd = ensure_job_dir(rec, user)
+    if jd is None:
+        return None
     protocol.write_accumulate(jd, protocol.Accumulate(sh.accumulation, sh.sub_batch))
     return jd / protocol.ACCUMULATE
 

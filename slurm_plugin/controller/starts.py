@@ -150,8 +150,15 @@ class Starter:
                 continue
             if job_id in plan.colocate and self.colocate is not None:
                 # Gandiva: on its partners' GPUs, through shards (controller/slicing.py).
-                partners = plan.colocate[job_id].partners
-                pinned = self.pin(rec, r, placement, partner=int(partners[0])) if partners else placement
+                col = plan.colocate[job_id]
+                if col.gpus:
+                    # A node's time-sliced 1-GPU jobs: the plan names the GPU it runs on first,
+                    # and it is bound to col.gpus (controller/gpus.py shard_request).
+                    pinned = placement if placement.has_ids else "chosen without a GPU index; waits"
+                elif col.partners:
+                    pinned = self.pin(rec, r, placement, partner=int(col.partners[0]))
+                else:
+                    pinned = placement
                 if isinstance(pinned, str):
                     r.reason = pinned
                     continue
