@@ -1,11 +1,12 @@
 """GPU sharing on multi-GPU nodes, live (docs/gandiva.md "Which GPU a shard job gets"):
 each shard job runs on the GPU the plan chose, read back from ``scontrol -d show job``.
 
-The cluster is its own (DIR-gpus4, PORT_BASE+30 .. +32, 2 nodes x 4 fake GPUs x 4
+The cluster is its own (DIR-gpus4, PORT_BASE+30 .. +32, 2 nodes x 4 fake GPUs x 8
 shards, per-GPU gres types, etc/job_submit.lua holding jobs at submission).
-Jobs are plain ``sbatch --gres=shard:N`` sleeps: what is checked is where Slurm
-puts them, not training (tests/slurm/test_sharing_live.py and
-test_gandiva_live.py train real PyTorch jobs).
+SJF-BSBF's jobs are plain ``sbatch --gres=shard:N`` sleeps (where Slurm puts them
+is what is checked); Gandiva's are ``tsbatch`` PyTorch jobs, whose hooks park them
+at mini-batch boundaries and switch GPUs when the controller says so
+(tests/slurm/test_gandiva_live.py checks their training bit for bit).
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
+import time
 
 import pytest
 
+from teiresias import jobfiles
 from tests.helpers import poll
-from tests.slurm.conftest import own_cluster, own_cluster_config
+from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
 from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
+from tests.torch.jobs import SCRIPTS
 
 pytestmark = [pytest.mark.slurm]
 
@@ -58,7 +63,7 @@ def queue_rows(ctl: ControllerProc) -> dict[int, dict]:
 @pytest.fixture(scope="module")
 def gpus4():
     cfg = own_cluster_config(
-        "gpus4", 30, nodes=2, gpus_per_node=4, shards_per_gpu=4, partitions=("gpu",), job_submit_lua=LUA
+        "gpus4", 30, nodes=2, gpus_per_node=4, shards_per_gpu=8, partitions=("gpu",), job_submit_lua=LUA
     )
     with own_cluster(cfg) as cluster:
         yield cluster
@@ -71,7 +76,7 @@ default: {batch: 16, memory_gb: 6.0, interference: 1.2}
 
 
 def test_sjf_bsbf_jobs_alone_get_their_own_gpu_and_a_guest_its_hosts(gpus4, tmp_path) -> None:
-    """The issue's case: `--gres=shard:2` jobs started alone all ran on IDX 0 while the
+    """The issue's case: `--gres=shard:N` jobs started alone all ran on IDX 0 while the
     controller believed each had its own GPU. Now: four jobs on one 4-GPU node (the
     plan fills node1 first) each on a GPU of its own, and a fifth, the guest, on its
     host's GPU; `queue --json` says who shares."""
@@ -85,14 +90,14 @@ def test_sjf_bsbf_jobs_alone_get_their_own_gpu_and_a_guest_its_hosts(gpus4, tmp_
     try:
         alone = []
         for _ in range(8):
-            alone.append(submit(c, 2))
+            alone.append(submit(c, 4))  # half a GPU's shards (docs/sjf-bsbf.md §9)
         for j in alone:
             c.wait_for(j, "RUNNING", timeout=90)
         where = {j: poll(f"job {j}'s GPU", lambda j=j: gpu_index(c, j), timeout=30) for j in alone}
         per_gpu = {(n, ids) for n, ids in where.values()}
         assert len(per_gpu) == 8, where  # eight jobs, eight GPUs: nobody shares
         assert all(len(ids) == 1 for _, ids in where.values()), where
-        guest = submit(c, 2)
+        guest = submit(c, 4)
         c.wait_for(guest, "RUNNING", timeout=90)
         rows = poll(
             "the pair in `teiresias queue --json`",
@@ -109,6 +114,126 @@ def test_sjf_bsbf_jobs_alone_get_their_own_gpu_and_a_guest_its_hosts(gpus4, tmp_
         assert share["partner"] == host
         (start,) = [e for e in ctl.audit(guest, "start")]
         assert start["gpu_ids"] == [list(where[host][1])]
+    finally:
+        ctl.stop()
+        c.clean()
+    assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
+
+
+SLICE_S = 6.0
+
+
+def _running_gpus(c, base, jobs: list[int], floaters: set[int]) -> dict[tuple[str, int], list[int]] | None:
+    """(node, GPU) -> the jobs running there now, in the controller's plan: Slurm's IDX for a
+    job bound to one GPU, gpu.json for a job bound to all its node's GPUs."""
+    seen: dict[tuple[str, int], list[int]] = {}
+    for sj in c.backend.jobs():
+        if sj.job_id not in jobs or sj.state != "RUNNING" or not sj.nodes:
+            continue
+        if sj.job_id in floaters:
+            dev = jobfiles.read_device(jobfiles.job_dir(base, sj.job_id))
+            if dev is None:
+                return None
+            gpu = dev.gpu
+        else:
+            ids = sj.gpu_ids_on(sj.nodes[0])
+            if len(ids) != 1:
+                return None
+            gpu = ids[0]
+        seen.setdefault((sj.nodes[0], gpu), []).append(sj.job_id)
+    return seen
+
+
+def _watch(c, base, jobs: list[int], floaters: set[int], seconds: float) -> int:
+    """Sample who runs where for ``seconds``: no GPU may run two jobs (no packing here) for
+    longer than a round takes to enact (a suspend and a resume are two Slurm calls).
+    Returns the samples taken."""
+    bad_since: float | None = None
+    samples = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        seen = _running_gpus(c, base, jobs, floaters)
+        samples += 1
+        shared = {k: v for k, v in (seen or {}).items() if len(v) > 1}
+        if shared:
+            bad_since = bad_since or time.monotonic()
+            assert time.monotonic() - bad_since < 3.0, f"GPUs run two jobs the plan did not pack: {shared}"
+        else:
+            bad_since = None
+        time.sleep(0.5)
+    return samples
+
+
+def test_gandiva_time_slices_1gpu_jobs_across_a_4gpu_node_and_migrates_by_index(gpus4, tmp_path) -> None:
+    """Issue 22 items 1, 2, 9 live: four 1-GPU shard jobs on a 4-GPU node get GPUs 0-3;
+    newcomers run within a slice, bound to all four GPUs, and rotate across them (six on
+    four, then eight: twice as many jobs as GPUs), no GPU ever running two jobs; when the
+    other node frees up, suspended jobs migrate there, each to its own GPU index."""
+    c = gpus4
+    c.clean()
+    base = tmp_path / "ckpt"
+    batch = tmp_path / "t.sh"
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 20\n"
+        f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.25 TRAIN_EPOCHS=200\n"
+        f"{sys.executable} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n"
+    )
+    ctl = ControllerProc(
+        tmp_path,
+        c,
+        policy={
+            "name": "gandiva",
+            "gandiva": {"slice": SLICE_S, "max_height": 2, "packing": False, "migration": True, "grow_shrink": False},
+        },
+    ).start()
+
+    def tsb(name: str) -> int:
+        return tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/{name}.out", str(batch))
+
+    try:
+        wall = c.submit("sleep 600", "-p", "gpu", "-c", "1", "--gres=gpu:4")  # a whole-node job elsewhere
+        other = c.wait_for(wall, "RUNNING", timeout=60).nodes[0]
+        pinned = [tsb(f"p{k}") for k in range(4)]
+        where = {j: c.wait_for(j, "RUNNING", timeout=120) for j in pinned}
+        node = where[pinned[0]].nodes[0]
+        assert node != other and {w.gpu_ids for w in where.values()} == {((node, (k,)),) for k in range(4)}
+        floaters: list[int] = []
+        for k in range(2):
+            t0 = time.monotonic()
+            floaters.append(tsb(f"f{k}"))
+            c.wait_for(floaters[-1], "RUNNING", timeout=60)
+            assert time.monotonic() - t0 < SLICE_S + 30, "a newcomer waited longer than a slice (and its start)"
+        for f in floaters:
+            (start,) = ctl.audit(f, "start")
+            assert start["bind"] == [0, 1, 2, 3] and len(start["gpu_ids"][0]) == 1
+            assert c.job(f).gpu_ids == ((node, (0, 1, 2, 3)),)  # a shard of each GPU of its node
+        jobs = pinned + floaters
+        _watch(c, base, jobs, set(floaters), 5 * SLICE_S)
+        # Six jobs on four GPUs: the newcomers moved across the node's GPUs (Figure 9).
+        moved = ctl.audit(action="device")
+        assert moved and {e["job"] for e in moved} <= set(floaters), moved
+        assert any(len({e["gpu"] for e in moved if e["job"] == f}) >= 2 for f in floaters), moved
+        poll(
+            "a GPU switch seen by a job's hooks",
+            lambda: any(len({r.gpu for r in jobfiles.read_devices(jobfiles.job_dir(base, f))}) >= 2 for f in floaters),
+            timeout=60,
+        )
+        # Eight jobs on four GPUs (2x): newcomers still time-slice at once.
+        for k in range(2, 4):
+            floaters.append(tsb(f"f{k}"))
+            c.wait_for(floaters[-1], "RUNNING", timeout=60)
+        jobs = pinned + floaters
+        _watch(c, base, jobs, set(floaters), 3 * SLICE_S)
+        assert all(ctl.audit(j, "suspend") for j in pinned), "every first job gave up its GPU for a turn"
+        # The other node frees up: suspended jobs move there (lower the height, §4.2.1),
+        # a job bound to one GPU onto its own index of that node.
+        c.backend.cancel(wall)
+        migs = poll("migrations to the freed node", lambda: ctl.audit(action="migrate") or None, timeout=90, every=1)
+        for e in migs:  # type: ignore[union-attr]
+            job = e["job"]
+            moved_to = c.wait_for(job, "RUNNING", timeout=120, where=lambda j: j.nodes == (other,))
+            if job in pinned:
+                assert moved_to.gpu_ids == ((other, where[job].gpu_ids[0][1]),)
     finally:
         ctl.stop()
         c.clean()
