@@ -5,50 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller import gpus
 from teiresias.domain import Placement
-
-
-def job(job_id: int, state: str = "PENDING", **kw: object) -> SlurmJob:
-    base: dict = dict(
-        job_id=job_id,
-        name="j",
-        user="u",
-        account="",
-        partition="gpu",
-        state=state,
-        state_reason="None",
-        priority=1,
-        restart_count=0,
-        requeue=True,
-        held=state == "PENDING",
-        gpus=1,
-        num_nodes=1,
-        nodes=(),
-        required_nodes=(),
-        submit_time=0.0,
-        eligible_time=None,
-        start_time=None,
-        end_time=None,
-        time_limit_minutes=None,
-        command="",
-        comment="",
-    )
-    base.update(kw)
-    return SlurmJob(**base)
+from tests.unit.round_support import held_job, shard_job
 
 
 def test_a_stashed_shard_job_is_typed_with_the_gpus_of_its_start() -> None:
-    sj = job(7, admin_comment="teiresias:held;teiresias:shard=2", shards=2)
+    sj = held_job(7, admin_comment="teiresias:held;teiresias:shard=2", shards=2)
     p = Placement.on({"node1": (2,)})
     assert gpus.shard_request(sj, p, typed=True) == "shard:g2:2"
     # A job joining an over-subscribed node: a shard of each GPU it may run on.
     assert gpus.shard_request(sj, p, typed=True, bind=(0, 1, 2, 3)) == "shard:g0:2,shard:g1:2,shard:g2:2,shard:g3:2"
     assert gpus.shard_request(sj, p, typed=False) == "shard:2"  # untyped nodes: as it asked
-    typed_already = job(7, admin_comment="teiresias:held;teiresias:shard=2", shards=2, gpu_types=(2,))
+    typed_already = held_job(7, admin_comment="teiresias:held;teiresias:shard=2", shards=2, gpu_types=(2,))
     assert gpus.shard_request(typed_already, p, typed=True) is None  # Slurm keeps a type once set
-    assert gpus.shard_request(job(8), p, typed=True) is None  # not a shard job
+    assert gpus.shard_request(held_job(8), p, typed=True) is None  # not a shard job
     with pytest.raises(ValueError, match="same GPU indices"):
         gpus.shard_request(sj, Placement.on({"node1": (0,), "node2": (1,)}), typed=True)
 
@@ -65,10 +36,10 @@ def test_the_ledger_counts_running_jobs_by_idx_and_starting_ones_by_plan() -> No
     from slurm_plugin.controller.state import JobRecord, Phase
 
     slurm = {
-        1: job(1, "RUNNING", gpu_ids=(("node1", (0,)),), gpu_types=(0,)),
-        2: job(2, "SUSPENDED", gpu_ids=(("node1", (1,)),), gpu_types=(1,)),
-        3: job(3, "RUNNING", gpu_ids=(("node1", (0, 1, 2, 3)),), gpu_types=(0, 1, 2, 3)),  # a floater
-        4: job(4, "PENDING"),
+        1: shard_job(1, "RUNNING", ["node1"], gpu_ids=(("node1", (0,)),), gpu_types=(0,)),
+        2: shard_job(2, "SUSPENDED", ["node1"], gpu_ids=(("node1", (1,)),), gpu_types=(1,)),
+        3: shard_job(3, "RUNNING", ["node1"], gpu_ids=(("node1", (0, 1, 2, 3)),), gpu_types=(0, 1, 2, 3)),  # a floater
+        4: shard_job(4, "PENDING"),
     }
     rec = JobRecord(job_id=4, user="u", account="", partition="gpu", name="j", comment="", gpus=1, submit_time=0.0)
     rec.phase, rec.planned = Phase.STARTING, Placement.on({"node2": (3,)})

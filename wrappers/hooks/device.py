@@ -29,24 +29,16 @@ import torch
 
 from wrappers import protocol
 from wrappers.hooks.suspend import offload, restore
+from wrappers.hooks.usage import job_gpus
 
 CHECK_EVERY_S = 1.0
-
-
-def visible_gpus(env: Mapping[str, str]) -> list[str]:
-    """Slurm's indices of the job's GPUs in CUDA order (CUDA index i is the i-th)."""
-    for key in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
-        value = env.get(key, "").strip()
-        if value and value not in ("NoDevFiles", "-1"):
-            return [v.strip() for v in value.split(",") if v.strip()]
-    return []
 
 
 class DeviceSwitch:
     """One per process; ``wanted`` is cheap enough to call after every step."""
 
     def __init__(self, env: Mapping[str, str], jobdir: Path, job_id: str, restart_count: int) -> None:
-        self.gpus = visible_gpus(env)
+        self.gpus = job_gpus(env)  # Slurm's indices in CUDA order (CUDA index i is the i-th)
         self.jobdir = jobdir
         self.job_id = job_id
         self.restart_count = restart_count
