@@ -45,3 +45,21 @@ def test_the_ledger_counts_running_jobs_by_idx_and_starting_ones_by_plan() -> No
     rec.phase, rec.planned = Phase.STARTING, Placement.on({"node2": (3,)})
     assert gpus.busy_gpus({4: rec}, slurm) == {"node1": {0, 1}, "node2": {3}}
     assert gpus.busy_gpus({4: rec}, slurm, floaters=True)["node1"] == {0, 1, 2, 3}
+
+
+def test_a_starting_jobs_planned_gpus_survive_a_restart_of_the_controller(tmp_path) -> None:
+    """The ledger counts a starting job's planned GPU indices: the state store keeps them
+    (old rows, [node, gpus] without indices, still read)."""
+    from slurm_plugin.controller.state import JobRecord, Phase, StateStore
+
+    store = StateStore(tmp_path / "s.db")
+    r = JobRecord(job_id=3, gpus=1, submit_time=1.0, phase=Phase.STARTING, planned=Placement.on({"node1": (2,)}))
+    with store.transaction():
+        store.save_job(r)
+    store.close()
+    got = StateStore(tmp_path / "s.db").job(3)
+    assert got is not None and got.planned is not None and got.planned.ids_on("node1") == (2,)
+    from slurm_plugin.controller.state import _placement_from_json
+
+    old = _placement_from_json('[["node1", 2]]')
+    assert old == Placement.of({"node1": 2}) and old is not None and old.ids_on("node1") == ()

@@ -56,13 +56,12 @@ def test_six_one_gpu_jobs_on_four_gpus_each_get_four_sixths() -> None:
 
 def test_the_rotation_hands_gpus_to_the_longest_suspended_and_moves_floaters() -> None:
     # s0n0: A, B bound to GPUs 0 and 1 (started alone); floater F (bound to 0-1) runs on
-    # GPU 0 since t=0, A suspended since t=0, B running since t=100. At t=60: F's slice
-    # is over, A (waiting longest) takes GPU 0 back; F is due before B (B ran shorter?
-    # no: B ran since 100, not due), so F waits.
+    # GPU 0 since t=70, A suspended since t=70, B running since t=100. At t=130 F's slice
+    # is over: A (waiting) takes GPU 0 back; B's slice is not over, so F waits.
     c = cluster(1, 2)
-    a = pooled(1, "s0n0", 0, (0,), suspended=True, slice_since=0.0)
+    a = pooled(1, "s0n0", 0, (0,), suspended=True, slice_since=70.0)
     b = pooled(2, "s0n0", 1, (1,), slice_since=100.0)
-    f = pooled(3, "s0n0", 0, (0, 1), slice_since=0.0)
+    f = pooled(3, "s0n0", 0, (0, 1), slice_since=70.0)
     plan = gandiva(slice=60.0).decide(snap(c, a, b, f, now=130.0))
     assert plan.resume == (J(1),) and plan.suspend == (J(3),)
     assert "resume: its turn on GPU 0" in plan.notes[J(1)]
@@ -163,3 +162,26 @@ def test_a_job_bound_to_one_gpu_migrates_only_to_that_index() -> None:
     # With s0n1's idle GPU at index 1 instead, A (bound to 0) cannot go; it waits its turn.
     b0 = pooled(4, "s0n1", 0, (0,), slice_since=5.0)
     assert gandiva(slice=60.0).decide(snap(c, a, f, x, b0, now=10.0)).migrate == {}
+
+
+def test_a_round_between_turns_displaces_nobody() -> None:
+    """The controller runs a round every poll (1 s), the simulator at slice ends: both must
+    decide the same. Five jobs on four GPUs, a turn at t=11.6 gave GPU 0 back to job 1 and
+    moved floater 5 onto GPU 1 (job 2 suspended). A round at 12.7 must not let job 2, just
+    suspended, take GPU 1 back and push the floater onto the next GPU (live, before: the
+    floater hopped GPUs at every poll)."""
+    c = cluster(1, 4)
+    jobs = [
+        pooled(1, "s0n0", 0, (0,), slice_since=11.6),
+        pooled(2, "s0n0", 1, (1,), suspended=True, slice_since=11.6),
+        pooled(3, "s0n0", 2, (2,), slice_since=2.0),
+        pooled(4, "s0n0", 3, (3,), slice_since=2.0),
+        pooled(5, "s0n0", 1, (0, 1, 2, 3), slice_since=5.6),
+    ]
+    policy = gandiva(slice=6.0, packing=False)
+    quiet = policy.decide(snap(c, *jobs, now=12.7))
+    assert quiet.suspend == () and quiet.resume == () and quiet.devices == {}
+    assert policy.wake_at(snap(c, *jobs, now=12.7)) == pytest.approx(17.6)
+    # At 17.6 it is a turn again: job 2 (waiting longest) takes GPU 1 back.
+    turn = policy.decide(snap(c, *jobs, now=17.6))
+    assert J(2) in turn.resume

@@ -68,10 +68,19 @@ def rotate(r: Round, slice_len: float) -> float:
 def _rotate_pool(r: Round, pool: Pool, slice_len: float, now: float) -> float:
     runs, device = r.runs, r.device
     members = pool.members
+    # A turn: a runner's slice ended since the pool last changed (or a whole slice passed
+    # without any change). Between turns a round only hands out idle GPUs: a runner kept
+    # through the last turn is not displaced by the next round (the controller runs one
+    # every poll, the simulator at slice ends; both must decide the same).
+    last = max((_since(m) for m in members if m.slice_since is not None), default=float("-inf"))
+    turn = now >= last + slice_len or any(
+        runs[m.job_id] and last < _since(m) + slice_len <= now for m in members if m.job_id not in r.touched
+    )
     keep = [
         m
         for m in members
-        if runs[m.job_id] and (m.job_id in r.touched or r.packed.get(m.job_id) or now - _since(m) < slice_len)
+        if runs[m.job_id]
+        and (not turn or m.job_id in r.touched or r.packed.get(m.job_id) or now - _since(m) < slice_len)
     ]
     kept_ids = {m.job_id for m in keep}
     # Waiting: suspended before now (one suspended at this very instant, by an earlier round
