@@ -351,13 +351,12 @@ def bench_livesim(a: argparse.Namespace, cluster: LocalCluster, seed: int) -> di
 
     from slurm_plugin.config import load_config
     from slurm_plugin.controller.audit import read_audit, timelines
-    from slurm_plugin.controller.demo import DEMO_JOB, demo_cluster
+    from slurm_plugin.controller.demo import demo_cluster, submit_demo_job
     from slurm_plugin.controller.runtime import make_controller
     from slurm_plugin.controller.state import StateStore
     from teiresias.policy.gandiva import GandivaParams
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, TraceJob, run
-    from wrappers.protocol import format_comment
 
     cluster.cancel_all_jobs()
     work = Path("/var/tmp") / f"bench-gandiva-livesim-{int(time.time())}"
@@ -395,19 +394,7 @@ def bench_livesim(a: argparse.Namespace, cluster: LocalCluster, seed: int) -> di
             el = time.time() - t0
             for j in jobs:
                 if j.index not in ids and el >= j.offset:
-                    ids[j.index] = backend.submit(
-                        DEMO_JOB,
-                        "-p",
-                        "gpu",
-                        "--gres=shard:1",
-                        "-t",
-                        "30",
-                        f"--job-name=g{j.index:02d}",
-                        f"--chdir={base}",
-                        f"--output={base}/g-%j.out",
-                        f"--comment={format_comment({'dir': str(base)})}",
-                        f"--export=ALL,JOBBASE={base},WORK={int(j.work)}",
-                    )
+                    ids[j.index] = submit_demo_job(backend, j, base, f"g{j.index:02d}", gres="shard:1")
             # The plan's GPUs: jobs bound to one GPU hold exactly it (Slurm's IDX), one job each.
             running = [sj for sj in backend.jobs() if sj.state == "RUNNING" and len(sj.gpu_types) == 1]
             held: dict[tuple[str, int], int] = {}

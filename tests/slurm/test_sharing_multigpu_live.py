@@ -164,6 +164,43 @@ def _watch(c, base, jobs: list[int], floaters: set[int], seconds: float) -> int:
     return samples
 
 
+class GandivaRun:
+    """The real controller under gandiva (slice SLICE_S, max height 2) on ``c``, and tsbatch
+    shard:1 jobs running ``script`` with ``env`` (one line of exports)."""
+
+    def __init__(self, c, tmp_path, script: str, env: str, *, packing: bool, migration: bool, every: int = 0) -> None:
+        self.c, self.tmp = c, tmp_path
+        self.base = tmp_path / "ckpt"
+        self.batch = tmp_path / "t.sh"
+        self.batch.write_text(
+            "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 20\n"
+            f"cd {tmp_path}\nexport {env}\n{sys.executable} {SCRIPTS / script} out.$SLURM_JOB_ID.pt\n"
+        )
+        # --checkpoint-every=1: runs.jsonl gets the step count (and busy share) at every step.
+        self.every = ("--checkpoint-every=1",) if every else ()
+        params = {"slice": SLICE_S, "max_height": 2, "packing": packing, "migration": migration}
+        self.ctl = ControllerProc(
+            tmp_path, c, policy={"name": "gandiva", "gandiva": {**params, "grow_shrink": False}}
+        ).start()
+
+    def tsb(self, name: str) -> int:
+        args = (*self.every, f"--checkpoint-dir={self.base}", f"--output={self.tmp}/{name}.out")
+        return tsbatch_submit(self.c, *args, str(self.batch))
+
+    def fill_a_node(self) -> tuple[str, list[int], dict[int, tuple[str, tuple[int, ...]]]]:
+        """A whole-node gpu:4 job on one node, four shard jobs on the other: (the whole-node
+        job's node, the four jobs, their (node, IDX))."""
+        c = self.c
+        wall = c.submit("sleep 600", "-p", "gpu", "-c", "1", "--gres=gpu:4")
+        self.wall = wall
+        other = c.wait_for(wall, "RUNNING", timeout=60).nodes[0]
+        pinned = [self.tsb(f"p{k}") for k in range(4)]
+        for j in pinned:
+            c.wait_for(j, "RUNNING", timeout=120)
+        where = {j: poll(f"job {j}'s GPU", lambda j=j: gpu_index(c, j), timeout=30) for j in pinned}
+        return other, pinned, where  # type: ignore[return-value]
+
+
 def test_gandiva_time_slices_1gpu_jobs_across_a_4gpu_node_and_migrates_by_index(gpus4, tmp_path) -> None:
     """Issue 22 items 1, 2, 9 live: four 1-GPU shard jobs on a 4-GPU node get GPUs 0-3;
     newcomers run within a slice, bound to all four GPUs, and rotate across them (six on
@@ -171,32 +208,13 @@ def test_gandiva_time_slices_1gpu_jobs_across_a_4gpu_node_and_migrates_by_index(
     other node frees up, suspended jobs migrate there, each to its own GPU index."""
     c = gpus4
     c.clean()
-    base = tmp_path / "ckpt"
-    batch = tmp_path / "t.sh"
-    batch.write_text(
-        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 20\n"
-        f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.25 TRAIN_EPOCHS=200\n"
-        f"{sys.executable} {SCRIPTS / 'train_plain.py'} out.$SLURM_JOB_ID.pt\n"
+    g = GandivaRun(
+        c, tmp_path, "train_plain.py", "TRAIN_STEP_SLEEP=0.25 TRAIN_EPOCHS=200", packing=False, migration=True
     )
-    ctl = ControllerProc(
-        tmp_path,
-        c,
-        policy={
-            "name": "gandiva",
-            "gandiva": {"slice": SLICE_S, "max_height": 2, "packing": False, "migration": True, "grow_shrink": False},
-        },
-    ).start()
-
-    def tsb(name: str) -> int:
-        return tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/{name}.out", str(batch))
-
+    ctl, base, tsb = g.ctl, g.base, g.tsb
     try:
-        wall = c.submit("sleep 600", "-p", "gpu", "-c", "1", "--gres=gpu:4")  # a whole-node job elsewhere
-        other = c.wait_for(wall, "RUNNING", timeout=60).nodes[0]
-        pinned = [tsb(f"p{k}") for k in range(4)]
-        for j in pinned:
-            c.wait_for(j, "RUNNING", timeout=120)
-        where = {j: poll(f"job {j}'s GPU", lambda j=j: gpu_index(c, j), timeout=30) for j in pinned}
+        other, pinned, where = g.fill_a_node()
+        wall = g.wall
         node = where[pinned[0]][0]  # type: ignore[index]
         assert node != other and set(where.values()) == {(node, (k,)) for k in range(4)}, where
         floaters: list[int] = []
@@ -252,35 +270,20 @@ def test_gandiva_packs_the_lightest_job_onto_the_lightest_gpu_and_retries_anothe
     could be packed, on its own GPU)."""
     c = gpus4
     c.clean()
-    base = tmp_path / "ckpt"
-    batch = tmp_path / "t.sh"
-    batch.write_text(
-        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 20\n"
-        f"cd {tmp_path}\nexport TRAIN_STEP_SLEEP=0.05 TRAIN_LOAD_SLEEP=0.4 TRAIN_EPOCHS=200"
-        f" TRAIN_DEVICE_DIR={tmp_path} TRAIN_DEVICE_SWITCH=1.0\n"
-        f"{sys.executable} {SCRIPTS / 'train_shared_device.py'} out.$SLURM_JOB_ID.pt\n"
-    )
-    ctl = ControllerProc(
-        tmp_path,
+    env = "TRAIN_STEP_SLEEP=0.05 TRAIN_LOAD_SLEEP=0.4 TRAIN_EPOCHS=200"
+    g = GandivaRun(
         c,
-        policy={
-            "name": "gandiva",
-            "gandiva": {"slice": SLICE_S, "max_height": 2, "packing": True, "migration": False, "grow_shrink": False},
-        },
-    ).start()
-
-    def tsb(name: str) -> int:
-        # --checkpoint-every=1: runs.jsonl gets the step count (and busy share) at every step.
-        args = ("--checkpoint-every=1", f"--checkpoint-dir={base}", f"--output={tmp_path}/{name}.out")
-        return tsbatch_submit(c, *args, str(batch))
-
+        tmp_path,
+        "train_shared_device.py",
+        f"{env} TRAIN_DEVICE_DIR={tmp_path} TRAIN_DEVICE_SWITCH=1.0",
+        packing=True,
+        migration=False,
+        every=1,
+    )
+    ctl, tsb = g.ctl, g.tsb
     try:
-        wall = c.submit("sleep 600", "-p", "gpu", "-c", "1", "--gres=gpu:4")
-        c.wait_for(wall, "RUNNING", timeout=60)
-        pinned = [tsb(f"p{k}") for k in range(4)]
-        for j in pinned:
-            c.wait_for(j, "RUNNING", timeout=120)
-        gpu_of = {j: poll(f"job {j}'s GPU", lambda j=j: gpu_index(c, j), timeout=30)[1][0] for j in pinned}  # type: ignore[index]
+        _, pinned, where = g.fill_a_node()
+        gpu_of = {j: where[j][1][0] for j in pinned}
         floater = tsb("f")
         c.wait_for(floater, "RUNNING", timeout=60)
 
