@@ -81,6 +81,38 @@ end
 
 -- The controller's word that a hold is its own (slurm_plugin/backends/base.py HOLD_MARK).
 local HOLD_MARK = "teiresias:held"
+-- Where an untyped shard request is kept (slurm_plugin/backends/gputypes.py SHARD_STASH).
+local SHARD_STASH = "teiresias:shard="
+
+-- Slurm 22.05 puts an untyped --gres=shard:N job on the lowest GPU index with N free
+-- shards (first fit) and cannot give a pending job a GPU type later; a job that asks
+-- no gres can be given one. So an untyped shard request is taken off the held job and
+-- kept in its AdminComment; the controller releases it with the per-GPU type of the
+-- GPU the plan chose (shard:g2:N), or untyped again on nodes without per-GPU types
+-- (docs/gandiva.md "Which GPU a shard job gets"). Returns the count taken, or nil.
+local function stash_shards(job_desc)
+   local spec = job_desc.tres_per_node
+   if spec == nil or spec == "" then
+      return nil
+   end
+   local keep, taken = {}, nil
+   for item in string.gmatch(spec, "[^,]+") do
+      local s = string.gsub(item, "^gres[:/]", "")
+      local count = string.match(s, "^shard:(%d+)$")
+      if s == "shard" then
+         count = "1"
+      end
+      if count ~= nil then
+         taken = (taken or 0) + tonumber(count)
+      else
+         keep[#keep + 1] = item
+      end
+   end
+   if taken ~= nil then
+      job_desc.tres_per_node = table.concat(keep, ",")
+   end
+   return taken
+end
 
 -- GPU types some node has, read once from the slurm.conf beside this file (and the
 -- files it Includes): NodeName=... Gres=gpu:TYPE:N. Slurm accepts a typed request
@@ -183,10 +215,15 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    end
    -- priority 0 = held; the mark tells the controller this hold is its own.
    job_desc.priority = 0
+   local mark = HOLD_MARK
+   local shards = stash_shards(job_desc)
+   if shards ~= nil then
+      mark = mark .. ";" .. SHARD_STASH .. tostring(shards)
+   end
    if job_desc.admin_comment == nil or job_desc.admin_comment == "" then
-      job_desc.admin_comment = HOLD_MARK
+      job_desc.admin_comment = mark
    else
-      job_desc.admin_comment = job_desc.admin_comment .. ";" .. HOLD_MARK
+      job_desc.admin_comment = job_desc.admin_comment .. ";" .. mark
    end
    slurm.log_info("teiresias: held job %s of uid %u for the controller",
                   tostring(job_desc.name), submit_uid)

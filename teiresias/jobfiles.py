@@ -319,6 +319,9 @@ class RunRecord:
     median_step_s: float
     nodes: int
     time: float
+    # Mean percent of those steps' wall time spent outside the DataLoader (computing rather
+    # than waiting for input; wrappers/hooks/steptime.py). None: not measured (older hooks).
+    busy: float | None = None
 
 
 def runs_path(jobdir: Path) -> Path:
@@ -468,6 +471,70 @@ def append_slice(jobdir: Path, record: SliceRecord) -> None:
 def read_slices(jobdir: Path) -> list[SliceRecord]:
     """Every suspension recorded by the job, oldest first; torn lines are skipped."""
     return _read_lines(jobdir / SLICE_RECORDS, SliceRecord)
+
+
+# Server-wide time-slicing (Gandiva §4.1 Figure 9, docs/gandiva.md): a 1-GPU job bound
+# to several GPUs of its node (a shard of each) runs on the one the controller names in
+# ``gpu.json``; the hooks read it when the run starts, at every resume and at mini-batch
+# boundaries, and append one DeviceRecord per GPU they switch to.
+DEVICE = "gpu.json"
+DEVICE_RECORDS = "devices.jsonl"
+
+
+@dataclass(frozen=True)
+class Device:
+    """``gpu``: the GPU to run on, by Slurm's index on the node (as in SLURM_JOB_GPUS);
+    ``since``: when the controller chose it (wall clock)."""
+
+    gpu: int
+    since: float
+
+
+class DeviceInvalid(ValueError):
+    """gpu.json exists but is not a valid ``Device``."""
+
+
+def write_device(jobdir: Path, device: Device) -> None:
+    """Whole file or nothing (rename)."""
+    replace_json(jobdir / DEVICE, asdict(device), fsync=False)
+
+
+def read_device(jobdir: Path) -> Device | None:
+    """The GPU the controller chose; None without the file; DeviceInvalid naming the problem."""
+    path = jobdir / DEVICE
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:
+        raise DeviceInvalid(f"{path}: unreadable ({exc})") from None
+    gpu, since = raw.get("gpu") if isinstance(raw, dict) else None, raw.get("since") if isinstance(raw, dict) else None
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0 or not isinstance(since, int | float):
+        raise DeviceInvalid(f'{path}: expected {{"gpu": N, "since": T}}')
+    return Device(gpu, float(since))
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """The job ran on GPU ``gpu`` (Slurm's index) from ``time`` on, after optimizer step
+    ``step`` of run ``restart_count``; ``local``: that GPU's CUDA index inside the job
+    (its place in CUDA_VISIBLE_DEVICES), -1 where there is no CUDA device (CPU runs)."""
+
+    job_id: int
+    restart_count: int
+    step: int
+    gpu: int
+    local: int
+    time: float
+
+
+def append_device(jobdir: Path, record: DeviceRecord) -> None:
+    _append_line(jobdir / DEVICE_RECORDS, record, fsync=False)
+
+
+def read_devices(jobdir: Path) -> list[DeviceRecord]:
+    """Every GPU switch the job recorded, oldest first; torn lines are skipped."""
+    return _read_lines(jobdir / DEVICE_RECORDS, DeviceRecord)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,14 @@ class SlurmJob:
     excluded_nodes: tuple[str, ...] = ()
     features: str = ""
     array_max_tasks: int = 0
+    # GPU indices the job holds on each of its nodes (``gres_detail``'s IDX; running jobs).
+    gpu_ids: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # The per-GPU types its shard request names (``shard:g2:1`` -> (2,); backends/gputypes.py):
+    # Slurm starts it only on those GPU indices, on whatever node. (): untyped, or no shards.
+    shard_gpus: tuple[int, ...] = ()
+
+    def gpu_ids_on(self, node: str) -> tuple[int, ...]:
+        return next((ids for n, ids in self.gpu_ids if n == node), ())
 
     @property
     def target(self) -> str:
@@ -143,6 +151,9 @@ class SlurmNode:
     mem_mb: int = 0
     gpu_types: frozenset[str] = frozenset()  # typed GPUs of its Gres (``gpu:a100:4``)
     features: frozenset[str] = frozenset()  # its active features (``--constraint`` matches them)
+    # The GPU indices whose shards have their own gres Type (``shard:g0:K,...``,
+    # backends/gputypes.py): a shard job can be put on one of them by name. (): untyped.
+    shard_gpus: tuple[int, ...] = ()
 
     @property
     def usable(self) -> bool:

@@ -102,8 +102,9 @@ def cluster() -> None:
     default=0,
     show_default=True,
     metavar="K",
-    help="GPU sharing: K gres/shard per GPU (GresTypes=gpu,shard, Cores= on the gpu line; "
-    "docs/sjf-bsbf.md); 0 = no shards.",
+    help="GPU sharing: K gres/shard per GPU, one gres Type per GPU (g0, g1, ...) so that the "
+    "controller puts each shard job on the GPU it chose (GresTypes=gpu,shard; docs/gandiva.md); "
+    "0 = no shards.",
 )
 @click.option(
     "-e",

@@ -23,7 +23,7 @@ from typing import Any
 
 from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting
+from slurm_plugin.controller import accounting, gpus
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.preemption import RequeueDue
 from slurm_plugin.controller.reconcile import RUNNING_STATES, base_state, same_job
@@ -64,6 +64,8 @@ class Enactor:
         self.actions: list[Action] = []
         # job -> the id scontrol must get (an array task's "A_T"; plain "A" acts on every task)
         self.targets: dict[int, str] = {}
+        # Nodes with one gres Type per GPU: a shard job is released on the GPU the plan chose.
+        self.typed: frozenset[str] = frozenset()
 
     def _t(self, job_id: int) -> JobTarget:
         return self.targets.get(job_id, job_id)
@@ -139,7 +141,7 @@ class Enactor:
         )
 
     def _start_calls(
-        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, now: float
+        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, now: float, bind: tuple[int, ...] = ()
     ) -> Callable[[], None]:
         def calls() -> None:
             t = self._t(rec.job_id)
@@ -158,6 +160,10 @@ class Enactor:
                 # ran is the user's (--begin): such a job is not started at all (reconcile).
                 self.backend.clear_begin_time(t)
             self.backend.set_nodelist(t, placement.nodes)
+            # Before the unmark, which clears the AdminComment that keeps the request.
+            gres = gpus.shard_request(job, placement, all(n in self.typed for n in placement.nodes), bind)
+            if gres is not None:
+                self.backend.set_gres(t, gres)
             if job.held or job.priority == 0:
                 # Unmarked first: a crash between the two leaves a held job without the
                 # mark, whose interrupted start the journal finishes.
@@ -169,8 +175,18 @@ class Enactor:
         return calls
 
     def start(
-        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, reason: str, now: float
+        self,
+        rec: JobRecord,
+        placement: Placement,
+        priority: int,
+        sj: SlurmJob,
+        reason: str,
+        now: float,
+        bind: tuple[int, ...] = (),
     ) -> Action:
+        """Node list, the shard job's GPU types (``bind``: all the GPUs a job that joins an
+        over-subscribed node may run on, controller/gpus.py), release, priority."""
+
         def before() -> None:
             # STARTING is saved with the journal row: a crash mid-start leaves a
             # record that the start-timeout re-holds if Slurm never starts it.
@@ -179,12 +195,20 @@ class Enactor:
             rec.reason = ""
             rec.pinned_nodes = ",".join(placement.nodes)  # ReqNodeList from now on (constraints.py)
 
-        detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations], "priority": priority}
+        detail: dict[str, Any] = {
+            "nodes": list(placement.nodes),
+            "gpus": [a.gpus for a in placement.allocations],
+            "priority": priority,
+        }
+        if any(a.gpu_ids for a in placement.allocations):
+            detail["gpu_ids"] = [list(a.gpu_ids) for a in placement.allocations]
+        if bind:
+            detail["bind"] = list(bind)  # the journal keeps it for a start a crash interrupts
         act = self._do(
             rec,
             "start",
             reason,
-            self._start_calls(rec, placement, priority, sj, now),
+            self._start_calls(rec, placement, priority, sj, now, bind),
             restart_count=sj.restart_count,
             before=before,
             detail=detail,
@@ -304,7 +328,10 @@ class Enactor:
                 act.reason = "start was interrupted: finishing node list, release, priority"
                 placement = rec.planned
                 if placement is not None:
-                    calls = self._start_calls(rec, placement, int(entry.args.get("priority", PRIORITY_BASE)), sj, now)
+                    bind = tuple(int(i) for i in entry.args.get("bind") or ())
+                    calls = self._start_calls(
+                        rec, placement, int(entry.args.get("priority", PRIORITY_BASE)), sj, now, bind
+                    )
             else:
                 act.reason = f"start already happened (Slurm: {sj.state})"
         elif entry.action == "hold":

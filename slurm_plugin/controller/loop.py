@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import leases, sharing, slicing
+from slurm_plugin.controller import gpus, leases, sharing, slicing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.books import Books
 from slurm_plugin.controller.enact import Action, Enactor
@@ -203,6 +203,7 @@ class Controller:
             slurm_jobs, slurm_nodes = self.backend.jobs(), self.backend.nodes()
             managed = managed_jobs(self.config, slurm_jobs)
             enactor.targets = {j: sj.target for j, sj in managed.items()}
+        enactor.typed = gpus.typed_nodes(slurm_nodes)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now, backoff=self.starter.waits())
         self.starter.observe(rec, slurm_nodes)
         self.books.archive_reused_ids(rec)

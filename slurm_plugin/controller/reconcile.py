@@ -32,7 +32,7 @@ from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.accounting import Segment
 from slurm_plugin.controller.constraints import NodeConstraint, never_fits_nodes, node_constraint
 from slurm_plugin.controller.state import JobRecord, Phase
-from teiresias.domain import Cluster, Job, JobId, JobState, Node, Placement, Snapshot
+from teiresias.domain import Allocation, Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
 
@@ -82,7 +82,12 @@ def build_cluster(nodes: Iterable[SlurmNode], config: ControllerConfig) -> Clust
 
 def running_placement(sj: SlurmJob, rec: JobRecord) -> Placement:
     """GPUs per node of a running job: the plan we gave it when Slurm honoured it,
-    else what it asked per node, else an even split (Slurm's own choice is not in squeue)."""
+    else what it asked per node, else an even split; with the GPU indices Slurm
+    gave it (``gres_detail``'s IDX) where they match the count."""
+    return with_gpu_ids(_running_counts(sj, rec), sj)
+
+
+def _running_counts(sj: SlurmJob, rec: JobRecord) -> Placement:
     nodes = sj.nodes or (rec.planned.nodes if rec.planned else ())
     if rec.planned and set(rec.planned.nodes) == set(nodes) and rec.planned.num_gpus == sj.gpus:
         return rec.planned
@@ -92,6 +97,19 @@ def running_placement(sj: SlurmJob, rec: JobRecord) -> Placement:
         return Placement.of([(n, sj.gpus_per_node) for n in nodes])
     share, extra = divmod(sj.gpus, len(nodes))
     return Placement.of([(n, share + (1 if i < extra else 0)) for i, n in enumerate(nodes)])
+
+
+def with_gpu_ids(p: Placement, sj: SlurmJob) -> Placement:
+    """``p`` naming the GPUs Slurm gave the job on each node, where it gave as many as
+    ``p`` counts (a job holding a shard of several GPUs of a node, a Gandiva floater,
+    runs on one of them: the controller's state says which, controller/slicing.py)."""
+    if not sj.gpu_ids:
+        return p
+    allocs = []
+    for a in p.allocations:
+        ids = sj.gpu_ids_on(a.node)
+        allocs.append(Allocation(a.node, a.gpus, ids) if len(ids) == a.gpus else a)
+    return Placement(tuple(allocs))
 
 
 def _new_record(sj: SlurmJob, now: float) -> JobRecord:

@@ -41,14 +41,20 @@ def cannot_share(
     records: Mapping[int, JobRecord],
     slurm: Mapping[int, SlurmJob],
     free: Mapping[str, int],
+    *,
+    typed: bool = False,
 ) -> str | None:
-    """Why the guest cannot be started on its host's GPU now, or None when it can."""
+    """Why the guest cannot be started on its host's GPU now, or None when it can.
+    ``typed``: the node has one gres Type per GPU, so the guest is released on its
+    host's GPU by name (controller/gpus.py) and Slurm's first fit is no concern."""
     if not guest.shards:
         return f"chosen to share job {host.job_id if host else '?'}'s GPU, but it asks for whole GPUs; {SHARD_HINT}"
     if host is None or host_rec is None or host_rec.phase is not Phase.RUNNING:
         return "chosen to share a GPU whose job is not running (not started yet, or stopping); waits for the next round"
     if not host.shards:
         return f"chosen to share job {host.job_id}'s GPU, which it holds whole (--gres=gpu); {SHARD_HINT}"
+    if typed:
+        return None
     for node in placement.nodes:
         if free.get(node, 0) > 0:
             return (
@@ -86,10 +92,9 @@ def audit_fields(sh: Sharing) -> dict[str, float | int]:
     }
 
 
-def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
-    """accumulate.json in the guest's job directory (read by the hooks when its run starts);
-    None for a job without one (not a tsbatch job). The directory is created for
-    the job's user when the controller (root) makes it."""
+def ensure_job_dir(rec: JobRecord, user: str) -> Path | None:
+    """The job's directory, created for the job's user when the controller (root) makes it;
+    None for a job without one (not a tsbatch job)."""
     jd = rec.files.job_dir(rec.job_id)
     if jd is None:
         return None
@@ -102,6 +107,15 @@ def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
                 pass  # a numeric or unknown user: root-owned, as Slurm's root jobs expect
             else:
                 os.chown(jd, pw.pw_uid, pw.pw_gid)
+    return jd
+
+
+def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
+    """accumulate.json in the guest's job directory (read by the hooks when its run starts);
+    None for a job without one (not a tsbatch job)."""
+    jd = ensure_job_dir(rec, user)
+    if jd is None:
+        return None
     protocol.write_accumulate(jd, protocol.Accumulate(sh.accumulation, sh.sub_batch))
     return jd / protocol.ACCUMULATE
 

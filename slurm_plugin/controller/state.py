@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_plugin.controller.files import FileModes, chmod_if_exists, secure_file
-from teiresias.domain import Placement
+from teiresias.domain import Allocation, Placement
 from teiresias.errors import ConfigError
 from teiresias.jobfiles import JobComment, job_comment
 
@@ -278,11 +278,20 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 
 def _placement_to_json(p: Placement | None) -> str | None:
-    return None if p is None else json.dumps([[a.node, a.gpus] for a in p.allocations])
+    # [node, gpus] as before; [node, gpus, [ids]] when the GPUs are named (typed shards).
+    if p is None:
+        return None
+    return json.dumps([[a.node, a.gpus, list(a.gpu_ids)] if a.gpu_ids else [a.node, a.gpus] for a in p.allocations])
 
 
 def _placement_from_json(s: str | None) -> Placement | None:
-    return None if not s else Placement.of([(n, g) for n, g in json.loads(s)])
+    if not s:
+        return None
+    return Placement(
+        tuple(
+            Allocation(str(x[0]), int(x[1]), tuple(int(i) for i in x[2]) if len(x) > 2 else ()) for x in json.loads(s)
+        )
+    )
 
 
 class StateStore:

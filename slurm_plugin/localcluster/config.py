@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_plugin.backends.gputypes import GPU_TYPE_PREFIX
 from slurm_plugin.controller.events import render_poke
 from teiresias.errors import ConfigError
 
@@ -222,8 +223,7 @@ def render_slurm_conf(cfg: ClusterConfig) -> str:
             f"NodeName={name} NodeHostname={cfg.hostname} NodeAddr=127.0.0.1 Port={cfg.node_port(i)} "
             f"CPUs={cfg.cpus_per_node} Boards=1 SocketsPerBoard=1 CoresPerSocket={cfg.cpus_per_node} "
             f"ThreadsPerCore=1 RealMemory={cfg.mem_mb}"
-            + (f" Gres=gpu:{cfg.gpus_per_node}" if cfg.gpus_per_node else "")
-            + (f",shard:{cfg.gpus_per_node * cfg.shards_per_gpu}" if cfg.shards_per_gpu else "")
+            + (f" Gres={node_gres(cfg)}" if cfg.gpus_per_node else "")
             + " State=UNKNOWN"
         )
     for k, part in enumerate(cfg.partitions):
@@ -276,23 +276,42 @@ def render_slurmdbd_conf(cfg: ClusterConfig, db_password: str) -> str:
     )
 
 
+def node_gres(cfg: ClusterConfig) -> str:
+    """A node's ``Gres=``: ``gpu:N`` alone; with shards one Type per GPU (``gpu:g0:1,...,
+    shard:g0:K,...``), the type the controller names to put a shard job on the GPU the
+    plan chose (docs/gandiva.md "Which GPU a shard job gets")."""
+    if not cfg.shards_per_gpu:
+        return f"gpu:{cfg.gpus_per_node}"
+    ids = range(cfg.gpus_per_node)
+    return ",".join(
+        [f"gpu:{GPU_TYPE_PREFIX}{i}:1" for i in ids] + [f"shard:{GPU_TYPE_PREFIX}{i}:{cfg.shards_per_gpu}" for i in ids]
+    )
+
+
 def render_gres_conf(cfg: ClusterConfig) -> str:
     """Fake GPUs: gres needs ``File=`` character devices, else 22.05 drops
     them and drains the node ("gres/gpu count reported lower than configured")."""
     if cfg.gpus_per_node == 0:
         return "# no GPUs\n"
+    nodes = f"node[1-{cfg.nodes}]" if cfg.nodes > 1 else "node1"
+    if cfg.shards_per_gpu:
+        # One Type per GPU (g0, g1, ...) on both lines: a job released with --gres=shard:g2:N
+        # gets exactly GPU 2, which is how the controller places shard jobs (untyped, Slurm
+        # would put them all on the lowest GPU index: first fit). A Type also makes 22.05
+        # build GPU topology, so a gpu job is never given a GPU that shard jobs use
+        # (docs/gandiva.md "Which GPU a shard job gets"); Cores= is kept for the same reason.
+        cores = f" Cores=0-{cfg.cpus_per_node - 1}"
+        lines = []
+        for i in range(cfg.gpus_per_node):
+            dev = f"{cfg.dir}/dev/nvidia{i}"
+            lines.append(f"NodeName={nodes} Name=gpu Type={GPU_TYPE_PREFIX}{i} File={dev}{cores}")
+        for i in range(cfg.gpus_per_node):
+            dev = f"{cfg.dir}/dev/nvidia{i}"
+            lines.append(f"NodeName={nodes} Name=shard Type={GPU_TYPE_PREFIX}{i} Count={cfg.shards_per_gpu} File={dev}")
+        return "\n".join(lines) + "\n"
     last = cfg.gpus_per_node - 1
     files = f"{cfg.dir}/dev/nvidia[0-{last}]" if last else f"{cfg.dir}/dev/nvidia0"
-    # With shards, Cores= on the gpu line makes 22.05 build GPU topology: without it a gpu
-    # job may be given a GPU that shard jobs use, and shards are split evenly whatever the
-    # counts (../shared/notes/gpu-sharing-on-slurm.md §1, §3). Slurm splits the node's
-    # shards evenly over its GPUs, so no Name=shard line is needed.
-    cores = f" Cores=0-{cfg.cpus_per_node - 1}" if cfg.shards_per_gpu else ""
-    return (
-        f"NodeName=node[1-{cfg.nodes}] Name=gpu File={files}{cores}\n"
-        if cfg.nodes > 1
-        else f"NodeName=node1 Name=gpu File={files}{cores}\n"
-    )
+    return f"NodeName={nodes} Name=gpu File={files}\n"
 
 
 def rendered_files(cfg: ClusterConfig, db_password: str | None = None) -> dict[str, str]:

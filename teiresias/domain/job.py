@@ -82,12 +82,23 @@ class Job:
     slices: int = 0
     migrations: int = 0
     # The RUNNING jobs on the same GPUs (Plan.colocate; a group holds one set of
-    # GPUs) and whether the group runs packed (all at once) rather than sliced.
+    # GPUs; 1-GPU jobs: the node's jobs it time-slices with) and whether it runs
+    # packed (at once with the other jobs on its GPU) rather than sliced.
     colocated_with: tuple[JobId, ...] = ()
     packed: bool = False
     # Set by the owner when a Plan.unpack undid a packing of this job: its
-    # packed throughput lost to time-slicing, so it is not packed again.
+    # packed throughput lost to time-slicing. ``pack_failed_with``: the jobs it
+    # was packed with then; it is not packed with them again, but may be tried
+    # on another GPU (Gandiva §4.2.2: "try the next lowest utilization GPU").
     pack_failed: bool = False
+    pack_failed_with: tuple[JobId, ...] = ()
+    # The GPU indices Slurm binds the job to on each of its nodes (the per-GPU
+    # gres types of a shard job, docs/gandiva.md "Which GPU a shard job gets"):
+    # () not bound (Slurm picks at each start); one index: it runs only on that
+    # GPU of a node, across requeues too; several: it holds a shard of each and
+    # the owner runs it on one of them at a time (server-wide time-slicing,
+    # Gandiva §4.1 Figure 9). Its placement's ``gpu_ids`` say where it runs now.
+    bound_gpus: tuple[int, ...] = ()
     # ``tsbatch --elastic MIN-MAX``: the GPU counts it may be resized to
     # (Plan.resize); num_gpus is its current size. None: fixed size.
     elastic: tuple[int, int] | None = None

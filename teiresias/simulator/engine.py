@@ -733,7 +733,7 @@ class Simulator:
             j = active.get(jid)
             if j is not None:
                 j.lease_end = end  # carried to the next round on the job, as the controller's store does
-        if plan.suspend or plan.resume or plan.pack or plan.unpack or plan.migrate or plan.resize:
+        if plan.suspend or plan.resume or plan.pack or plan.unpack or plan.migrate or plan.resize or plan.devices:
             self._mech.enact(plan, now)
         if self._wake_at is not None:
             self._wake = self._wake_at(

@@ -44,9 +44,13 @@ def test_shards_are_opt_in_and_change_nothing_by_default() -> None:
     assert "Cores=" not in render_gres_conf(plain)
     shared = ClusterConfig(dir=d, nodes=2, gpus_per_node=4, port_base=21000, shards_per_gpu=2)
     conf = render_slurm_conf(shared)
-    assert "GresTypes=gpu,shard" in conf and "Gres=gpu:4,shard:8 " in conf
+    assert "GresTypes=gpu,shard" in conf
+    # One gres Type per GPU: the controller names the GPU a shard job gets (docs/gandiva.md).
+    assert "Gres=gpu:g0:1,gpu:g1:1,gpu:g2:1,gpu:g3:1,shard:g0:2,shard:g1:2,shard:g2:2,shard:g3:2 " in conf
     assert "SelectType=select/cons_tres" in conf  # shared gres needs cons_tres (fatal otherwise)
-    assert render_gres_conf(shared).rstrip().endswith("Cores=0-7")
+    gres = render_gres_conf(shared)
+    assert "Name=gpu Type=g3 File=/var/tmp/c/dev/nvidia3 Cores=0-7" in gres
+    assert "Name=shard Type=g3 Count=2 File=/var/tmp/c/dev/nvidia3" in gres
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import signal
+import time
 import weakref
 from typing import Any
 
@@ -89,11 +90,13 @@ def install(rt: Runtime) -> None:
             return orig_next(self)
         if not rt.on_next(rec):
             raise StopIteration
+        t0 = time.perf_counter()
         try:
             data = orig_next(self)
         except StopIteration:
             rt.positions.finished(rec)
             raise
+        rt.timer.waited(time.perf_counter() - t0)  # input wait: not device time (steptime.py)
         rec.pos += 1
         return data
 

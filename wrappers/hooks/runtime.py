@@ -44,6 +44,7 @@ from wrappers import protocol
 from wrappers.hooks import state as st
 from wrappers.hooks import usage
 from wrappers.hooks.checkpoint import FORMAT, CheckpointDirUnusable, CheckpointStore, Written
+from wrappers.hooks.device import DeviceSwitch
 from wrappers.hooks.positions import Consumed, IterRecord, Positions, generators_of
 from wrappers.hooks.ranks import Ranks
 from wrappers.hooks.replay import Replay, ResumeError
@@ -100,6 +101,8 @@ class Runtime:
             env, self.jobdir, self.job_id, self.restart_count, lambda: self.enabled and self.rank() == 0
         )
         self.suspender = Suspender(self.jobdir, self.job_id, self.restart_count)
+        # A job bound to several GPUs runs on the one the controller names (device.py).
+        self.device = DeviceSwitch(env, self.jobdir, self.job_id, self.restart_count)
         # GPU sharing's sub-batches (accumulate.py), when the job dir asks for them: set by patches.install
         self.accumulator: Accumulator | None = None
 
@@ -292,6 +295,9 @@ class Runtime:
             return
         if new_step:  # several optimizers stepping together make one iteration
             self.timer.tick()
+            gpu = self.device.wanted()
+            if gpu is not None:
+                self.device.switch(gpu, self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
         stop = self.signal_stop
         if self.every and self.step % self.every == 0:
             stop = max(stop, Stop.PERIODIC)
@@ -314,6 +320,9 @@ class Runtime:
         The step clock restarts, so the stopped time is not taken for a slow step."""
         self.suspender.park(self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
         self.timer.pause()
+        gpu = self.device.wanted(force=True)  # the controller may resume it on another GPU
+        if gpu is not None:
+            self.device.switch(gpu, self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
 
     # ------------------------------------------------------------------ iteration time
     def write_run(self) -> None:

@@ -42,7 +42,9 @@ def shrink(r: Round, waiting: list[Job]) -> None:
             size = job.num_gpus - short
             if size < low:
                 continue
-            r.resize[job.job_id] = Placement.of({node: size})
+            # It keeps its lowest GPUs (its placement names them once the owner knows them).
+            own = job.placement.ids_on(node)
+            r.resize[job.job_id] = Placement.on({node: own[:size]}) if len(own) >= size else Placement.of({node: size})
             r.touched.add(job.job_id)
             r.notes[job.job_id] = (
                 f"shrink: {job.num_gpus} -> {size} GPUs on {node}: job {want.job_id} waits"
@@ -69,9 +71,10 @@ def grow(r: Round, idle_period: float) -> float:
             wake = min(wake, since + idle_period)
             continue
         size = job.num_gpus + extra
-        to = Placement.of({node: size})
+        got = r.take(Placement.of({node: extra}), job)
+        own = job.placement.ids_on(node)
+        to = Placement.on({node: own + got.ids_on(node)}) if own else Placement.of({node: size})
         r.resize[job.job_id] = to
-        r.take(Placement.of({node: extra}))
         r.touched.add(job.job_id)
         r.notes[job.job_id] = (
             f"grow: {job.num_gpus} -> {size} GPUs on {node}, idle for {now - since:.0f} s (>= {idle_period:g} s)"
