@@ -28,12 +28,11 @@ from typing import Any, Literal, overload
 from teiresias import yamlconf
 from teiresias.domain.topology import Topology
 from teiresias.errors import ConfigError
-from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE
+from teiresias.jobfiles import DEFAULT_CONFIG, ENV_CONFIG, ENV_PROFILE_STORE
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
 POLLS = ("json", "scontrol")
-DEFAULT_CONFIG = "etc/teiresias.yaml"
 
 
 @dataclass(frozen=True)
@@ -131,6 +130,11 @@ class ControllerConfig:
     # Unix datagram socket Slurm's EpilogSlurmctld pokes (controller/events.py);
     # None: polling only.
     events_socket: Path | None = None
+    # The control channel's spool (docs/admin.md "The control channel"): jobs write
+    # their Ack, records and profile to <spool_dir>/<ClusterName>/<job>.<key>/, which
+    # the controller reads without root and without seeing users' homes. None: the
+    # job's own directory (a controller that runs as root or as the jobs' user).
+    spool_dir: Path | None = None
 
     def switch_of(self, node: str) -> str:
         return self.topology.switch_of(node)
@@ -183,6 +187,7 @@ _SCHEMA: dict[str, Any] = {
     "file_group": None,
     "metrics": {"address": None, "port": None},
     "events": {"socket": None},
+    "spool_dir": None,
 }
 
 
@@ -371,7 +376,7 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
             "preemption.start_timeout_seconds", pre.get("start_timeout_seconds", pdd.start_timeout_seconds)
         ),
     )
-    for key in ("state_db", "audit_log", "profile_store"):
+    for key in ("state_db", "audit_log", "profile_store", "spool_dir"):
         if data.get(key) is not None:
             kw[key] = _resolve(base, r.string(key, data[key]))
     if "backend" in data:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, requeue_settle_wait
-from slurm_plugin.controller import sharing
+from slurm_plugin.controller import channel, sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled, base_state
 from slurm_plugin.controller.state import JobRecord, Phase
@@ -99,7 +99,7 @@ def elastic_of(rec: JobRecord) -> tuple[int, int] | None:
 
 def step_time_of(rec: JobRecord, restart: int) -> float | None:
     """The current run's median seconds per mini-batch from the hooks' runs.jsonl (§3.2 introspection)."""
-    jd = rec.files.job_dir(rec.job_id)
+    jd = channel.folder(rec)
     if jd is None:
         return None
     run = jobfiles.read_runs(jd).get(restart)
@@ -111,7 +111,7 @@ def window_step_time(rec: JobRecord, restart: int, since: float | None) -> float
     from the first and last runs.jsonl records of the run written after it, whose step
     counts are cumulative, so no suspension lies inside the window. None with fewer
     than two such records (the hooks write one every TEIRESIAS_RUNS_EVERY seconds)."""
-    jd = rec.files.job_dir(rec.job_id)
+    jd = channel.folder(rec)
     if jd is None:
         return None
     lines = [x for x in sharing.run_lines(jd, restart) if since is None or x.time >= since]

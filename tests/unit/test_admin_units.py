@@ -49,10 +49,10 @@ def test_units_verify_with_systemd_analyze(tmp_path: Path) -> None:
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
 
 
-def test_units_run_the_controller_as_slurm_user_and_restart_on_failure() -> None:
+def test_units_run_the_controller_as_its_service_user_and_restart_on_failure() -> None:
     active, standby = _unit(ACTIVE)["Service"], _unit(STANDBY)["Service"]
     for svc in (active, standby):
-        assert svc["User"] == "slurm"
+        assert svc["User"] == "teiresias" and svc["Group"] == "teiresias"  # docs/admin.md step 3
         assert svc["Restart"] == "on-failure"
         # Bad input (exit 2) is not retried: the configuration must be fixed first.
         assert svc["RestartPreventExitStatus"] == "2"
@@ -90,10 +90,12 @@ def test_logrotate_rotates_a_live_audit_log_without_holes(tmp_path: Path) -> Non
     user = pwd.getpwuid(os.geteuid()).pw_name
     group = grp.getgrgid(os.getegid()).gr_name
     text = LOGROTATE.read_text(encoding="utf-8")
-    assert "su slurm slurm" in text
+    assert "su teiresias teiresias" in text
     conf = tmp_path / "teiresias.logrotate"
     conf.write_text(
-        text.replace("/var/log/teiresias/audit.jsonl", str(audit)).replace("su slurm slurm", f"su {user} {group}"),
+        text.replace("/var/log/teiresias/audit.jsonl", str(audit)).replace(
+            "su teiresias teiresias", f"su {user} {group}"
+        ),
         encoding="utf-8",
     )
 

@@ -193,6 +193,8 @@ SETUP = JobSetup(
     profile=True,
     grace=90,
     profile_lib="/opt/teiresias/profiler/_tprof.so",
+    key="0123456789abcdef",
+    spool="/var/spool/teiresias",
 )
 
 
