@@ -33,6 +33,7 @@ from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
 POLLS = ("json", "scontrol")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ class ControllerConfig:
     # the controller reads without root and without seeing users' homes. None: the
     # job's own directory (a controller that runs as root or as the jobs' user).
     spool_dir: Path | None = None
+    # The controller's log level (debug, info, warning, error); -v makes it debug. SIGHUP reloads it.
+    log_level: str = "info"
 
     def switch_of(self, node: str) -> str:
         return self.topology.switch_of(node)
@@ -188,6 +191,7 @@ _SCHEMA: dict[str, Any] = {
     "metrics": {"address": None, "port": None},
     "events": {"socket": None},
     "spool_dir": None,
+    "log_level": None,
 }
 
 
@@ -381,6 +385,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
             kw[key] = _resolve(base, r.string(key, data[key]))
     if "backend" in data:
         kw["backend"] = r.string("backend", data["backend"], BACKENDS)
+    if "log_level" in data:
+        kw["log_level"] = r.string("log_level", data["log_level"], LOG_LEVELS)
     if "slurm_poll" in data:
         kw["slurm_poll"] = r.string("slurm_poll", data["slurm_poll"], POLLS)
     if data.get("slurm_conf") is not None:

@@ -14,10 +14,11 @@ from slurm_plugin.cli.options import config_option
 from slurm_plugin.config import ControllerConfig, load_config
 from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.lock import ControllerLock
+from slurm_plugin.controller.logs import crashed, set_level, setup_logging
 from slurm_plugin.controller.loop import Controller, RoundResult
-from slurm_plugin.controller.runtime import make_controller, setup_logging
+from slurm_plugin.controller.runtime import make_controller
 from slurm_plugin.controller.startup import unreachable_line
-from teiresias.errors import ConfigError, SlurmUnreachable
+from teiresias.errors import ConfigError, SlurmUnreachable, TeiresiasError
 
 log = logging.getLogger("teiresias.controller")
 
@@ -56,9 +57,10 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
     Slurm unreachable: one log line, then retries with back-off. One
     controller per state DB: a second one exits 2 naming the first one's pid,
     unless --standby, which waits and takes over within a second of the
-    active one's end (even kill -9), finishing its journal first. Exit codes:
-    0 ok, 2 bad input (config, partitions or cells unknown to Slurm, lock
-    held), 3 Slurm unreachable with --once.
+    active one's end (even kill -9), finishing its journal first. SIGTERM
+    stops after the current round. Exit codes: 0 ok, 1 a crash (one line naming the file with its
+    traceback), 2 bad input (config, partitions or cells unknown to Slurm,
+    missing Slurm rights, lock held), 3 Slurm unreachable with --once.
 
     \b
     Examples:
@@ -67,8 +69,10 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
       teiresias controller run --config etc/teiresias.yaml --once --json
       teiresias controller run -c etc/teiresias.yaml --dry-run --once
     """
-    setup_logging(verbose)
+    setup_logging("debug" if verbose else "info")
     config = load_config(config_path)
+    # --once prints its round on stdout: its info lines would say the same a second time.
+    set_level("debug" if verbose else ("warning" if once and config.log_level == "info" else config.log_level))
     if standby and dry_run:
         raise ConfigError("--standby and --dry-run exclude each other: a dry run changes nothing and needs no lock")
     stop = threading.Event()
@@ -90,6 +94,11 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
                 lock.acquire()
         # Built only now: a standby must read the state as the previous controller left it.
         _run(config, dry_run, once, as_json, stop)
+    except (TeiresiasError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crash: one line, its traceback in a file (docs/admin.md "Logs")
+        crashed(exc, config.audit_log.parent)
+        raise SystemExit(1) from None
     finally:
         if lock is not None:
             lock.release()
@@ -99,9 +108,18 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
     ctl = make_controller(config, dry_run=dry_run)
 
     def emit(result: RoundResult) -> None:
+        log.debug(
+            "round %d: %d job(s), %d action(s), %.3f s",
+            result.round,
+            result.jobs,
+            len(result.actions),
+            result.timings.get("total_s", 0.0),
+        )
+        # The daemon's decisions are its log lines (one per event); stdout carries only
+        # what was asked for: --json's objects, or --once's round.
         if as_json:
             click.echo(json.dumps(result.to_json()))
-        elif result.actions or once:
+        elif once:
             for a in result.actions:
                 click.echo(
                     f"round {result.round}: job {a.job} {a.action}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmNode
 from slurm_plugin.config import ControllerConfig
@@ -55,13 +54,3 @@ def make_controller(
 
     ctl.on_first_contact = first_contact
     return ctl
-
-
-def setup_logging(verbose: bool = False) -> None:
-    """One line per event on stderr, job id first (configured by the CLI, never at import)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s teiresias %(levelname)s %(message)s", datefmt="%H:%M:%S"))
-    root = logging.getLogger("teiresias")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    root.propagate = False
