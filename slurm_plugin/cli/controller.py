@@ -16,6 +16,7 @@ from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.lock import ControllerLock
 from slurm_plugin.controller.logs import crashed, set_level, setup_logging
 from slurm_plugin.controller.loop import Controller, RoundResult
+from slurm_plugin.controller.reload import reload
 from slurm_plugin.controller.runtime import make_controller
 from slurm_plugin.controller.startup import unreachable_line
 from teiresias.errors import ConfigError, SlurmUnreachable, TeiresiasError
@@ -57,8 +58,9 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
     Slurm unreachable: one log line, then retries with back-off. One
     controller per state DB: a second one exits 2 naming the first one's pid,
     unless --standby, which waits and takes over within a second of the
-    active one's end (even kill -9), finishing its journal first. SIGTERM
-    stops after the current round. Exit codes: 0 ok, 1 a crash (one line naming the file with its
+    active one's end (even kill -9), finishing its journal first. SIGHUP
+    reloads the configuration file after the current round; SIGTERM stops
+    after it. Exit codes: 0 ok, 1 a crash (one line naming the file with its
     traceback), 2 bad input (config, partitions or cells unknown to Slurm,
     missing Slurm rights, lock held), 3 Slurm unreachable with --once.
 
@@ -79,6 +81,10 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
     if not once or standby:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    # SIGHUP (systemctl reload): the configuration again after the current round; it
+    # never ends the controller (its default action would, silently, with a "clean" exit).
+    hup = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: hup.set())
     # A dry run writes nothing (its store is an in-memory copy): it may run beside the controller.
     lock = None if dry_run else ControllerLock(config.state_db, FileModes(config.file_group))
     try:
@@ -93,7 +99,7 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
             else:
                 lock.acquire()
         # Built only now: a standby must read the state as the previous controller left it.
-        _run(config, dry_run, once, as_json, stop)
+        _run(config, dry_run, once, as_json, stop, hup, verbose)
     except (TeiresiasError, KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - a crash: one line, its traceback in a file (docs/admin.md "Logs")
@@ -104,7 +110,15 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
             lock.release()
 
 
-def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, stop: threading.Event) -> None:
+def _run(
+    config: ControllerConfig,
+    dry_run: bool,
+    once: bool,
+    as_json: bool,
+    stop: threading.Event,
+    hup: threading.Event,
+    verbose: bool,
+) -> None:
     ctl = make_controller(config, dry_run=dry_run)
 
     def emit(result: RoundResult) -> None:
@@ -115,6 +129,9 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
             len(result.actions),
             result.timings.get("total_s", 0.0),
         )
+        if hup.is_set():
+            hup.clear()
+            reload(ctl, config.path, verbose)
         # The daemon's decisions are its log lines (one per event); stdout carries only
         # what was asked for: --json's objects, or --once's round.
         if as_json:

@@ -57,6 +57,8 @@ def test_units_run_the_controller_as_its_service_user_and_restart_on_failure() -
         # Bad input (exit 2) is not retried: the configuration must be fixed first.
         assert svc["RestartPreventExitStatus"] == "2"
         assert svc["StateDirectory"] == "teiresias" and svc["LogsDirectory"] == "teiresias"
+        # systemctl reload: SIGHUP re-reads the configuration (issue 21 item 4)
+        assert svc["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert active["ExecStart"].split() == [INSTALLED, "controller", "run", "--config", "/etc/teiresias/teiresias.yaml"]
     # The standby runs the very same controller and configuration, plus --standby.
     assert standby["ExecStart"].split() == active["ExecStart"].split() + ["--standby"]
