@@ -436,7 +436,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> ControllerConfig:
-    """Read and validate the config file (``--config``, else $TEIRESIAS_CONFIG, else etc/teiresias.yaml)."""
+    """Read and validate the site's config file (``--config``, else $TEIRESIAS_CONFIG,
+    else /etc/teiresias/teiresias.yaml: the one path every command uses, docs/admin.md)."""
     chosen = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
     # Not-UTF-8, BOM, directory, YAML errors: the shared format of teiresias/yamlconf.py.
     data = yamlconf.load_yaml(chosen, "config", hint="; pass --config FILE")
@@ -448,8 +449,8 @@ def profile_store_root(
 ) -> Path:
     """Where the controller keeps communication profiles (Tiresias §3.3.1 reuses a
     model's profile): ``store`` when given, else ``$TEIRESIAS_PROFILE_STORE`` in
-    ``env``, else the profile store of the controller config (``config``, else
-    ``$TEIRESIAS_CONFIG``, else etc/teiresias.yaml). ConfigError when that
+    ``env``, else the profile store of the site's config (``config``, else
+    ``$TEIRESIAS_CONFIG``, else /etc/teiresias/teiresias.yaml). ConfigError when that
     config cannot be used; each caller decides whether that is fatal."""
     chosen = store or env.get(ENV_PROFILE_STORE)
     if chosen:

@@ -66,7 +66,7 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
 
     \b
     Examples:
-      teiresias controller run --config etc/teiresias.yaml
+      teiresias controller run          # the site's /etc/teiresias/teiresias.yaml
       teiresias controller run --config etc/teiresias.yaml --standby
       teiresias controller run --config etc/teiresias.yaml --once --json
       teiresias controller run -c etc/teiresias.yaml --dry-run --once
