@@ -20,6 +20,7 @@ import pytest
 
 SERVICE = "site_svc"
 USERS = ("site_u1", "site_u2")
+READERS = "site_users"  # file_group: the users who may run `teiresias queue`, and the service user
 
 
 def ensure_user(name: str) -> pwd.struct_passwd:
@@ -39,17 +40,34 @@ def ensure_user(name: str) -> pwd.struct_passwd:
     return pw
 
 
+def ensure_group(name: str, members: Sequence[str]) -> None:
+    """A group with (at least) these members, made when missing."""
+    import grp
+
+    if os.geteuid() != 0:
+        pytest.skip("making test groups needs root")
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        r = subprocess.run(["groupadd", name], capture_output=True, text=True)
+        if r.returncode not in (0, 9):
+            raise AssertionError(f"groupadd {name}: {r.stderr.strip()}") from None
+    for m in members:
+        ensure_user(m)
+        subprocess.run(["usermod", "-a", "-G", name, m], check=True)
+
+
 def run_as(
     name: str, cmd: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60, **kw
 ) -> subprocess.CompletedProcess[str]:
-    """``cmd`` as user ``name`` (its uid, primary group and no other group), from its home."""
+    """``cmd`` as user ``name`` (its uid and groups, as a login gives them), from its home."""
     pw = ensure_user(name)
     base = {"HOME": pw.pw_dir, "USER": name, "LOGNAME": name, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     return subprocess.run(
         list(cmd),
         user=pw.pw_uid,
         group=pw.pw_gid,
-        extra_groups=[],
+        extra_groups=os.getgrouplist(name, pw.pw_gid),
         env={**base, **(env or {})},
         cwd=kw.pop("cwd", pw.pw_dir),
         capture_output=True,

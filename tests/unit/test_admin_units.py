@@ -62,7 +62,10 @@ def test_units_are_hardened_as_docs_admin_md_scores_them(tmp_path: Path) -> None
         copy = tmp_path / unit.name
         copy.write_text(unit.read_text(encoding="utf-8").replace(INSTALLED, str(venv_script)), encoding="utf-8")
         res = subprocess.run(
-            [analyze, "security", "--offline=true", "--no-pager", str(copy)], capture_output=True, text=True, timeout=120
+            [analyze, "security", "--offline=true", "--no-pager", str(copy)],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         m = re.search(r"Overall exposure level for \S+: (\d+\.\d) (\w+)", res.stdout)
         assert m, res.stdout[-2000:] + res.stderr
