@@ -48,6 +48,8 @@ def slurm_jobs(config: ControllerConfig, prog: str, fallback: str) -> dict[int, 
 
 
 def _open_state(config: ControllerConfig) -> StateStore:
+    exists: bool | None
+    folder: bool | None
     try:
         exists = config.state_db.exists()
         folder = config.state_db.parent.is_dir()
