@@ -27,6 +27,7 @@ import logging
 import os
 import pwd
 import stat
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -115,8 +116,14 @@ def folder_for_job(rec: JobRecord) -> Path | None:
     cluster = rec.cluster or ch.cluster
     if ch.spool is None:
         jd = files.job_dir(rec.job_id, cluster)
-        if jd is not None and not jd.is_dir():
-            _make_job_dir(jd, rec.user)  # OSError in a private home: the spool's case
+        if jd is None:
+            return None
+        uid = _uid(rec.user)
+        if jd.is_symlink() or (os.geteuid() == 0 and jd.parent.is_dir() and jd.parent.stat().st_uid != uid):
+            # A root controller acts only in the job's user's own folders (the path is the user's word).
+            _warn_once(rec, f"{jd.parent} is not {rec.user}'s own folder; nothing is written for the job there")
+            return None
+        _own_job_dir(jd, files.key, rec.user)  # OSError in a private home: the spool's case
         return jd
     if not files.key or not cluster:
         return None
@@ -132,16 +139,32 @@ def folder_for_job(rec: JobRecord) -> Path | None:
     return path
 
 
-def _make_job_dir(jd: Path, user: str) -> None:
-    """Without a spool: the job's directory made for its user (a root controller)."""
+def _own_job_dir(jd: Path, key: str, user: str) -> None:
+    """Without a spool: the job's directory, made for its user (a root controller) with
+    the job's key in it, as the batch shell makes it; a folder another incarnation left
+    under this id is set aside first (the shell would set ours aside otherwise, and with
+    it what we write there before the job starts)."""
+    if jd.is_dir():
+        if not key:
+            return
+        try:
+            mine = (jd / jobfiles.KEY_FILE).read_text().strip() == key
+        except FileNotFoundError:
+            mine = False
+        if mine:
+            return
+        jd.rename(jd.with_name(f"{jd.name}.stale.{int(time.time())}.{os.getpid()}"))
     jd.mkdir(mode=0o700, parents=True)
     uid = _uid(user) if os.geteuid() == 0 and user else None
+    if key:
+        (jd / jobfiles.KEY_FILE).write_text(key + "\n")
     if uid is not None:
         try:
             gid = pwd.getpwuid(uid).pw_gid
         except KeyError:
             gid = -1
-        os.chown(jd, uid, gid)
+        for p in (jd, jd / jobfiles.KEY_FILE) if key else (jd,):
+            os.chown(p, uid, gid)
 
 
 def prepare(spool: Path, cluster: str) -> Path:

@@ -79,6 +79,10 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
         )
         jd = protocol.job_dir(base, job, CLUSTER_NAME)
         jd.mkdir(parents=True, mode=0o700)
+        # as the controller makes it (controller/channel.py): with the job's key, which the
+        # batch shell checks (a folder with another key is an earlier job's and set aside)
+        key = protocol.parse_comment(shard_cluster.job(job).comment)["key"]
+        (jd / protocol.KEY_FILE).write_text(key + "\n")
         protocol.write_accumulate(jd, protocol.Accumulate(4, 4))
         jobs.append(job)
     for job in jobs:

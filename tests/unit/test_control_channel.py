@@ -118,3 +118,26 @@ def test_the_start_refuses_a_spool_it_cannot_own(tmp_path):
     os.chown(tmp_path / "s" / "c1", pw.pw_uid, -1)
     with pytest.raises(ConfigError, match="owned by the controller's user"):
         channel.prepare(tmp_path / "s", "c1")
+
+
+def test_without_a_spool_a_job_directory_made_for_a_job_carries_its_key(tmp_path):
+    """A root controller writes accumulate.json into a job's own directory before the job
+    first starts: the directory must carry the job's key, or the batch shell takes it for
+    an earlier job's and sets it aside with the file (found live: tests/slurm/test_sharing_live.py).
+    Another incarnation's directory under the id is set aside first."""
+    channel.use(channel.Channel(None, "c1"))
+    try:
+        rec = JobRecord(
+            job_id=7, user="root", cluster="c1", comment=jobfiles.format_comment({"dir": str(tmp_path), "key": KEY})
+        )
+        stale = tmp_path / "c1" / "7"
+        stale.mkdir(parents=True)
+        (stale / jobfiles.KEY_FILE).write_text("feedfacefeedface\n")
+        (stale / "preempt-requested.0").touch()
+        jd = channel.folder_for_job(rec)
+        assert jd == stale and (jd / jobfiles.KEY_FILE).read_text().strip() == KEY
+        assert not (jd / "preempt-requested.0").exists()
+        assert [p.name for p in (tmp_path / "c1").iterdir() if p.name.startswith("7.stale.")]
+        assert channel.folder_for_job(rec) == jd  # ours now: kept as it is
+    finally:
+        channel.use(channel.Channel())
