@@ -123,6 +123,13 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     _app(p)
     _iterations(p)
     elastic = _elastic(p)
+    site = protocol.config_path(env)
+    if site.exists() and not os.access(site, os.R_OK):
+        print(
+            f"tsbatch: warning: cannot read the site's config {site}: the job runs without its spool, so the"
+            " controller will not see its checkpoint answers; ask the admin to make it readable (mode 0644)",
+            file=sys.stderr,
+        )
     return JobSetup(
         hook_site=None if "no-checkpoint" in p.own else str(HOOK_SITE),
         base=base,
