@@ -24,9 +24,10 @@ from pathlib import Path
 
 from profiler.env import ENV_ITERS, ENV_MAX_BYTES, ENV_SECONDS, ProfileWindow
 from teiresias.errors import ConfigError, TeiresiasError
-from teiresias.jobfiles import ENV_PROFILE_STORE, config_path
+from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE, config_path
 
 ENV_STORE = ENV_PROFILE_STORE
+__all__ = ["ENV_CONFIG", "ENV_STORE", "Decision", "decide", "profiled_before", "store_root", "window_from_env"]
 # Window settings a user may give at submit time are profiler.env's variables
 # (ENV_SECONDS, ENV_ITERS, ENV_MAX_BYTES), imported above.
 
