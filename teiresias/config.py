@@ -28,12 +28,12 @@ from typing import Any, Literal, overload
 from teiresias import yamlconf
 from teiresias.domain.topology import Topology
 from teiresias.errors import ConfigError
-from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE
+from teiresias.jobfiles import DEFAULT_CONFIG, ENV_CONFIG, ENV_PROFILE_STORE
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
 POLLS = ("json", "scontrol")
-DEFAULT_CONFIG = "etc/teiresias.yaml"
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,13 @@ class ControllerConfig:
     # Unix datagram socket Slurm's EpilogSlurmctld pokes (controller/events.py);
     # None: polling only.
     events_socket: Path | None = None
+    # The control channel's spool (docs/admin.md "The control channel"): jobs write
+    # their Ack, records and profile to <spool_dir>/<ClusterName>/<job>.<key>/, which
+    # the controller reads without root and without seeing users' homes. None: the
+    # job's own directory (a controller that runs as root or as the jobs' user).
+    spool_dir: Path | None = None
+    # The controller's log level (debug, info, warning, error); -v makes it debug. SIGHUP reloads it.
+    log_level: str = "info"
 
     def switch_of(self, node: str) -> str:
         return self.topology.switch_of(node)
@@ -197,6 +204,8 @@ _SCHEMA: dict[str, Any] = {
     "file_group": None,
     "metrics": {"address": None, "port": None},
     "events": {"socket": None},
+    "spool_dir": None,
+    "log_level": None,
 }
 
 
@@ -399,11 +408,13 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         ),
         plain_min_run_seconds=_seconds_or_never(r, "preemption.plain_min_run_seconds", pre),
     )
-    for key in ("state_db", "audit_log", "profile_store"):
+    for key in ("state_db", "audit_log", "profile_store", "spool_dir"):
         if data.get(key) is not None:
             kw[key] = _resolve(base, r.string(key, data[key]))
     if "backend" in data:
         kw["backend"] = r.string("backend", data["backend"], BACKENDS)
+    if "log_level" in data:
+        kw["log_level"] = r.string("log_level", data["log_level"], LOG_LEVELS)
     if "slurm_poll" in data:
         kw["slurm_poll"] = r.string("slurm_poll", data["slurm_poll"], POLLS)
     if data.get("slurm_conf") is not None:
@@ -453,7 +464,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> ControllerConfig:
-    """Read and validate the config file (``--config``, else $TEIRESIAS_CONFIG, else etc/teiresias.yaml)."""
+    """Read and validate the site's config file (``--config``, else $TEIRESIAS_CONFIG,
+    else /etc/teiresias/teiresias.yaml: the one path every command uses, docs/admin.md)."""
     chosen = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
     # Not-UTF-8, BOM, directory, YAML errors: the shared format of teiresias/yamlconf.py.
     data = yamlconf.load_yaml(chosen, "config", hint="; pass --config FILE")
@@ -465,8 +477,8 @@ def profile_store_root(
 ) -> Path:
     """Where the controller keeps communication profiles (Tiresias §3.3.1 reuses a
     model's profile): ``store`` when given, else ``$TEIRESIAS_PROFILE_STORE`` in
-    ``env``, else the profile store of the controller config (``config``, else
-    ``$TEIRESIAS_CONFIG``, else etc/teiresias.yaml). ConfigError when that
+    ``env``, else the profile store of the site's config (``config``, else
+    ``$TEIRESIAS_CONFIG``, else /etc/teiresias/teiresias.yaml). ConfigError when that
     config cannot be used; each caller decides whether that is fatal."""
     chosen = store or env.get(ENV_PROFILE_STORE)
     if chosen:

@@ -2,8 +2,8 @@
 
 Every sbatch option, the script and its arguments (or ``--wrap``) pass
 through unchanged; tsbatch adds ``--requeue``, the time-limit warning
-``--signal=B:USR2@<grace>``, the job comment ``teiresias:dir=<base>;...``
-(the controller's way to find the job directory, wrappers/protocol.py; a
+``--signal=B:USR2@<grace>``, the job comment ``teiresias:dir=<base>;key=<key>;...``
+(the job's incarnation key names its control folder, teiresias/jobfiles.py; a
 user comment is kept in it as ``note=``) and a batch script that arms the
 in-job hooks (wrappers/batchscript.py). sbatch's own stdout, stderr and exit
 code come back as they are.
@@ -40,8 +40,8 @@ bitwise where it stopped after the requeue, without changing the script.
 Everything else is sbatch: options, script, output and exit codes.
 
 tsbatch options (before the script; they have no short forms):
-      --checkpoint-dir=DIR    job base directory; the job's files go to
-                              DIR/<jobid>, mode 0700 (default {protocol.DEFAULT_BASE});
+      --checkpoint-dir=DIR    job base directory; the job's checkpoints go to
+                              DIR/<cluster>/<jobid>, mode 0700 (default {protocol.DEFAULT_BASE});
                               DIR, or the folder the job makes it in, must exist
       --checkpoint-every=N    also checkpoint every N optimizer steps (default 0: only
                               on preemption, time limit and SIGTERM)
@@ -64,9 +64,10 @@ tsbatch options (before the script; they have no short forms):
 
 tsbatch adds to sbatch: --requeue, --signal=B:{protocol.TIMELIMIT_SIGNAL}@<grace> (unless you
 give --signal; grace from ${protocol.ENV_GRACE}, default {DEFAULT_GRACE} s) and
---comment=teiresias:dir=<DIR>;... (your --comment is kept in it as note=...).
-The profiling default asks the controller's profile store: $TEIRESIAS_PROFILE_STORE,
-else the profile_store of $TEIRESIAS_CONFIG (else /etc/teiresias.yaml); the
+--comment=teiresias:dir=<DIR>;key=<KEY>;... (your --comment is kept in it as note=...).
+The site's config ($TEIRESIAS_CONFIG, else {protocol.DEFAULT_CONFIG}) names the
+spool where the job and the controller talk (spool_dir; docs/admin.md) and the
+profile store the profiling default asks ($TEIRESIAS_PROFILE_STORE wins); the
 choice is in the job comment as profile=1|0. Details: docs/profiler.md
 Environment in the job: TEIRESIAS_START_FRESH=1 starts over when a checkpoint
 is refused (corrupt or not yours). Details: docs/checkpointing.md
@@ -125,6 +126,13 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     _app(p)
     _iterations(p)
     elastic = _elastic(p)
+    site = protocol.config_path(env)
+    if site.exists() and not os.access(site, os.R_OK):
+        print(
+            f"tsbatch: warning: cannot read the site's config {site}: the job runs without its spool, so the"
+            " controller will not see its checkpoint answers; ask the admin to make it readable (mode 0644)",
+            file=sys.stderr,
+        )
     return JobSetup(
         hook_site=None if "no-checkpoint" in p.own else str(HOOK_SITE),
         base=base,
@@ -133,6 +141,8 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
         grace=int(grace_text),
         window=profiling.window_from_env(env),
         elastic=elastic,
+        key=protocol.new_key(),
+        spool=protocol.site_spool(env),
     )
 
 
@@ -212,6 +222,8 @@ def _elastic(p: Parsed) -> str:
 
 def build_comment(setup: JobSetup, user_comment: str | None, app: str = "", iterations: int = 0) -> str:
     items = {"dir": setup.base, "profile": "1" if setup.profile else "0"}
+    if setup.key:
+        items["key"] = setup.key  # the incarnation (teiresias/jobfiles.py): names its control folder
     if setup.every:
         items["every"] = str(setup.every)
     if app:

@@ -174,8 +174,22 @@ def up(
     if res.restd_socket:
         click.echo(f"SLURMRESTD_SOCKET={res.restd_socket}")
     if cfg.accounting:
-        click.echo(f"accounting: slurmdbd on 127.0.0.1:{cfg.dbd_port}, MariaDB on 127.0.0.1:{cfg.mysql_port}")
+        click.echo(f"accounting: slurmdbd on {_where(cfg.dbd_port)}, MariaDB on {_where(cfg.mysql_port)}")
     click.echo(f"export SLURM_CONF={res.conf}")
+
+
+def _where(port: int) -> str:
+    """Where ``port`` really listens (the kernel's word, not the configuration's):
+    slurmdbd takes DbdAddr as the address its clients use and listens on every one."""
+    from slurm_plugin.localcluster.procs import listen_addresses
+
+    addrs = listen_addresses(port)
+    if not addrs:
+        return f"port {port} (not listening)"
+    text = ", ".join(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addrs)
+    if any(a in ("0.0.0.0", "::") for a in addrs):
+        text += " (every address: Slurm has no setting to bind it to one; munge authenticates its clients)"
+    return text
 
 
 @cluster.command()

@@ -48,12 +48,16 @@ def slurm_jobs(config: ControllerConfig, prog: str, fallback: str) -> dict[int, 
 
 
 def _open_state(config: ControllerConfig) -> StateStore:
+    exists: bool | None
+    folder: bool | None
     try:
         exists = config.state_db.exists()
+        folder = config.state_db.parent.is_dir()
     except PermissionError:
-        exists = None
+        exists = folder = None
     if not exists:
-        if exists is None or not os.access(config.state_db.parent, os.X_OK):
+        # A folder that is missing is no controller yet (issue 21 item 10), one we cannot enter is privacy.
+        if exists is None or (folder and not os.access(config.state_db.parent, os.X_OK)):
             raise ConfigError(
                 f"{config.state_db}: not readable by you (permission denied on its folder);"
                 " the controller's admin can give a group access with file_group"

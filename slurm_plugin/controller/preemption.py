@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob
 from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled
 from slurm_plugin.controller.state import JobRecord, Phase
@@ -53,12 +54,16 @@ def speaks_protocol(rec: JobRecord) -> bool:
 
 def find_ack(rec: JobRecord) -> Ack | None:
     """The job's Ack for the run we signalled, or None (not written yet, not a tsbatch job)."""
-    jobdir = rec.files.job_dir(rec.job_id)
-    if jobdir is None or rec.signal_restart is None:
+    if rec.signal_restart is None:
+        return None
+    jobdir = channel.folder(rec)
+    if jobdir is None:
         return None
     ack = read_ack(jobdir)
     if ack is None or ack.job_id != rec.job_id or ack.restart_count != rec.signal_restart:
         return None
+    if ack.key and rec.files.key and ack.key != rec.files.key:
+        return None  # an earlier job's with the same id (issue 20 B11)
     if rec.signal_time is not None and ack.time < rec.signal_time - _ACK_SLACK_S:
         return None  # a checkpoint of this run from before our signal: not an answer to it
     return ack
@@ -149,7 +154,7 @@ class RequeueDue:
 
 def last_checkpoint(rec: JobRecord) -> float | None:
     """When the signalled run of a tsbatch job last wrote a checkpoint, or None."""
-    jobdir = rec.files.job_dir(rec.job_id)
+    jobdir = channel.folder(rec)
     if jobdir is None or rec.run_start is None:
         return None
     times = [c.time for c in read_records(jobdir) if c.restart_count == rec.signal_restart and c.time >= rec.run_start]

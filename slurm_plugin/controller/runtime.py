@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import logging
-import sys
+import os
 import threading
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmNode
 from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.lock import ClusterLock
 from slurm_plugin.controller.loop import Controller
-from slurm_plugin.controller.startup import SlurmSite, check_against_slurm, read_site, slurm_env
+from slurm_plugin.controller.startup import SlurmSite, check_against_slurm, check_rights, read_site, slurm_env
 from slurm_plugin.controller.state import StateStore
 
 log = logging.getLogger("teiresias.controller")
@@ -40,13 +41,25 @@ def make_controller(
     store = StateStore(config.state_db, readonly_copy=dry_run, modes=modes)
     audit = AuditLog(None if dry_run else config.audit_log, modes)
     ctl = Controller(config, backend or make_backend(config), store, audit, dry_run=dry_run)
+    channel.use(channel.Channel(config.spool_dir))
 
     def first_contact(nodes: list[SlurmNode]) -> list[str]:
         # Before any record is touched: a wrong partition once closed every record as VANISHED.
         check_against_slurm(config, nodes)
         site = read_site(slurm_env(config))
+        cluster = site.cluster_name
+        if not dry_run:
+            check_rights(site, slurm_env(config))
+        if config.spool_dir is not None and not dry_run:
+            channel.prepare(config.spool_dir, cluster)
+        elif config.spool_dir is None and os.geteuid() != 0:
+            log.warning(
+                "spool_dir is not set and the controller is not root: the checkpoint Acks and records that"
+                " jobs write in their own (private) directories cannot be read; set spool_dir (docs/admin.md)"
+            )
+        channel.use(channel.Channel(config.spool_dir, cluster))
         notes = [] if dry_run else take_cluster_lock(ctl, site, config, standby)
-        return notes + store.use_cluster(site.cluster_name)
+        return notes + store.use_cluster(cluster)
 
     ctl.on_first_contact = first_contact
     return ctl
@@ -69,13 +82,3 @@ def take_cluster_lock(
     lock.acquire(standby)
     ctl.cluster_lock = lock
     return []
-
-
-def setup_logging(verbose: bool = False) -> None:
-    """One line per event on stderr, job id first (configured by the CLI, never at import)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s teiresias %(levelname)s %(message)s", datefmt="%H:%M:%S"))
-    root = logging.getLogger("teiresias")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    root.propagate = False

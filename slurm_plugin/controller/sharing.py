@@ -17,13 +17,12 @@ run ends and replaces the model's guess for that model (`measured_xi`,
 from __future__ import annotations
 
 import json
-import os
-import pwd
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias import jobfiles as protocol
 from teiresias.domain import Placement
@@ -92,28 +91,11 @@ def audit_fields(sh: Sharing) -> dict[str, float | int]:
     }
 
 
-def ensure_job_dir(rec: JobRecord, user: str) -> Path | None:
-    """The job's directory, created for the job's user when the controller (root) makes it;
-    None for a job without one (not a tsbatch job)."""
-    jd = rec.files.job_dir(rec.job_id)
-    if jd is None:
-        return None
-    if not jd.is_dir():
-        jd.mkdir(mode=0o700, parents=True)
-        if os.geteuid() == 0 and user:
-            try:
-                pw = pwd.getpwnam(user)
-            except KeyError:
-                pass  # a numeric or unknown user: root-owned, as Slurm's root jobs expect
-            else:
-                os.chown(jd, pw.pw_uid, pw.pw_gid)
-    return jd
-
-
-def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
-    """accumulate.json in the guest's job directory (read by the hooks when its run starts);
-    None for a job without one (not a tsbatch job)."""
-    jd = ensure_job_dir(rec, user)
+def write_accumulate(rec: JobRecord, sh: Sharing) -> Path | None:
+    """accumulate.json in the controller's folder for the guest (controller/channel.py;
+    read by the hooks when its run starts); None for a job without one (not a tsbatch
+    job, or no place the controller may trust). OSError when it cannot be written."""
+    jd = channel.folder_for_job(rec)
     if jd is None:
         return None
     protocol.write_accumulate(jd, protocol.Accumulate(sh.accumulation, sh.sub_batch))

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, requeue_settle_wait
-from slurm_plugin.controller import sharing
+from slurm_plugin.controller import channel, sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled, base_state
 from slurm_plugin.controller.state import JobRecord, Phase
@@ -112,7 +112,7 @@ def elastic_of(rec: JobRecord) -> tuple[int, int] | None:
 
 def step_time_of(rec: JobRecord, restart: int) -> float | None:
     """The current run's median seconds per mini-batch from the hooks' runs.jsonl (§3.2 introspection)."""
-    jd = rec.files.job_dir(rec.job_id)
+    jd = channel.folder(rec)
     if jd is None:
         return None
     run = jobfiles.read_runs(jd).get(restart)
@@ -122,17 +122,18 @@ def step_time_of(rec: JobRecord, restart: int) -> float | None:
 def busy_of(rec: JobRecord, restart: int) -> float | None:
     """The run's busy share (percent of step time outside the DataLoader) from its last
     runs.jsonl record: the hooks' step-rate measure of utilisation without NVML."""
-    jd = rec.files.job_dir(rec.job_id)
+    jd = channel.folder(rec)
     if jd is None:
         return None
     lines = sharing.run_lines(jd, restart)
     return next((x.busy for x in reversed(lines) if x.busy is not None), None)
 
 
-def write_device(rec: JobRecord, user: str, gpu: int, now: float) -> bool:
-    """``gpu.json`` naming Slurm's GPU ``gpu`` in the job's directory (created for its user when
-    missing); False for a job without one (not a tsbatch job: it cannot switch GPUs)."""
-    jd = sharing.ensure_job_dir(rec, user)
+def write_device(rec: JobRecord, gpu: int, now: float) -> bool:
+    """``gpu.json`` naming Slurm's GPU ``gpu`` in the folder the controller writes the job's
+    settings to (channel.folder_for_job); False for a job without one (not a tsbatch job, or
+    no place the controller may trust: it cannot switch GPUs). OSError when it cannot be written."""
+    jd = channel.folder_for_job(rec)
     if jd is None:
         return False
     jobfiles.write_device(jd, jobfiles.Device(gpu, now))
@@ -144,7 +145,7 @@ def window_step_time(rec: JobRecord, restart: int, since: float | None) -> float
     from the first and last runs.jsonl records of the run written after it, whose step
     counts are cumulative, so no suspension lies inside the window. None with fewer
     than two such records (the hooks write one every TEIRESIAS_RUNS_EVERY seconds)."""
-    jd = rec.files.job_dir(rec.job_id)
+    jd = channel.folder(rec)
     if jd is None:
         return None
     lines = [x for x in sharing.run_lines(jd, restart) if since is None or x.time >= since]
@@ -283,7 +284,7 @@ class Slicer:
                 continue
             r = rec.records[job_id]
             try:
-                ok = self.dry_run or write_device(r, rec.slurm[job_id].user, gpu, now)
+                ok = self.dry_run or write_device(r, gpu, now)
             except OSError as exc:
                 log.warning("[job %d] gpu.json not written: %s", job_id, exc)
                 ok = False
@@ -377,7 +378,7 @@ class Slicer:
         if bind and first is not None and not self.dry_run:
             # It holds a shard of each GPU of bind and runs on the one gpu.json names.
             try:
-                if not write_device(r, sj.user, first, now):
+                if not write_device(r, first, now):
                     r.reason = (
                         "chosen to time-slice the GPUs of its node, which needs a tsbatch job (gpu.json in"
                         " its job directory says which GPU it runs on); waits"
@@ -462,7 +463,7 @@ class Slicer:
             if len(sj.shard_gpus) > 1 and target.has_ids and not self.dry_run:
                 # Bound to several GPUs: it runs on the target's (gpu.json, read when it starts).
                 try:
-                    if write_device(r, sj.user, target.allocations[0].gpu_ids[0], now):
+                    if write_device(r, target.allocations[0].gpu_ids[0], now):
                         m.device = target.allocations[0].gpu_ids[0]
                 except OSError as exc:
                     log.warning("[job %d] gpu.json not written: %s", job_id, exc)

@@ -248,14 +248,14 @@ class Starter:
         nums = sharing.audit_fields(sh)
         if not self.dry_run:
             try:
-                written = sharing.write_accumulate(r, sj.user, sh)
+                written = sharing.write_accumulate(r, sh)
             except OSError as exc:
                 self.back_off(r, f"cannot write its accumulate.json ({exc})", now)
                 return
             if written is None and sh.accumulation > 1:
                 r.reason = (
                     f"chosen to share job {host_id}'s GPU with {sh.accumulation} accumulation steps, but"
-                    " it is not a tsbatch job (no job directory for accumulate.json)"
+                    " it is not a tsbatch job (no control folder for accumulate.json)"
                 )
                 return
             self.audit.write(

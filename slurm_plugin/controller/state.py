@@ -319,11 +319,14 @@ class StateStore:
                 self.db.execute("PRAGMA synchronous=FULL")
             except sqlite3.DatabaseError as exc:
                 raise ConfigError(f"{self.path}: not a usable state DB ({exc}); fix state_db in the config") from None
-            for side in ("-wal", "-shm"):
-                chmod_if_exists(self.path.with_name(self.path.name + side), modes)
         for stmt in _SCHEMA:
             self.db.execute(stmt)
         _migrate(self.db)
+        if not readonly_copy:
+            # After the first writes: SQLite makes -wal and -shm with the creator's group,
+            # which file_group's readers need to be theirs too (a reader opens both).
+            for side in ("-wal", "-shm"):
+                chmod_if_exists(self.path.with_name(self.path.name + side), modes)
         # Slurm's ClusterName once known (use_cluster): only its records are loaded.
         self.cluster: str | None = None
         self._depth = 0

@@ -247,6 +247,29 @@ def check(trace_path: str, cluster_path: str | None, as_json: bool) -> None:
         )
 
 
+def _users_from_sacct(job_ids: tuple[int, ...]) -> dict[int, str]:
+    """job id -> User as ``sacct --parsable2`` gives it (resolved from the job's uid);
+    {} when sacct is missing or does not answer."""
+    import subprocess
+
+    try:
+        r = subprocess.run(
+            ["sacct", "-a", "-X", "-D", "-n", "-P", "-j", ",".join(map(str, job_ids)), "-o", "JobIDRaw,User"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out: dict[int, str] = {}
+    for line in r.stdout.splitlines() if r.returncode == 0 else []:
+        job, _, user = line.partition("|")
+        if job.isdigit() and user.strip():
+            out[int(job)] = user.strip()
+    return out
+
+
 @trace.command("from-sacct")
 @click.argument("sacct_path", metavar="SACCT_OUTPUT")
 @click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
@@ -274,8 +297,10 @@ def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | N
 
     One row per finished job that held GPUs: GPUs from AllocTRES, run time
     (Slurm's Elapsed), submit time in seconds after the first submission,
-    job name as model, user and account. A requeued job (its earlier runs are
-    REQUEUED records) is one row submitted when first submitted. Jobs without
+    job name as model, user and account (a --json record without a user, as
+    Slurm writes one for a user without an association, takes the user
+    sacct --parsable2 names). A requeued job (its earlier runs are REQUEUED
+    records) is one row submitted when first submitted. Jobs without
     GPUs, never started, or not finished are left out and counted.
     SACCT_OUTPUT '-' reads stdin.
 
@@ -303,7 +328,22 @@ def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | N
     }
     path = "/dev/stdin" if sacct_path == "-" else sacct_path
     text = yamlconf.read_text(path, "sacct output", TraceError)
-    conv = parse_sacct(text, "stdin" if sacct_path == "-" else sacct_path, requeued=requeued)
+    source = "stdin" if sacct_path == "-" else sacct_path
+    conv = parse_sacct(text, source, requeued=requeued)
+    if conv.no_user:
+        # sacct --json (22.05) writes user null, and no uid, for a user without an
+        # association; --parsable2 resolves the uid: take the same user from it.
+        users = _users_from_sacct(conv.no_user)
+        if users:
+            conv = parse_sacct(text, source, requeued=requeued, users=users)
+        if conv.no_user:
+            click.echo(
+                f"teiresias trace from-sacct: warning: {len(conv.no_user)} job(s) have no user in the sacct"
+                " --json output (users without a Slurm association) and sacct here could not name them"
+                " (run this where sacct reaches that accounting, or convert sacct --parsable2 output);"
+                " their user column is empty",
+                err=True,
+            )
     with StagedOutputs() as staged:  # the trace and the samples, both or neither
         if "-o" in outputs:
             with staged.open(outputs["-o"]) as fh:

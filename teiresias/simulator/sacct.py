@@ -87,6 +87,9 @@ class SacctTrace:
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> jobs
     requeued_jobs: int = 0  # jobs with more than one run, merged into one row each
     renumbered: bool = False  # Slurm ids were not unique (several clusters, reused ids)
+    # Slurm ids of kept jobs whose record names no user: sacct --json (22.05) writes
+    # user null, and no uid, for a user without an association (--parsable2 names them).
+    no_user: tuple[int, ...] = ()
 
 
 def _fail(source: str, msg: str) -> TraceError:
@@ -135,7 +138,7 @@ def _json_state(state: Any) -> str:
     return str(cur or "").split()[0].upper() if str(cur or "").strip() else ""
 
 
-def _json_records(data: Any, source: str) -> list[SacctRecord]:
+def _json_records(data: Any, source: str, users: Mapping[int, str] | None = None) -> list[SacctRecord]:
     if not isinstance(data, Mapping) or not isinstance(data.get("jobs"), list):
         raise _fail(source, "no 'jobs' list: not `sacct --json` output (run sacct --json ... > FILE)")
     errors = data.get("errors")
@@ -155,7 +158,7 @@ def _json_records(data: Any, source: str) -> list[SacctRecord]:
                 cluster=str(job.get("cluster") or assoc.get("cluster") or ""),
                 job_id=job["job_id"],
                 name=str(job.get("name") or ""),
-                user=str(job.get("user") or assoc.get("user") or ""),
+                user=str(job.get("user") or assoc.get("user") or (users or {}).get(job["job_id"], "")),
                 account=str(job.get("account") or assoc.get("account") or ""),
                 state=_json_state(job.get("state")),
                 submit=_json_number(t.get("submission")),
@@ -361,12 +364,15 @@ def convert_records(
         skipped=skipped,
         requeued_jobs=sum(1 for runs, _, _ in kept if len(runs) > 1),
         renumbered=renumbered,
+        no_user=tuple(sorted({runs[-1].job_id for runs, _, _ in kept if not runs[-1].user})),
     )
 
 
-def parse_sacct(text: str, source: str, requeued: str = "sum") -> SacctTrace:
+def parse_sacct(text: str, source: str, requeued: str = "sum", users: Mapping[int, str] | None = None) -> SacctTrace:
     """Convert ``sacct --json`` or ``sacct --parsable2`` output (told apart by
-    its first character) into a trace. ``source`` names the input in errors."""
+    its first character) into a trace. ``source`` names the input in errors.
+    ``users``: Slurm job id -> user for the JSON records that name none
+    (``SacctTrace.no_user``; the CLI asks ``sacct --parsable2`` for them)."""
     body = text.lstrip()
     if not body:
         raise _fail(source, "empty; expected the output of sacct --json or sacct --parsable2")
@@ -375,7 +381,7 @@ def parse_sacct(text: str, source: str, requeued: str = "sum") -> SacctTrace:
             data = json.loads(body)
         except json.JSONDecodeError as exc:
             raise _fail(f"{source}:{exc.lineno}", f"not valid JSON ({exc.msg}); expected sacct --json output") from None
-        return convert_records(_json_records(data, source), "json", source, requeued)
+        return convert_records(_json_records(data, source, users), "json", source, requeued)
     lines = text.splitlines()
     n, first = next((n, line) for n, line in enumerate(lines, start=1) if line.strip())
     if "|" not in first:

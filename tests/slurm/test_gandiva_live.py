@@ -19,6 +19,7 @@ import sys
 import pytest
 import torch
 
+from slurm_plugin.localcluster import CLUSTER_NAME
 from teiresias import jobfiles
 from tests.helpers import poll
 from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
@@ -94,7 +95,7 @@ def test_two_jobs_time_sliced_on_one_gpu_alternate_and_finish_bitwise(gandiva_cl
     assert all(a != b for a, b in zip(order, order[1:])), f"suspensions do not alternate: {order}"
     assert len(ctl.audit(action="resume")) >= 2
     for job in (first, second):
-        slices = jobfiles.read_slices(jobfiles.job_dir(base, job))
+        slices = jobfiles.read_slices(jobfiles.job_dir(base, job, CLUSTER_NAME))
         assert slices and all(s.parked > 0 for s in slices), slices
         steps = [s.step for s in slices]
         assert steps == sorted(steps) and len(set(steps)) == len(steps), f"no progress between slices: {steps}"

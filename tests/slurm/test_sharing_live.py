@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slurm_plugin.localcluster import ClusterConfig
+from slurm_plugin.localcluster import CLUSTER_NAME, ClusterConfig
 from slurm_plugin.localcluster.config import render_gres_conf, render_slurm_conf
 from tests.helpers import poll
 from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
@@ -81,8 +81,12 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
         job = tsbatch_submit(
             shard_cluster, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/job{k}.out", str(batch)
         )
-        jd = protocol.job_dir(base, job)
+        jd = protocol.job_dir(base, job, CLUSTER_NAME)
         jd.mkdir(parents=True, mode=0o700)
+        # as the controller makes it (controller/channel.py): with the job's key, which the
+        # batch shell checks (a folder with another key is an earlier job's and set aside)
+        key = protocol.parse_comment(shard_cluster.job(job).comment)["key"]
+        (jd / protocol.KEY_FILE).write_text(key + "\n")
         protocol.write_accumulate(jd, protocol.Accumulate(4, 4))
         jobs.append(job)
     for job in jobs:
@@ -159,8 +163,10 @@ def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> N
             assert (share["slowdown"], share["partner_slowdown"]) == (1.2, 1.2)
             assert 0 < share["shared_avg_jct"] < share["sequential_avg_jct"]
             assert share["alone_slowdown"] > 1
-            assert protocol.read_accumulate(protocol.job_dir(base, guest)) == protocol.Accumulate(4, 4)
-            assert protocol.read_accumulate(protocol.job_dir(base, host)) is None  # the host's batch is kept
+            assert protocol.read_accumulate(protocol.job_dir(base, guest, CLUSTER_NAME)) == protocol.Accumulate(4, 4)
+            assert (
+                protocol.read_accumulate(protocol.job_dir(base, host, CLUSTER_NAME)) is None
+            )  # the host's batch is kept
 
             def queue_rows():
                 q = subprocess.run(

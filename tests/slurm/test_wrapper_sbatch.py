@@ -12,6 +12,7 @@ import pytest
 
 from tests.slurm.test_wrapper_resume import submitted, train_job, tsbatch  # noqa: F401 (fixture)
 from tests.torch.jobs import same_weights
+from wrappers import protocol
 
 pytestmark = pytest.mark.slurm
 
@@ -157,4 +158,5 @@ def test_user_comment_and_options_pass_through(clean_slurm, tmp_path):
     job = submitted(tsbatch(clean_slurm, "-J", "named", "--hold", f"--checkpoint-dir={tmp_path}", str(script)))
     j = clean_slurm.job(job)
     assert j.name == "named" and j.held and j.requeue
-    assert j.comment == f"teiresias:dir={tmp_path};profile=0;note=from-header"
+    key = protocol.parse_comment(j.comment).get("key", "")
+    assert j.comment == f"teiresias:dir={tmp_path};profile=0;key={key};note=from-header" and protocol.valid_key(key)

@@ -335,6 +335,14 @@ def test_demo_refuses_an_unknown_policy_before_starting_anything(tmp_path):
     assert not d.exists()
 
 
+def test_demo_refuses_a_folder_whose_parent_is_missing(tmp_path):
+    """Issue 21 item 8: `demo --dir /nonexistent/deep` created the whole tree."""
+    d = tmp_path / "nonexistent" / "deep"
+    r = CliRunner().invoke(cli, ["demo", "--dir", str(d), "--port-base", "17716"])
+    assert one_error_line(r).startswith(f"teiresias: error: --dir {d}: its parent folder {d.parent} does not exist")
+    assert not d.parent.exists()
+
+
 def test_demo_honours_the_cluster_directory_and_port_variables(tmp_path):
     a_file = tmp_path / "not-a-dir"
     a_file.write_text("")

@@ -26,7 +26,14 @@ USER_SCRIPT = """#!/bin/bash
 python train.py "$@"
 #SBATCH --not-a-directive-after-a-command
 """
-SETUP = JobSetup(hook_site="/opt/teiresias/wrappers/hooks/site", base="/shared/ckpt", every=0, profile=False, grace=90)
+SETUP = JobSetup(
+    hook_site="/opt/teiresias/wrappers/hooks/site",
+    base="/shared/ckpt",
+    every=0,
+    profile=False,
+    grace=90,
+    key="0123456789abcdef",
+)
 
 
 def test_generated_script_matches_golden_file():

@@ -173,10 +173,11 @@ def elastic_steps(env: Mapping[str, str]) -> int:
 
 
 def install(jobdir: Any, env: Mapping[str, str] | None = None) -> Accumulator | None:
-    """Read accumulate.json (split) or the elastic setting (group) and patch torch
-    if it asks for s > 1; returns the accumulator (or None)."""
+    """Read accumulate.json (split) in ``jobdir`` (the controller's folder for the job;
+    None: none to trust) or the elastic setting (group) and patch torch if it asks
+    for s > 1; returns the accumulator (or None)."""
     try:
-        setting = protocol.read_accumulate(jobdir)
+        setting = protocol.read_accumulate(jobdir) if jobdir is not None else None
     except protocol.AccumulateInvalid as exc:
         print(f"teiresias: warning: gradient accumulation off: {exc}", file=sys.stderr, flush=True)
         return None

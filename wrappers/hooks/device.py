@@ -3,7 +3,9 @@
 A 1-GPU job that joined an over-subscribed node holds a shard of each of the
 node's GPUs (docs/gandiva.md "Server-wide time-slicing"): Slurm gives it all
 of them in CUDA_VISIBLE_DEVICES, and the controller names the one to use in
-``<jobdir>/gpu.json`` (jobfiles.Device, by Slurm's index). The hooks read it
+``gpu.json`` in the folder it writes the job's settings to (the spool's ``.in``
+folder, else the job directory: docs/admin.md "The control channel";
+jobfiles.Device, by Slurm's index). The hooks read it
 when the run starts (before the script makes CUDA tensors, so "cuda" means
 that GPU), after every resume, and at step boundaries (the file's mtime, at
 most every CHECK_EVERY_S); on a change they move the training state to the
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +39,19 @@ CHECK_EVERY_S = 1.0
 class DeviceSwitch:
     """One per process; ``wanted`` is cheap enough to call after every step."""
 
-    def __init__(self, env: Mapping[str, str], jobdir: Path, job_id: str, restart_count: int) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        settings: Callable[[], Path | None],
+        ctldir: Path,
+        job_id: str,
+        restart_count: int,
+    ) -> None:
         self.gpus = job_gpus(env)  # Slurm's indices in CUDA order (CUDA index i is the i-th)
-        self.jobdir = jobdir
+        # Where the controller's gpu.json is (None: no folder it may be trusted in), and the
+        # control folder the switches are recorded in (devices.jsonl).
+        self.settings = settings
+        self.ctldir = ctldir
         self.job_id = job_id
         self.restart_count = restart_count
         self.current: int | None = None
@@ -58,7 +70,10 @@ class DeviceSwitch:
         if not force and now - self._checked < CHECK_EVERY_S:
             return None
         self._checked = now
-        path = self.jobdir / protocol.DEVICE
+        folder = self.settings()
+        if folder is None:
+            return None
+        path = folder / protocol.DEVICE
         try:
             mtime = os.stat(path).st_mtime
         except OSError:
@@ -67,7 +82,7 @@ class DeviceSwitch:
             return None
         self._mtime = mtime
         try:
-            dev = protocol.read_device(self.jobdir)
+            dev = protocol.read_device(folder)
         except protocol.DeviceInvalid as exc:
             print(f"teiresias: warning: {exc}; the job stays on its GPU", file=sys.stderr, flush=True)
             return None
@@ -100,7 +115,7 @@ class DeviceSwitch:
             return
         try:
             protocol.append_device(
-                self.jobdir,
+                self.ctldir,
                 protocol.DeviceRecord(int(self.job_id), self.restart_count, step, gpu, local, round(time.time(), 6)),
             )
         except (OSError, ValueError) as exc:

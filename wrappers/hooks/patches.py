@@ -122,4 +122,4 @@ def install(rt: Runtime) -> None:
     if rt.job_id:
         from wrappers.hooks import accumulate
 
-        rt.accumulator = accumulate.install(rt.jobdir, rt.env)
+        rt.accumulator = accumulate.install(rt.control_in(), rt.env)

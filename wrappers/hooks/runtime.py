@@ -82,7 +82,13 @@ class Runtime:
         self.restart_count = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
         self.every = int(env.get(protocol.ENV_EVERY, "0") or 0)
         base = env.get(protocol.ENV_BASE, protocol.DEFAULT_BASE)
-        self.jobdir: Path = protocol.job_dir(base, self.job_id or "nojob")
+        # The batch shell names this incarnation's folders (teiresias/jobfiles.py): the job
+        # directory (checkpoints) and the control folder the controller reads (Ack,
+        # handshake markers, records); a job started otherwise keeps <base>/<job id> for both.
+        self.key = env.get(protocol.ENV_JOB_KEY, "")
+        self.jobdir: Path = Path(env.get(protocol.ENV_JOB_DIR) or protocol.job_dir(base, self.job_id or "nojob"))
+        self.ctldir: Path = Path(env.get(protocol.ENV_CONTROL_DIR) or self.jobdir)
+        self.ctl_in: Path = Path(env.get(protocol.ENV_CONTROL_IN) or self.jobdir)
         self.store = CheckpointStore(self.jobdir, keep=int(env.get(protocol.ENV_KEEP, "2") or 2))
         self.enabled = True
         self.tracked = st.Tracked()
@@ -98,11 +104,11 @@ class Runtime:
         self.ranks = Ranks(env)
         self.replay = Replay(env, self.store, self.ranks)
         self.timer = StepTimer(
-            env, self.jobdir, self.job_id, self.restart_count, lambda: self.enabled and self.rank() == 0
+            env, self.ctldir, self.job_id, self.restart_count, lambda: self.enabled and self.rank() == 0
         )
-        self.suspender = Suspender(self.jobdir, self.job_id, self.restart_count)
+        self.suspender = Suspender(self.ctldir, self.job_id, self.restart_count)
         # A job bound to several GPUs runs on the one the controller names (device.py).
-        self.device = DeviceSwitch(env, self.jobdir, self.job_id, self.restart_count)
+        self.device = DeviceSwitch(env, self.control_in, self.ctldir, self.job_id, self.restart_count)
         # GPU sharing's sub-batches (accumulate.py), when the job dir asks for them: set by patches.install
         self.accumulator: Accumulator | None = None
 
@@ -161,8 +167,18 @@ class Runtime:
                     )
             else:
                 # GPU/CPU usage for the controller (wrappers/hooks/usage.py); one sampler per node.
-                usage.start(self.env, self.jobdir, self.job_id, self.restart_count)
+                usage.start(self.env, self.ctldir, self.job_id, self.restart_count)
         return self.enabled
+
+    def control_in(self) -> Path | None:
+        """The folder the controller writes this job's settings to (accumulate.json), or
+        None: a spool ``.in`` folder counts only when the controller owns it (anyone may
+        create a name in the spool; teiresias/jobfiles.py)."""
+        if self.ctl_in == self.jobdir or protocol.controller_folder(self.ctl_in):
+            return self.ctl_in
+        if self.ctl_in.exists() and self.rank() == 0:
+            say(f"warning: {self.ctl_in} is not the controller's; its settings are ignored")
+        return None
 
     # ------------------------------------------------------------------ resume
     def ensure_loaded(self) -> None:
@@ -185,10 +201,10 @@ class Runtime:
         first; then either our handler got its forwarded USR1 or the request was
         recorded before we look for it here."""
         try:
-            protocol.mark_run_started(self.jobdir, self.restart_count, os.getpid())
+            protocol.mark_run_started(self.ctldir, self.restart_count, os.getpid())
         except OSError as exc:
-            say(f"warning: cannot mark this run as started in {self.jobdir}: {exc.strerror or exc}")
-        if protocol.preempt_requested(self.jobdir, self.restart_count):
+            say(f"warning: cannot mark this run as started in {self.ctldir}: {exc.strerror or exc}")
+        if protocol.preempt_requested(self.ctldir, self.restart_count):
             self.signal_stop = max(self.signal_stop, Stop.PREEMPT)
 
     @property
@@ -346,7 +362,7 @@ class Runtime:
         if stop == Stop.PREEMPT:
             if self.rank() == 0 and written is not None:
                 protocol.write_ack(
-                    self.jobdir,
+                    self.ctldir,
                     protocol.Ack(
                         job_id=int(self.job_id),
                         restart_count=self.restart_count,
@@ -355,6 +371,7 @@ class Runtime:
                         bytes=written.bytes,
                         seconds=written.seconds,
                         time=time.time(),
+                        key=self.key,
                     ),
                 )
                 say(f"preempted: checkpoint at step {written.step} written, waiting to be requeued")
@@ -390,7 +407,7 @@ class Runtime:
             }
             written = self.store.write(payload, self.step)
             protocol.append_record(
-                self.jobdir,
+                self.ctldir,
                 protocol.CheckpointRecord(
                     job_id=int(self.job_id),
                     restart_count=self.restart_count,
