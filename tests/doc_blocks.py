@@ -5,7 +5,9 @@ tests/slurm/test_readme_commands.py).
 Every fence names its language. A shell block (``bash``, ``sh``, ``shell``,
 ``console``) runs in a test as written, unless the last non-blank line
 before its opening fence is the excerpt marker ``<!-- excerpt: WHY -->``
-(``WHY``: what it needs that a test cannot have, e.g. a site's systemd).
+(``WHY``: what it needs that a test cannot have, e.g. a site's systemd), or
+the tested marker ``<!-- tested: TEST -->``: the test file TEST runs it, on a
+machine it prepares (tests/site runs docs/admin.md's install blocks as root).
 """
 
 from __future__ import annotations
@@ -22,19 +24,21 @@ README = ROOT / "README.md"
 SHELL = frozenset({"bash", "sh", "shell", "console"})
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _EXCERPT = re.compile(r"^\s*<!--\s*excerpt:\s*(?P<why>\S.*?)\s*-->\s*$")
+_TESTED = re.compile(r"^\s*<!--\s*tested:\s*(?P<test>\S+)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
 class Block:
     """One fenced block: where it starts (1-based line of the opening fence), its
-    language (the info string's first word, '' when none), its text, and the
-    excerpt marker's reason (None: not marked)."""
+    language (the info string's first word, '' when none), its text, the
+    excerpt marker's reason and the tested marker's test file (None: not marked)."""
 
     path: Path
     line: int
     lang: str
     body: str
     excerpt: str | None
+    tested: str | None = None
 
     @property
     def where(self) -> str:
@@ -70,6 +74,7 @@ def fenced_blocks(path: Path) -> list[Block]:
         lang = m["info"].strip().split(" ")[0].lower() if m["info"].strip() else ""
         before = next((ln for ln in reversed(lines[:i]) if ln.strip()), "")
         marker = _EXCERPT.match(before)
+        tested = _TESTED.match(before)
         body: list[str] = []
         j = i + 1
         while j < len(lines) and not (
@@ -77,7 +82,16 @@ def fenced_blocks(path: Path) -> list[Block]:
         ):
             body.append(lines[j][indent:] if lines[j].startswith(" " * indent) else lines[j].lstrip())
             j += 1
-        blocks.append(Block(path, i + 1, lang, "\n".join(body) + "\n", marker["why"] if marker else None))
+        blocks.append(
+            Block(
+                path,
+                i + 1,
+                lang,
+                "\n".join(body) + "\n",
+                marker["why"] if marker else None,
+                tested["test"] if tested else None,
+            )
+        )
         i = j + 1
     return blocks
 
@@ -88,8 +102,9 @@ def documents() -> list[Path]:
 
 
 def runnable(path: Path) -> list[Block]:
-    """The shell blocks of ``path`` a test must run: not marked as excerpts."""
-    return [b for b in fenced_blocks(path) if b.lang in SHELL and b.excerpt is None]
+    """The shell blocks of ``path`` a test must run: not marked as excerpts, nor run by
+    the test a tested marker names."""
+    return [b for b in fenced_blocks(path) if b.lang in SHELL and b.excerpt is None and b.tested is None]
 
 
 def copy_of_the_clone(dest: Path) -> Path:

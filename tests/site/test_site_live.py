@@ -51,8 +51,8 @@ DDP = REPO / "tests" / "fixtures" / "train_scripts" / "train_ddp.py"
 
 
 def admin_md_blocks(text: str) -> list[str]:
-    """The bash blocks docs/admin.md marks ``<!-- tested -->``, as written."""
-    return re.findall(r"<!-- tested -->\s*```bash\n(.*?)```", text, flags=re.S)
+    """The bash blocks docs/admin.md marks ``<!-- tested: tests/site/test_site_live.py -->``, as written."""
+    return re.findall(r"<!-- tested: tests/site/test_site_live\.py -->\s*```bash\n(.*?)```", text, flags=re.S)
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,21 @@ def test_shell_blocks_are_run_somewhere_or_marked() -> None:
     assert not odd, f"shell blocks to write as ```bash (or mark <!-- excerpt: WHY -->): {odd}"
 
 
+def test_a_tested_marker_names_a_test_that_reads_its_document() -> None:
+    """``<!-- tested: TEST -->`` takes a block out of this file's runs only when TEST
+    exists and reads the document the block is in (so the marker cannot just silence it)."""
+    bad = []
+    for d in documents():
+        for b in fenced_blocks(d):
+            if b.tested is None:
+                continue
+            test = ROOT / b.tested
+            name = str(d.relative_to(ROOT))
+            if not test.is_file() or name not in test.read_text(encoding="utf-8"):
+                bad.append(f"{b.where}: {b.tested} does not exist or never names {name}")
+    assert not bad, bad
+
+
 def test_no_link_or_path_leads_out_of_the_repository() -> None:
     bad = []
     for doc in documents():
