@@ -109,3 +109,20 @@ def preempt(proc: subprocess.Popen, log: Path, jobdir: Path, at_step: int, timeo
     signal_tree(proc.pid, signal.SIGTERM)
     proc.wait(timeout=30)
     return ack
+
+
+def batch_script(tmp: Path, base: Path, command: str) -> Path:
+    """The batch script tsbatch would submit for a job running ``command``
+    (wrappers/batchscript.py, hooks on), written to ``tmp/batch.sh``: run it with
+    ``start_batch`` as slurmstepd runs it, outside Slurm."""
+    from wrappers.batchscript import JobSetup, render
+
+    path = tmp / "batch.sh"
+    path.write_text(render(f"#!/bin/bash\n{command}\n", JobSetup(str(HOOK_SITE), str(base), 0, False, 90)))
+    return path
+
+
+def start_batch(batch: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``bash batch.sh`` in a session of its own (as a job step), output to ``log``."""
+    f = open(log, "w")
+    return subprocess.Popen(["bash", str(batch)], env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)

@@ -51,6 +51,7 @@ from wrappers.hooks.signals import (
     SIGNAL_STOP,
     Stop,
     exit_now,
+    ignore_job_signals,
     quiet_launcher_signal,
     requeue_self,
     say,
@@ -118,6 +119,7 @@ class Runtime:
             return
         for signum in SIGNAL_STOP:
             signal.signal(signum, self._on_signal)
+        atexit.register(ignore_job_signals)  # runs late: atexit calls handlers last-in first-out
         # Time-slicing (scontrol suspend): park at the next step boundary. A process
         # that trains nothing (torchrun's agent) or waits to be requeued stops at once.
         self.suspender.install(lambda: bool(self.tracked.live_optimizers()) and not self.waiting)
