@@ -48,9 +48,20 @@ def run(script: str, args: list[str], env: dict[str, str], timeout: float = 120)
     )
 
 
-def start(script: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def start(
+    script: str, args: list[str], env: dict[str, str], log: Path, file_size_limit: int | None = None
+) -> subprocess.Popen:
+    """The script in the background, output to ``log``; ``file_size_limit``: bytes, as ``ulimit -f``."""
+    import resource
+
+    def limit() -> None:
+        if file_size_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
     f = open(log, "w")
-    return subprocess.Popen([PYTHON, str(SCRIPTS / script), *args], env=env, stdout=f, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [PYTHON, str(SCRIPTS / script), *args], env=env, stdout=f, stderr=subprocess.STDOUT, preexec_fn=limit
+    )
 
 
 def poll(what: str, check: Callable[[], object], timeout: float = 60, every: float = 0.05) -> object:

@@ -9,7 +9,17 @@ import signal
 
 import pytest
 
-from tests.torch.jobs import PYTHON, SCRIPTS, batch_script, job_env, poll, read_ack, same_weights, signal_tree, start_batch
+from tests.torch.jobs import (
+    PYTHON,
+    SCRIPTS,
+    batch_script,
+    job_env,
+    poll,
+    read_ack,
+    same_weights,
+    signal_tree,
+    start_batch,
+)
 
 pytestmark = pytest.mark.torch
 

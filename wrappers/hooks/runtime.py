@@ -43,7 +43,14 @@ import torch
 from wrappers import protocol
 from wrappers.hooks import state as st
 from wrappers.hooks import usage
-from wrappers.hooks.checkpoint import FORMAT, CheckpointDirUnusable, CheckpointStore, Written
+from wrappers.hooks.checkpoint import (
+    FORMAT,
+    CheckpointDirUnusable,
+    CheckpointNotWritten,
+    CheckpointsReadOnly,
+    CheckpointStore,
+    Written,
+)
 from wrappers.hooks.positions import Consumed, IterRecord, Positions, generators_of
 from wrappers.hooks.ranks import Ranks
 from wrappers.hooks.replay import Replay, ResumeError
@@ -95,6 +102,8 @@ class Runtime:
         self.loaded = False
         self.resumed_from: int | None = None
         self._dir_checked = False
+        self.writable = True  # False: checkpoints can be read, not written (usable())
+        self.save_failures = 0  # periodic/API saves that failed this run (reported once)
         self.ranks = Ranks(env)
         self.replay = Replay(env, self.store, self.ranks)
         self.timer = StepTimer(
@@ -151,6 +160,15 @@ class Runtime:
                 return False
             try:
                 self.store.prepare()
+            except CheckpointsReadOnly as exc:
+                # Resume from what is there (a valid checkpoint must not be ignored); a save
+                # fails with one line and the previous checkpoint stays (issue 23 item 6).
+                self.writable = False
+                if self.rank() == 0:
+                    say(
+                        f"warning: checkpoints can be read but not written: {exc}; this run resumes "
+                        f"from them, a preemption will save nothing new"
+                    )
             except CheckpointDirUnusable as exc:
                 self.enabled = False
                 if self.rank() == 0:
@@ -186,7 +204,8 @@ class Runtime:
         try:
             protocol.mark_run_started(self.jobdir, self.restart_count, os.getpid())
         except OSError as exc:
-            say(f"warning: cannot mark this run as started in {self.jobdir}: {exc.strerror or exc}")
+            if self.writable:  # (read-only: said once already)
+                say(f"warning: cannot mark this run as started in {self.jobdir}: {exc.strerror or exc}")
         if protocol.preempt_requested(self.jobdir, self.restart_count):
             self.signal_stop = max(self.signal_stop, Stop.PREEMPT)
 
@@ -335,39 +354,54 @@ class Runtime:
         stop, self.pending = self.pending, Stop.NONE
         if stop >= Stop.PREEMPT:
             self.signal_stop = Stop.NONE
-        written = self.save(stop, point)
+        written, failed = self.save(stop, point)
         if stop == Stop.PREEMPT:
-            if self.rank() == 0 and written is not None:
-                protocol.write_ack(
-                    self.jobdir,
-                    protocol.Ack(
-                        job_id=int(self.job_id),
-                        restart_count=self.restart_count,
-                        step=written.step,
-                        path=str(written.path),
-                        bytes=written.bytes,
-                        seconds=written.seconds,
-                        time=time.time(),
-                    ),
-                )
-                say(f"preempted: checkpoint at step {written.step} written, waiting to be requeued")
+            if self.rank() == 0:
+                self._ack(written)
+                if written is not None:
+                    say(f"preempted: checkpoint at step {written.step} written, waiting to be requeued")
             self.waiting = True
             wait_for_requeue()
         elif stop == Stop.TIMELIMIT:
             if self.rank() == 0:
-                say(f"time limit: checkpoint at step {self.step} written, requeueing")
-                requeue_self(self.job_id)
+                if not failed:
+                    say(f"time limit: checkpoint at step {self.step} written, requeueing")
+                requeue_self(self.job_id)  # written or not: a later run resumes from the newest checkpoint
             exit_now(0)
         elif stop == Stop.TERM:
-            if self.rank() == 0:
+            if self.rank() == 0 and not failed:
                 say(f"SIGTERM: checkpoint at step {self.step} written, exiting")
             exit_now(128 + signal.SIGTERM)
 
-    def save(self, stop: Stop, point: dict[str, Any]) -> Written | None:
-        """Gather every rank's local state; rank 0 writes; everybody waits for the file."""
+    def _ack(self, written: Written | None) -> None:
+        """Answer the preemption: the checkpoint just written, or (the save failed) "nothing
+        new saved" with the newest checkpoint's step, as the batch shell's early Ack."""
+        newest = self.store.list()
+        ack = protocol.Ack(
+            job_id=int(self.job_id),
+            restart_count=self.restart_count,
+            step=written.step if written else (newest[-1][1] if newest else 0),
+            path=str(written.path) if written else "",
+            bytes=written.bytes if written else 0,
+            seconds=written.seconds if written else 0.0,
+            time=time.time(),
+            saved=written is not None,
+        )
+        try:
+            protocol.write_ack(self.jobdir, ack)
+        except OSError as exc:
+            say(
+                f"error: cannot write the preemption Ack in {self.jobdir}: {exc.strerror or exc}; "
+                f"waiting to be requeued after the controller's grace time"
+            )
+
+    def save(self, stop: Stop, point: dict[str, Any]) -> tuple[Written | None, bool]:
+        """Gather every rank's local state; rank 0 writes; everybody waits for the file.
+        Returns (what rank 0 wrote, whether its write failed); a failed write costs one
+        line and keeps every earlier checkpoint (issue 23 item 5)."""
         world, rank = self.world(), self.rank()
         ranks = self.ranks.gather(self._local_state(point))
-        written = None
+        written, failed = None, False
         if rank == 0:
             payload = {
                 "format": FORMAT,
@@ -381,23 +415,50 @@ class Runtime:
                 "shared": st.capture_shared(self.tracked),
                 "ranks": ranks,
             }
-            written = self.store.write(payload, self.step)
-            protocol.append_record(
-                self.jobdir,
-                protocol.CheckpointRecord(
-                    job_id=int(self.job_id),
-                    restart_count=self.restart_count,
-                    step=written.step,
-                    path=str(written.path),
-                    bytes=written.bytes,
-                    seconds=round(written.seconds, 6),
-                    time=time.time(),
-                    reason=stop.name.lower(),
-                ),
-            )
+            try:
+                written = self.store.write(payload, self.step)
+                protocol.append_record(
+                    self.jobdir,
+                    protocol.CheckpointRecord(
+                        job_id=int(self.job_id),
+                        restart_count=self.restart_count,
+                        step=written.step,
+                        path=str(written.path),
+                        bytes=written.bytes,
+                        seconds=round(written.seconds, 6),
+                        time=time.time(),
+                        reason=stop.name.lower(),
+                    ),
+                )
+            except (CheckpointNotWritten, OSError) as exc:
+                failed = True
+                self._say_not_written(stop, written, exc)
             self.write_run()
         self.ranks.barrier()
-        return written
+        return written, failed
+
+    def _say_not_written(self, stop: Stop, written: Written | None, exc: Exception) -> None:
+        """One line for a failed save (a failed periodic one once per run): what is kept, what follows."""
+        if stop < Stop.PREEMPT:
+            self.save_failures += 1
+            if self.save_failures > 1:
+                return
+        if written is not None:  # the checkpoint is whole; only its record line is missing
+            say(f"warning: checkpoint at step {written.step} written, its record not: {exc}")
+            return
+        newest = self.store.list()
+        kept = (
+            f"the previous checkpoint ({newest[-1][2].name}, step {newest[-1][1]}) is kept"
+            if newest
+            else "no earlier checkpoint exists"
+        )
+        then = {
+            Stop.PREEMPT: "acknowledging the preemption with nothing new saved",
+            Stop.TIMELIMIT: "requeueing: the next run resumes from the previous checkpoint",
+            Stop.TERM: "exiting",
+        }.get(stop, "training goes on (further failures of periodic checkpoints are not reported)")
+        reason = f"{exc.strerror} ({exc.filename or self.jobdir})" if isinstance(exc, OSError) and exc.strerror else exc
+        say(f"error: checkpoint at step {self.step} not written: {reason}; {kept}; {then}")
 
 
 def _persistent(owner: Any, n: int) -> bool:
