@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.torch.jobs import job_env, last_step, poll, read_ack, run, same_weights, signal_tree, start
-from wrappers import protocol
 
 pytestmark = pytest.mark.torch
 

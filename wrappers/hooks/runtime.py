@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -104,6 +104,13 @@ class Runtime:
         self._dir_checked = False
         self.writable = True  # False: checkpoints can be read, not written (usable())
         self.save_failures = 0  # periodic/API saves that failed this run (reported once)
+        # Start of the logical run (this process, or the first run of the checkpoint chain it
+        # resumes): a file the script reads during replay that is newer was written by this job.
+        self.job_start = time.time()
+        self.state_loads = 0  # the script's own Optimizer.load_state_dict calls (logical run)
+        self.restoring = False  # our own load_state_dict calls are not the script's
+        self.skipped_saves = 0  # the script's torch.save calls skipped in replay
+        self.fetch_skipped = False  # the iterator being made fetches the batches it skips (on_iter)
         self.ranks = Ranks(env)
         self.replay = Replay(env, self.store, self.ranks)
         self.timer = StepTimer(
@@ -123,6 +130,7 @@ class Runtime:
     # ------------------------------------------------------------------ signals
     def install_signals(self) -> None:
         atexit.register(self.write_run)  # a run that ends normally reports its iteration time
+        atexit.register(self.at_exit)
         sys.excepthook = quiet_launcher_signal(sys.excepthook)
         if threading.current_thread() is not threading.main_thread():
             return
@@ -222,10 +230,15 @@ class Runtime:
         """Load every state at the point where the checkpoint was taken; replay ends."""
         data, path = self.replay.take()
         local = self.replay.local_part(data)
+        self.restoring = True
         try:
             st.restore_shared(self.tracked, data["shared"])
         except (st.StateMismatch, RuntimeError, KeyError, ValueError) as exc:
-            raise ResumeError(f"cannot resume from {path}: {exc}") from exc
+            self.refuse(f"cannot resume from {path}: {exc}")
+        finally:
+            self.restoring = False
+        self.job_start = data.get("job_start", self.job_start)
+        self.state_loads = data.get("state_loads", self.state_loads)
         st.restore_rng(local["rng"])
         self.positions.restore_generator_states(local["loader_gens"])
         for opt, n in zip(self.tracked.live_optimizers(), data["optimizer_steps"]):
@@ -261,6 +274,9 @@ class Runtime:
                 # Put back the generator states the original run had when it made this
                 # iterator, so it draws the same base seed and the same permutation.
                 skip = saved["pos"]
+                # Workers that drew random numbers (augmentation) must draw them again for the
+                # batches before the position, each in its worker: fetched and dropped.
+                self.fetch_skipped = bool(saved.get("worker_rng")) and not _persistent(owner, n)
                 self.positions.first.setdefault(ord_, (saved["first_gens"], saved["first_rng"]))
                 if _persistent(owner, n):
                     # The original made this iterator at epoch 0 and only reset it since.
@@ -275,7 +291,10 @@ class Runtime:
         if at_start is not None:
             assert saved is not None  # at_start is only ever set together with saved
             rec.gens, rec.rng = saved["gens"], saved["rng"]
-        it = make(skip, at_start)
+        try:
+            it = make(skip, at_start)
+        finally:
+            self.fetch_skipped = False
         rec.pos = skip
         return it, rec
 
@@ -297,13 +316,14 @@ class Runtime:
 
     def on_step(self, optimizer: Any) -> None:
         """After every ``optimizer.step()``: count, and decide (with all ranks) whether to stop."""
+        self.tracked.training_started()
         n = getattr(optimizer, "_teiresias_steps", 0) + 1
         optimizer._teiresias_steps = n
         new_step = n > self.step
         self.step = max(self.step, n)
         self.ensure_loaded()
         if self.replaying:
-            raise ResumeError(
+            self.refuse(
                 "an optimizer step ran before the resume point was reached: this script does not "
                 "replay deterministically up to its checkpoint (see docs/checkpointing.md)"
             )
@@ -311,6 +331,14 @@ class Runtime:
             if self.suspender.requested:
                 self._park()
             return
+        persistent = self.positions.persistent_random_workers()
+        if persistent is not None:
+            self.refuse(
+                f"persistent DataLoader workers draw random numbers (loader {persistent}: random augmentation): "
+                f"they keep their generators from epoch to epoch, which a resumed run cannot give back, so a "
+                f"preemption would change the training. Set persistent_workers=False (workers made for each "
+                f"epoch are resumed exactly), or submit with tsbatch --no-checkpoint"
+            )
         if new_step:  # several optimizers stepping together make one iteration
             self.timer.tick()
         stop = self.signal_stop
@@ -336,6 +364,66 @@ class Runtime:
         self.suspender.park(self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
         self.timer.pause()
 
+    # ------------------------------------------------------------------ the script's own files and state
+    def on_script_save(self) -> bool:
+        """``torch.save`` by the script: False to skip it. Before the resume point the
+        original run made every save the script makes again (its files are there,
+        right); made again, they would hold the fresh model of the replay."""
+        self.ensure_loaded()
+        if not self.replaying:
+            return True
+        self.skipped_saves += 1
+        if self.skipped_saves == 1 and self.rank() == 0:
+            say("replaying to the checkpoint: the script's torch.save calls are skipped until then (made already)")
+        return False
+
+    def on_script_load(self, f: Any) -> None:
+        """``torch.load`` by the script: during replay, a file this job wrote after the
+        checkpoint's run began means the script resumes itself (issue 23 item 1)."""
+        self.ensure_loaded()
+        if not self.replaying or not isinstance(f, (str, os.PathLike)):
+            return
+        start = (self.ckpt or {}).get("job_start")
+        try:
+            mtime = os.stat(f).st_mtime
+        except OSError:
+            return
+        if isinstance(start, float) and mtime >= start:
+            self.refuse_self_resume(f"reads {os.fspath(f)}, which this job wrote {time.ctime(mtime)}")
+
+    def on_state_load(self) -> None:
+        """``Optimizer.load_state_dict`` by the script: counted; during replay one more than
+        the original run had made by its checkpoint means the script restores itself."""
+        if self.restoring:
+            return
+        self.ensure_loaded()
+        self.state_loads += 1
+        if self.replaying and self.state_loads > int((self.ckpt or {}).get("state_loads", self.state_loads)):
+            self.refuse_self_resume("loads an optimizer state the original run had not loaded by then")
+
+    def refuse_self_resume(self, what: str) -> NoReturn:
+        step = (self.ckpt or {}).get("step", "?")
+        self.refuse(
+            f"the script {what}, before reaching the checkpoint at step {step}: it resumes itself, "
+            f"which the hooks' replay cannot follow. Submit it with tsbatch --no-checkpoint to let its own "
+            f"checkpoints resume it, or skip its own resume when wrappers.hooks.api.resumed_step() is not None"
+        )
+
+    def refuse(self, reason: str) -> NoReturn:
+        """Stop with one line and exit 2 before any wrong step (the checkpoints stay)."""
+        if self.rank() == 0:
+            say(f"error: {reason}. Nothing was changed: the checkpoints are as they were.")
+        exit_now(2)
+
+    def at_exit(self) -> None:
+        """A run that ends still replaying never reached its checkpoint: what it did is not
+        the training it resumes (issue 23 item 1: it ended COMPLETED 0 with 0 steps)."""
+        if self.replaying:
+            self.refuse(
+                f"the script ended before reaching the checkpoint at step {(self.ckpt or {}).get('step', '?')} "
+                f"it was resuming: it does not replay deterministically up to it (see docs/checkpointing.md)"
+            )
+
     # ------------------------------------------------------------------ iteration time
     def write_run(self) -> None:
         """This run's median iteration time to runs.jsonl (steptime.py; also at exit)."""
@@ -343,6 +431,8 @@ class Runtime:
 
     # ------------------------------------------------------------------ saving
     def _local_state(self, point: dict[str, Any]) -> dict[str, Any]:
+        for r in self.positions.live:
+            r.worker_rng = self.positions.worker_rng(r.ord)
         return {
             "rng": st.capture_rng(),
             "iterators": [r.to_plain() for r in self.positions.live],
@@ -412,6 +502,8 @@ class Runtime:
                 "reason": stop.name.lower(),
                 "world_size": world,
                 "optimizer_steps": [getattr(o, "_teiresias_steps", 0) for o in self.tracked.live_optimizers()],
+                "job_start": self.job_start,
+                "state_loads": self.state_loads,
                 "shared": st.capture_shared(self.tracked),
                 "ranks": ranks,
             }
