@@ -42,10 +42,12 @@ class IterRecord:
         return (self.ord, self.n)
 
     worker_rng: bool = False  # its loader's workers drew random numbers (set at save)
+    length: int = -1  # items in the iteration (-1: unknown): pos == length is its end
 
     def to_plain(self) -> dict[str, Any]:
         return {
             "worker_rng": self.worker_rng,
+            "len": self.length,
             "kind": self.kind,
             "ord": self.ord,
             "n": self.n,
@@ -123,6 +125,10 @@ class Positions:
         n = self.iterations.get(ord_, 0)
         self.iterations[ord_] = n + 1
         rec = IterRecord(kind, ord_, n, [g.get_state() for g in generators_of(owner)], torch.get_rng_state())
+        try:
+            rec.length = len(owner)
+        except TypeError:
+            pass
         if n == 0:
             self.first[ord_] = (rec.gens, rec.rng)
         rec.first_gens, rec.first_rng = self.first.get(ord_, (rec.gens, rec.rng))

@@ -257,6 +257,12 @@ class Runtime:
         if not self.enabled:
             return make(0, None), None
         ord_, n = self.positions.peek(owner)
+        if n == 0 and kind == "loader" and self.env.get(protocol.ENV_ELASTIC):
+            from wrappers.hooks.accumulate import elastic_mismatch
+
+            why = elastic_mismatch(owner, self.env)
+            if why:
+                self.refuse(why)
         if self.pending:
             self._save_and_act({"kind": "iter", "ord": ord_, "n": n, "pos": 0})
         skip, at_start = 0, None
@@ -271,6 +277,8 @@ class Runtime:
                     _set_states(owner, *first)
                     at_start = lambda: _set_states(owner, saved["gens"], saved["rng"])  # noqa: E731
             elif saved is not None:
+                if saved.get("end"):
+                    self.replay.resolve_end(saved, len(owner))
                 # Put back the generator states the original run had when it made this
                 # iterator, so it draws the same base seed and the same permutation.
                 skip = saved["pos"]
