@@ -110,16 +110,8 @@ class Tracked:
                     order.setdefault(id(p), len(order))
         if not order:
             return []
-        mods = list(self.modules)
-        inner: set[int] = set()
-        for m in mods:
-            for child in m.modules():
-                if child is not m:
-                    inner.add(id(child))
         ranked = []
-        for m in mods:
-            if id(m) in inner:
-                continue
+        for m in self.outermost():
             first = min((order[id(p)] for p in m.parameters() if id(p) in order), default=None)
             if first is not None:
                 ranked.append((first, m))
