@@ -100,6 +100,7 @@ class Runtime:
         self.api_request = False  # api.checkpoint_now()
         self.step = 0
         self.loaded = False
+        self.started = False  # this run's started marker is made (ensure_loaded)
         self.resumed_from: int | None = None
         self._dir_checked = False
         self.writable = True  # False: checkpoints can be read, not written (usable())
@@ -191,14 +192,21 @@ class Runtime:
 
     # ------------------------------------------------------------------ resume
     def ensure_loaded(self) -> None:
-        """On the first data request or step: find this job's checkpoint and enter replay."""
+        """On the first data request or step: find this job's checkpoint and enter replay,
+        and tell the batch shell this run has started (``_note_run_started``)."""
+        self.find_checkpoint()
+        if not self.started and self.enabled:
+            self.started = True
+            self._note_run_started()
+
+    def find_checkpoint(self) -> None:
+        """Find this job's checkpoint and enter replay (once): also on the script's own
+        torch.save/torch.load, which may come before its first data request."""
         if self.loaded:
             return
         self.loaded = True
-        if not self.usable():
-            return
-        self._note_run_started()
-        self.replay.find()
+        if self.usable():
+            self.replay.find()
 
     def _note_run_started(self) -> None:
         """Tell the batch shell this run is about to use its state, then honour a
@@ -377,7 +385,7 @@ class Runtime:
         """``torch.save`` by the script: False to skip it. Before the resume point the
         original run made every save the script makes again (its files are there,
         right); made again, they would hold the fresh model of the replay."""
-        self.ensure_loaded()
+        self.find_checkpoint()
         if not self.replaying:
             return True
         self.skipped_saves += 1
@@ -388,7 +396,7 @@ class Runtime:
     def on_script_load(self, f: Any) -> None:
         """``torch.load`` by the script: during replay, a file this job wrote after the
         checkpoint's run began means the script resumes itself (issue 23 item 1)."""
-        self.ensure_loaded()
+        self.find_checkpoint()
         if not self.replaying or not isinstance(f, (str, os.PathLike)):
             return
         start = (self.ckpt or {}).get("job_start")
@@ -404,7 +412,7 @@ class Runtime:
         the original run had made by its checkpoint means the script restores itself."""
         if self.restoring:
             return
-        self.ensure_loaded()
+        self.find_checkpoint()
         self.state_loads += 1
         if self.replaying and self.state_loads > int((self.ckpt or {}).get("state_loads", self.state_loads)):
             self.refuse_self_resume("loads an optimizer state the original run had not loaded by then")
