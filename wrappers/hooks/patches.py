@@ -70,7 +70,7 @@ def _watch_own_files(rt: Runtime) -> None:
 
     @functools.wraps(orig_save)
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-        if not rt.on_script_save():
+        if not rt.on_script_save(f):
             return None
         return orig_save(obj, f, *args, **kwargs)
 

@@ -381,12 +381,14 @@ class Runtime:
         self.timer.pause()
 
     # ------------------------------------------------------------------ the script's own files and state
-    def on_script_save(self) -> bool:
+    def on_script_save(self, f: Any) -> bool:
         """``torch.save`` by the script: False to skip it. Before the resume point the
         original run made every save the script makes again (its files are there,
-        right); made again, they would hold the fresh model of the replay."""
+        right); made again, they would hold the fresh model of the replay. Only saves
+        to a path are skipped: one to a buffer (Lightning writes that to the file
+        next) must give bytes."""
         self.find_checkpoint()
-        if not self.replaying:
+        if not self.replaying or not isinstance(f, (str, os.PathLike)):
             return True
         self.skipped_saves += 1
         if self.skipped_saves == 1 and self.rank() == 0:
