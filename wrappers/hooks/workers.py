@@ -39,7 +39,7 @@ def new_flag() -> Any:
 
 
 def _states() -> tuple[Any, ...]:
-    out: tuple[Any, ...] = (random.getstate(), torch.get_rng_state())
+    out: tuple[Any, ...] = (random.getstate(), torch.get_rng_state().numpy().tobytes())  # (bytes: comparable)
     try:
         import numpy as np
 
