@@ -186,8 +186,10 @@ class Ack:
     bytes: int
     seconds: float
     time: float
-    # False: written by the batch shell for a run that had not started training;
-    # nothing was saved, the next run resumes from the newest checkpoint.
+    # False: nothing was saved, the next run resumes from the newest checkpoint
+    # (``step`` its step, or 0; ``path`` empty). Written by the batch shell for a run
+    # that had not started training, or by the hooks when the checkpoint could not
+    # be written (a full disk, a file-size limit, a read-only folder).
     saved: bool = True
     # The job's incarnation key ("" from writers that predate it): an Ack of an
     # earlier job with the same id is never taken for this one's.

@@ -168,6 +168,27 @@ def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slur
     assert f"at step {first['step']}" in log.read_text()
 
 
+def test_term_to_the_whole_job_reaches_the_training_process(clean_slurm, tmp_path, reference):
+    """``scancel --signal=TERM --full``: the training process saves and exits 143 (it
+    runs in a session of its own, which Slurm's --full does not reach here: the batch
+    shell forwards TERM as it forwards USR1/USR2). Requeued, it resumes bitwise."""
+    out, log = tmp_path / "out.pt", tmp_path / "job.out"
+    base = tmp_path / "ckpt"
+    job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_plain.py", out))
+    jobdir = protocol.job_dir(base, job)
+    poll("step 6", lambda: last_step(log) >= 6, timeout=120)
+    subprocess.run(["scancel", "--signal=TERM", "--full", str(job)], env=clean_slurm.env, check=True)
+    records = poll("the SIGTERM checkpoint", lambda: protocol.read_records(jobdir), timeout=30)
+    assert [r.reason for r in records] == ["term"]
+    clean_slurm.wait_for(job, {"FAILED", "COMPLETED", "CANCELLED"}, timeout=60)
+    assert "SIGTERM: checkpoint at step" in log.read_text()
+    clean_slurm.backend.requeue(job, hold=False)
+    start_when_safe(clean_slurm, job, 1)
+    clean_slurm.wait_for(job, "COMPLETED", timeout=120, where=lambda j: j.restart_count == 1)
+    assert f"at step {records[0].step}" in log.read_text()
+    assert same_weights(reference, out)
+
+
 def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_path, reference):
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
