@@ -49,6 +49,11 @@ class PolicyParams:
       (index with Delta = infinity); las has no distribution and stays FIFO.
     - ``preempt_cost``: seconds a preemption costs a job (checkpoint + restore); gittins
       swaps two jobs only when the index gain outweighs it for both (0: off).
+    - ``queue_order``: las/gittins' order inside a queue (``policy.mlfq.QUEUE_ORDERS``):
+      ``fifo`` by first start (the paper), ``running-first`` (running jobs keep their
+      place), ``lifo-resume`` (and the job preempted last resumes first).
+    - ``time_limits``: gittins truncates its distribution at each job's declared time
+      limit (``Job.time_limit``; jobs without one are unaffected).
     - ``lease``: themis GPU lease in seconds (Themis §3.3.2; default 10 min).
     - ``fairness_knob``: themis f in (0, 1): the 1 - f fraction of apps farthest
       from fair bid in each auction (Themis §3.3.2; default 0.8).
@@ -65,6 +70,8 @@ class PolicyParams:
     continuous: bool = False
     last_queue: str = "fifo"
     preempt_cost: float = 0.0
+    queue_order: str = "fifo"
+    time_limits: bool = True
     # sjf-bsbf / sjf-ffs: the interference and memory model (None: SharingModel's defaults).
     sharing: SharingModel | None = None
     lease: float = 600.0
@@ -82,6 +89,10 @@ class PolicyParams:
         object.__setattr__(self, "queues", qs)
         if self.promote_knob is not None and self.promote_knob < 0:
             raise ConfigError(f"promote knob {self.promote_knob} must be >= 0 (omit it to disable promotion)")
+        from teiresias.policy.mlfq import QUEUE_ORDERS
+
+        if self.queue_order not in QUEUE_ORDERS:
+            raise ConfigError(f"queue order {self.queue_order!r}: choose one of {', '.join(QUEUE_ORDERS)}")
         if self.last_queue not in ("fifo", "gittins"):
             raise ConfigError(f"last queue order {self.last_queue!r}: choose fifo (the paper's) or gittins")
         if not 0.0 <= self.packlimit:
@@ -131,7 +142,7 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
     if name == "las":
         from teiresias.policy.las import LasPolicy
 
-        return LasPolicy(placement, params.queues, params.promote_knob, params.continuous)
+        return LasPolicy(placement, params.queues, params.promote_knob, params.continuous, params.queue_order)
     if name == "gittins":
         from teiresias.policy.gittins_policy import GittinsPolicy
 
@@ -143,6 +154,8 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
             params.continuous,
             params.last_queue,
             params.preempt_cost,
+            queue_order=params.queue_order,
+            time_limits=params.time_limits,
         )
     if name == "themis":
         from teiresias.policy.themis.policy import ThemisPolicy

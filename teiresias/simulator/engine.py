@@ -331,6 +331,7 @@ class Simulator:
         else:
             self._check_livelock(now)
         j.state = JobState.PENDING
+        j.state_since = now
         j.preemptions += 1
         self.preemptions += 1
         # An unfinished restore is paid again in full on resume; only the part
@@ -590,6 +591,7 @@ class Simulator:
         j.placement = placement
         if j.first_start_time is None:
             j.first_start_time = now
+        j.state_since = now
         j.nodes = placement.nodes
         j.work_at_start = j.work_left
 
