@@ -106,21 +106,32 @@ class GittinsPolicy:
 
     def _mlfq(self) -> Mlfq:
         """2D-Gittins' queues (§3.2.3) with the current distribution's indices."""
-        dist = self.distribution
         return Mlfq(
             self.thresholds,
             self.promote_knob,
-            dist.indices,
+            self._index,
             self._last_index if self.last_queue == "gittins" else None,
             self.preempt_cost,
-            dist.finish_probabilities,
+            self._finish_prob,
             self.queue_order,
             self._last_changes if self.last_queue == "gittins" else None,
             self.time_limits,
         )
 
+    def _snap(self, bounds: Sequence[float] | None) -> np.ndarray | None:
+        """Time-limit bounds on the index grid (``ServiceDistribution.snap_bounds``)."""
+        return None if bounds is None else self.distribution.snap_bounds(bounds, self.last_queue_points)
+
+    def _index(self, attained: Sequence[float], quanta: Sequence[float], bounds: Sequence[float] | None) -> np.ndarray:
+        return self.distribution.indices(attained, quanta, self._snap(bounds))
+
+    def _finish_prob(
+        self, attained: Sequence[float], quanta: Sequence[float], bounds: Sequence[float] | None
+    ) -> np.ndarray:
+        return self.distribution.finish_probabilities(attained, quanta, self._snap(bounds))
+
     def _last_index(self, attained: Sequence[float], bounds: Sequence[float] | None) -> np.ndarray:
-        return self.distribution.residual_indices(attained, self.last_queue_points, bounds)
+        return self.distribution.residual_indices(attained, self.last_queue_points, self._snap(bounds))
 
     def _last_changes(self, attained: Sequence[float]) -> np.ndarray:
         return self.distribution.residual_changes_at(attained, self.last_queue_points)
