@@ -136,7 +136,7 @@ class ServiceDistribution:
         return got
 
     def indices(
-        self, attained: Sequence[float], deltas: Sequence[float], bounds: Sequence[float] | None = None
+        self, attained: Sequence[float], deltas: Sequence[float], bounds: Sequence[float] | np.ndarray | None = None
     ) -> np.ndarray:
         """``index(a, delta)`` for many jobs at once (vectorized; same arithmetic).
 
@@ -162,7 +162,7 @@ class ServiceDistribution:
         return g
 
     def finish_probabilities(
-        self, attained: Sequence[float], deltas: Sequence[float], bounds: Sequence[float] | None = None
+        self, attained: Sequence[float], deltas: Sequence[float], bounds: Sequence[float] | np.ndarray | None = None
     ) -> np.ndarray:
         """P(S - a <= delta | S > a) for many jobs: the numerator of ``indices`` (so that
         index = probability / expected GPU-time spent within the quantum); 0 past every sample.
@@ -182,7 +182,7 @@ class ServiceDistribution:
         return p
 
     def residual_indices(
-        self, attained: Sequence[float], points: int | None = None, bounds: Sequence[float] | None = None
+        self, attained: Sequence[float], points: int | None = None, bounds: Sequence[float] | np.ndarray | None = None
     ) -> np.ndarray:
         """G(a', infinity) = 1 / E[S - a' | S > a'] with a' the largest sample <= a (0 if none).
 
@@ -240,7 +240,7 @@ class ServiceDistribution:
         k = np.searchsorted(grid, b, side="left")
         return np.where(k < len(grid), grid[np.minimum(k, len(grid) - 1)], math.inf)
 
-    def _ends(self, bounds: Sequence[float] | None, count: int) -> np.ndarray | int:
+    def _ends(self, bounds: Sequence[float] | np.ndarray | None, count: int) -> np.ndarray | int:
         """Per job, how many samples lie at or below its bound (all of them without bounds)."""
         n = len(self._s)
         if bounds is None:
@@ -322,7 +322,13 @@ class ServiceDistribution:
 
 
 def _bounded(
-    values: np.ndarray, known: np.ndarray, a: np.ndarray, d: np.ndarray, bounds: Sequence[float], *, index: bool
+    values: np.ndarray,
+    known: np.ndarray,
+    a: np.ndarray,
+    d: np.ndarray,
+    bounds: Sequence[float] | np.ndarray,
+    *,
+    index: bool,
 ) -> np.ndarray:
     """Where no sample lies between a job's attained service and its bound (``known`` false),
     the distribution says nothing but the limit still does: the job ends by its bound, so

@@ -21,19 +21,30 @@ LAST_QUEUE_ORDERS = ("fifo", "gittins")
 class GittinsPolicy:
     """2D-Gittins: priority is the Gittins index of attained service W_J * t_J.
 
-    Discretized (default): the queues, promotion and preemption of 2D-LAS;
-    inside queue Q_i (i < K) jobs are sorted by G(a, Delta_i) with
-    Delta_i = Q_i^hi (highest first, ties by job id); the last queue, where
-    Delta_K = infinity, is FIFO by first start time (§3.2.3).
+    Discretized: the queues, promotion and preemption of 2D-LAS; inside
+    queue Q_i (i < K) jobs are sorted by G(a, Delta_i) with Delta_i = Q_i^hi
+    (highest first, ties by job id). The paper's last queue, where
+    Delta_K = infinity, is FIFO by first start time (§3.2.3):
+    ``last_queue="fifo", queue_order="fifo"`` is the paper's 2D-Gittins.
 
-    ``last_queue="gittins"`` (not the paper's default): the last queue is
-    sorted by G(a', infinity), a' the attained service snapped down to the
-    largest of the distribution's ``last_queue_points``-quantiles below it
-    (``ServiceDistribution.residual_indices``; None: every sample), ties in
-    FIFO order. With the paper's two queues, everything past the first
-    threshold (most of the GPU-time of a heavy-tailed workload) is otherwise
-    served first-come first-served; the index lets jobs that have outlived
-    only short samples go before those deep in the tail.
+    The defaults are not the paper's (docs/policies.md, "Defaults"; measured
+    on four trace shapes beside the reference simulator, docs/benchmarks.md):
+
+    - ``last_queue="gittins"``: the last queue is sorted by G(a', infinity),
+      a' the attained service snapped down to the largest of the
+      distribution's ``last_queue_points``-quantiles below it
+      (``ServiceDistribution.residual_indices``; None: every sample). With
+      the paper's two queues, everything past the first threshold (most of
+      the GPU-time of a heavy-tailed workload) is otherwise served
+      first-come first-served; the index lets jobs that have outlived only
+      short samples go before those deep in the tail.
+    - ``queue_order="lifo-resume"`` (``Mlfq.rank``): inside a queue running
+      jobs keep their place, and among jobs the index cannot tell apart the
+      last preempted resumes first.
+    - ``time_limits=True``: a job's declared time limit (``Job.time_limit``)
+      truncates the distribution at num_gpus x limit, snapped up to the
+      index grid (``ServiceDistribution.snap_bounds``); jobs without one are
+      ranked as before.
 
     ``preempt_cost`` (seconds of checkpoint + restore per preemption; 0 off,
     the paper's): in every queue ranked by an index, jobs swap only for more
@@ -59,10 +70,10 @@ class GittinsPolicy:
         thresholds: tuple[float, ...] = (3600.0,),
         promote_knob: float | None = None,
         continuous: bool = False,
-        last_queue: str = "fifo",
+        last_queue: str = "gittins",
         preempt_cost: float = 0.0,
         last_queue_points: int | None = 16,
-        queue_order: str = "fifo",
+        queue_order: str = "lifo-resume",
         time_limits: bool = True,
     ) -> None:
         if last_queue not in LAST_QUEUE_ORDERS:
