@@ -201,7 +201,8 @@ def test_running_jobs_keep_their_limit_in_the_simulator() -> None:
     """The simulator hands each job its trace limit (SimJob), running or not."""
     from teiresias.simulator import SimulationOptions, Simulator
 
-    trace = [TraceJob(0, 1, 0.0, 100.0, time_limit=3600.0), TraceJob(1, 1, 0.0, 50.0)]
+    # Two jobs run on the two GPUs when a third arrives: that round sees both running.
+    trace = [TraceJob(0, 1, 0.0, 100.0, time_limit=3600.0), TraceJob(1, 1, 0.0, 50.0), TraceJob(2, 1, 10.0, 5.0)]
     seen: list[tuple[int, float | None]] = []
     pol = build_policy("gittins", PolicyParams(queues=(100.0,), distribution=D))
     decide = pol.decide
@@ -211,8 +212,9 @@ def test_running_jobs_keep_their_limit_in_the_simulator() -> None:
         return decide(s)
 
     pol.decide = spy  # type: ignore[method-assign]
-    Simulator(trace, cluster(1, 1), pol, SimulationOptions(interval=10.0, progress=False)).run()
-    assert (0, 3600.0) in seen or (1, None) in seen
+    opt = SimulationOptions(interval=10.0, progress=False, prune_rounds=False)  # every round sees every job
+    Simulator(trace, cluster(1, 2), pol, opt).run()
+    assert (0, 3600.0) in seen and (1, None) in seen
     assert all(lim == (3600.0 if jid == 0 else None) for jid, lim in seen)
 
 
