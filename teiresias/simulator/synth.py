@@ -160,17 +160,9 @@ def philly_like(samples: Sequence[float], params: PhillyParams, seed: int = 0) -
         raise ConfigError(f"arrival rate must be > 0 jobs/s, got {p.arrival_rate}")
     if p.max_duration is not None and p.max_duration < p.min_duration:
         raise ConfigError(f"max duration {p.max_duration} is below min duration {p.min_duration}")
-    if not len(samples):
-        raise ConfigError("the GPU-time samples are empty")
-    mix = dict(p.gpu_mix or TESTBED_GPU_MIX)
-    limit = min(p.max_gpus or p.cluster_gpus, p.cluster_gpus)
-    mix = {g: w for g, w in mix.items() if 0 < g <= limit and w > 0}
-    if not mix:
-        raise ConfigError(f"no GPU size in the mix fits a {limit}-GPU limit")
+    sizes, weights = _mix(samples, p.gpu_mix, p.max_gpus, p.cluster_gpus)
     rng = np.random.default_rng(seed)
-    sizes = np.array(sorted(mix))
-    weights = np.array([mix[g] for g in sizes], dtype=float)
-    gpus = rng.choice(sizes, size=p.num_jobs, p=weights / weights.sum())
+    gpus = rng.choice(sizes, size=p.num_jobs, p=weights)
     gput = rng.choice(np.asarray(samples, dtype=float), size=p.num_jobs, replace=True)
     durations = np.maximum(gput / gpus, p.min_duration)
     if p.max_duration is not None:
@@ -183,6 +175,22 @@ def philly_like(samples: Sequence[float], params: PhillyParams, seed: int = 0) -
         rate = p.load * p.cluster_gpus / float(np.mean(durations * gpus))
     gaps = rng.exponential(1.0 / rate, size=p.num_jobs)
     return _finish(gpus.tolist(), durations.tolist(), models.tolist(), gaps)
+
+
+def _mix(
+    samples: Sequence[float], gpu_mix: dict[int, float] | None, max_gpus: int | None, cluster_gpus: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU sizes that fit and their probabilities (``gpu_mix`` or the testbed's); checks the samples."""
+    if not len(samples):
+        raise ConfigError("the GPU-time samples are empty")
+    mix = dict(gpu_mix or TESTBED_GPU_MIX)
+    limit = min(max_gpus or cluster_gpus, cluster_gpus)
+    mix = {g: w for g, w in mix.items() if 0 < g <= limit and w > 0}
+    if not mix:
+        raise ConfigError(f"no GPU size in the mix fits a {limit}-GPU limit")
+    sizes = np.array(sorted(mix))
+    weights = np.array([mix[g] for g in sizes], dtype=float)
+    return sizes, weights / weights.sum()
 
 
 def parse_gpu_mix(text: str) -> dict[int, float]:
@@ -242,12 +250,12 @@ class TeamsParams:
     # A team's GPU-time scale is exp(N(0, sigma)) times the site's samples: teams of long and of
     # short jobs, so a team's distribution is not the history's.
     scale_sigma: float = 0.7
-    burst_mean: float = 3.0  # mean jobs per submission burst (a sweep), geometric
-    burst_gap: float = 60.0  # mean seconds between two jobs of a burst
+    burst_mean: float = 8.0  # mean jobs per submission burst (a sweep), geometric
+    burst_gap: float = 30.0  # mean seconds between two jobs of a burst
     sweep_sigma: float = 0.5  # a burst's jobs: the burst's GPU-time times exp(N(0, sigma))
     # Gaps between a team's bursts are exp(N(0, sigma)) scaled to the span: 0 spaces them
     # evenly, larger values cluster them into busy stretches and quiet ones.
-    cluster_sigma: float = 1.5
+    cluster_sigma: float = 1.0
     min_duration: float = 60.0
     max_duration: float | None = 86400.0
     max_gpus: int | None = None
@@ -276,17 +284,8 @@ def teams_like(samples: Sequence[float], params: TeamsParams, seed: int = 0) -> 
         raise ConfigError(f"give a target load > 0, got {p.load}")
     if p.burst_mean < 1:
         raise ConfigError(f"mean burst size must be >= 1 job, got {p.burst_mean}")
-    if not len(samples):
-        raise ConfigError("the GPU-time samples are empty")
-    mix = dict(p.gpu_mix or TESTBED_GPU_MIX)
-    limit = min(p.max_gpus or p.cluster_gpus, p.cluster_gpus)
-    mix = {g: w for g, w in mix.items() if 0 < g <= limit and w > 0}
-    if not mix:
-        raise ConfigError(f"no GPU size in the mix fits a {limit}-GPU limit")
+    sizes, base = _mix(samples, p.gpu_mix, p.max_gpus, p.cluster_gpus)
     rng = np.random.default_rng(seed)
-    sizes = np.array(sorted(mix))
-    base = np.array([mix[g] for g in sizes], dtype=float)
-    base /= base.sum()
     pool = np.asarray(samples, dtype=float)
     shares = rng.dirichlet(np.ones(p.num_teams)) if p.num_teams > 1 else np.ones(1)
     counts = np.floor(shares * p.num_jobs).astype(int)
