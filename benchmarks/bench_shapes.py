@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ from teiresias.domain import Cluster
 from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.gittins_policy import GittinsPolicy
 from teiresias.policy.registry import PolicyParams, build_placement, build_policy
+from teiresias.policy.thresholds import fit_thresholds
 from teiresias.simulator import SimulationOptions, Simulator
 from teiresias.simulator.slowdown import SlowdownTable
 from teiresias.simulator.synth import (
@@ -91,7 +93,7 @@ SHAPES = {
 }
 
 # row -> (registry name, PolicyParams fields); "+lq": last queue by the index; "+rf" / "+lifo":
-# queue_order running-first / lifo-resume; "/8": the last queue's index on 8 quantile points.
+# queue_order running-first / lifo-resume; "/8": the last queue's index on 8 quantile points;
 ROWS: dict[str, tuple[str, dict]] = {
     "srsf": ("srsf", {}),
     "las": ("las", {"queue_order": "fifo"}),
@@ -104,6 +106,9 @@ ROWS: dict[str, tuple[str, dict]] = {
     "gittins+lq+rf": ("gittins", {"queue_order": "running-first", "last_queue": "gittins"}),
     "gittins+lq+lifo": ("gittins", {"queue_order": "lifo-resume", "last_queue": "gittins"}),
     "gittins+lq+lifo/8": ("gittins", {"queue_order": "lifo-resume", "last_queue": "gittins", "points": 8}),
+    # "+auto": thresholds fitted to the history (queues: auto, teiresias/policy/thresholds.py), as the table.
+    "gittins+lq+auto": ("gittins", {"queue_order": "fifo", "last_queue": "gittins", "queues": "auto"}),
+    "gittins+lq+lifo+auto": ("gittins", {"queue_order": "lifo-resume", "last_queue": "gittins", "queues": "auto"}),
 }
 REFERENCE = ("dlas-gpu", "dlas-gpu-gittins")
 DEFAULT = "gittins+lq+lifo"
@@ -172,11 +177,12 @@ def ours(trace: Sequence[TraceJob], nodes: int, row: str, history: ServiceDistri
     name, knobs = ROWS[row]
     knobs = {**knobs, **extra}
     points = knobs.pop("points", None)
+    queues = fit_thresholds(history).thresholds if knobs.pop("queues", None) == "auto" else QUEUES
     if name == "gittins":
         policy = GittinsPolicy(
             build_placement("spread"),
             history,
-            QUEUES,
+            queues,
             last_queue=knobs["last_queue"],
             queue_order=knobs["queue_order"],
             last_queue_points=points or 16,
@@ -242,7 +248,9 @@ def table(title: str, rows: dict[str, list[tuple[Result, float, float]]], seeds:
     for row, got in rows.items():
         ratios = [r.avg / s for r, s, _ in got]
         p95 = [r.p95 / lp for r, _, lp in got]
-        cls = np.nanmean(np.array([r.by_class() for r, _, _ in got]), axis=0)
+        with warnings.catch_warnings():  # a class no trace of the shape has (no 1-GPU large jobs): nan
+            warnings.simplefilter("ignore", RuntimeWarning)
+            cls = np.nanmean(np.array([r.by_class() for r, _, _ in got]), axis=0)
         pre = np.mean([r.preempt.mean() for r, _, _ in got])
         print(
             f"{row} | {np.mean(ratios):.3f}x | {' / '.join(f'{x:.2f}' for x in ratios)} | {np.mean(p95):.2f}x | "
