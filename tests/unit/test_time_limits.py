@@ -233,7 +233,7 @@ def test_limits_all_at_a_seven_day_maximum_replay_as_no_limits() -> None:
     from teiresias.simulator.trace import TraceJob as T
 
     dist = ServiceDistribution.from_samples_file("teiresias/data/yarn-gput10000.csv")
-    jobs = philly_like(dist.samples, PhillyParams(120, 16, load=3.0, max_duration=86400.0), seed=5)
+    jobs = philly_like(dist.samples, PhillyParams(60, 16, load=3.0, max_duration=86400.0), seed=5)
     capped = with_time_limits(jobs, LimitParams("max"))
     assert {j.time_limit for j in capped} == {7 * 86400.0} and isinstance(capped[0], T)
     opt = SimulationOptions(progress=False, record_timeline=False)
