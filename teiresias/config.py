@@ -29,6 +29,7 @@ from teiresias import yamlconf
 from teiresias.domain.topology import Topology
 from teiresias.errors import ConfigError
 from teiresias.jobfiles import DEFAULT_CONFIG, ENV_CONFIG, ENV_PROFILE_STORE
+from teiresias.policy.mlfq import QUEUE_ORDERS
 from teiresias.policy.registry import PLACEMENT_NAMES, POLICY_NAMES
 
 BACKENDS = ("auto", "cli", "restd", "pyslurm")
@@ -38,15 +39,17 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    name: str = "las"
+    # The default is not the paper's: docs/policies.md, "Defaults" (las is paper-faithful by name).
+    name: str = "gittins"
     # K-1 thresholds in GPU-seconds between queues Q1..QK (Tiresias §3.2.3).
     queues: tuple[float, ...] = (3600.0,)
     # delta_J >= knob * t_J promotes a starving job to Q1; None disables promotion.
     promote_knob: float | None = None
     # Optional CSV (column 'duration') of past jobs' GPU-seconds seeding 2D-Gittins.
     gittins_samples: Path | None = None
-    # Order of gittins' last queue: "fifo" (the paper) or "gittins" (index with Delta = infinity).
-    last_queue: str = "fifo"
+    # Order of gittins' last queue: "fifo" (the paper) or "gittins" (index with Delta = infinity);
+    # None: gittins' default, the index.
+    last_queue: str | None = None
     # themis (docs/themis.md): GPU lease in seconds, the fairness knob f, and apps named by
     # the admin: (account, app) pairs, so every job of such an account belongs to that app.
     lease: float = 600.0
@@ -65,6 +68,11 @@ class PolicyConfig:
     # (controller/history.py), ``preempt_cost`` (0, the paper's) until one is measured.
     preempt_cost: float = 0.0
     preempt_cost_measured: bool = False
+    # las/gittins' order inside a queue (teiresias.policy.mlfq.QUEUE_ORDERS); None: the policy's
+    # default (las: fifo, the paper's; gittins: lifo-resume).
+    queue_order: str | None = None
+    # gittins reads the TimeLimit Slurm holds for each job as a bound on its GPU-time.
+    time_limits: bool = True
 
 
 # policy.gandiva keys: True for switches, False for numbers (teiresias/policy/gandiva/params.py).
@@ -174,6 +182,8 @@ _SCHEMA: dict[str, Any] = {
         "promote_knob": None,
         "gittins_samples": None,
         "last_queue": None,
+        "queue_order": None,
+        "time_limits": None,
         "lease": None,
         "fairness_knob": None,
         "apps": None,
@@ -322,9 +332,17 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         samples_path = _resolve(base, r.string("policy.gittins_samples", samples))
         if not samples_path.is_file():
             raise r.fail("policy.gittins_samples", f"file {samples_path} does not exist")
-    last_queue = r.string("policy.last_queue", pol.get("last_queue", pd.last_queue), ("fifo", "gittins"))
-    if last_queue != "fifo" and name != "gittins":
+    last_queue = None
+    if pol.get("last_queue") is not None:
+        last_queue = r.string("policy.last_queue", pol["last_queue"], ("fifo", "gittins"))
+    if last_queue not in (None, "fifo") and name != "gittins":
         raise r.fail("policy.last_queue", f"{last_queue} orders gittins' last queue; set policy.name: gittins")
+    queue_order = None
+    if pol.get("queue_order") is not None:
+        queue_order = r.string("policy.queue_order", pol["queue_order"], QUEUE_ORDERS)
+        if name not in ("las", "gittins"):
+            raise r.fail("policy.queue_order", f"orders las/gittins queues; policy {name} has none")
+    time_limits = r.boolean("policy.time_limits", pol.get("time_limits", pd.time_limits))
     lease = r.number("policy.lease", pol.get("lease", pd.lease))
     fknob = r.number("policy.fairness_knob", pol.get("fairness_knob", pd.fairness_knob))
     if not 0.0 < fknob < 1.0:
@@ -384,6 +402,8 @@ def parse_config(data: Any, path: str = "<config>", base: Path | None = None) ->
         gandiva=tuple(gandiva),
         preempt_cost=cost,
         preempt_cost_measured=cost_measured,
+        queue_order=queue_order,
+        time_limits=time_limits,
     )
 
     if "placement" in data:

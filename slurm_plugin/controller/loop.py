@@ -500,6 +500,8 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
         queues=fitted_queues(config, distribution),
         promote_knob=config.policy.promote_knob,
         last_queue=config.policy.last_queue,
+        queue_order=config.policy.queue_order,
+        time_limits=config.policy.time_limits,
         distribution=distribution,
         placement=config.placement,
         lease=config.policy.lease,
@@ -515,6 +517,8 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
         # Tiresias Pseudocode 1: without a distribution the priority is LAS's.
         log.info("no GPU-time samples yet (no seed file, no finished job): 2D-LAS until there are")
         name = "las"
+        # ... in gittins' order inside a queue, which the queues alone can follow.
+        params = replace(params, queue_order=params.queue_order or "lifo-resume")
     ranker = build_policy(name, params)
     if config.cells is not None:
         # HiveD VCs (docs/cells.md): the ranker orders jobs inside each VC.

@@ -497,8 +497,18 @@ def never_fits(sj: SlurmJob, nodes: list[SlurmNode]) -> str | None:
 
 
 def to_policy_job(
-    rec: JobRecord, now: float, state: JobState, placement: Placement | None, nodes: NodeConstraint | None = None
+    rec: JobRecord,
+    now: float,
+    state: JobState,
+    placement: Placement | None,
+    nodes: NodeConstraint | None = None,
+    *,
+    time_limit_minutes: int | None = None,
 ) -> Job:
+    """The policy's view of a job. ``state_since``: the open run's start while it runs, the
+    time it went back to waiting after a run (a preemption) while it waits; ``time_limit``:
+    Slurm's TimeLimit in seconds (None when unlimited), which gittins reads as information."""
+    ran_before = rec.first_start_time is not None
     return Job(
         job_id=JobId(rec.job_id),
         num_gpus=rec.gpus,
@@ -508,6 +518,8 @@ def to_policy_job(
         model_name=rec.name,
         state=state,
         first_start_time=rec.first_start_time,
+        state_since=rec.run_start if state is JobState.RUNNING else (rec.phase_since if ran_before else None),
+        time_limit=time_limit_minutes * 60.0 if time_limit_minutes else None,
         executed_time=accounting.executed_time(rec, now),
         waiting_time=accounting.waiting_time(rec, now),
         total_executed_time=accounting.total_executed(rec, now),
@@ -566,16 +578,29 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
             # A guest runs on a share of its host's GPUs, which the host's placement
             # counts already: counted twice, free_gpus would lose them (the simulator
             # likewise counts a pair's GPUs as the host's).
-            jobs.append(to_policy_job(rec, now, JobState.RUNNING, Placement(())))
+            jobs.append(
+                to_policy_job(rec, now, JobState.RUNNING, Placement(()), time_limit_minutes=sj.time_limit_minutes)
+            )
         elif state in RUNNING_STATES:
             placement = running_placement(sj, rec)
             for a in placement.allocations:
                 slurm_running[a.node] = slurm_running.get(a.node, 0) + a.gpus
-            jobs.append(to_policy_job(rec, now, JobState.RUNNING, placement))
+            jobs.append(to_policy_job(rec, now, JobState.RUNNING, placement, time_limit_minutes=sj.time_limit_minutes))
         elif rec.phase is Phase.STARTING and rec.planned is not None and job_id not in rec_out.to_hold:
-            jobs.append(to_policy_job(rec, now, JobState.RUNNING, rec.planned))
+            jobs.append(
+                to_policy_job(rec, now, JobState.RUNNING, rec.planned, time_limit_minutes=sj.time_limit_minutes)
+            )
         elif state == "PENDING" and job_id not in rec_out.not_waiting:
-            jobs.append(to_policy_job(rec, now, JobState.PENDING, None, rec_out.constraints.get(job_id)))
+            jobs.append(
+                to_policy_job(
+                    rec,
+                    now,
+                    JobState.PENDING,
+                    None,
+                    rec_out.constraints.get(job_id),
+                    time_limit_minutes=sj.time_limit_minutes,
+                )
+            )
     # GPUs managed jobs may not use: all of a node Slurm will not schedule on,
     # else whatever Slurm counts as used beyond our running jobs (other
     # partitions' jobs, jobs in transit).

@@ -65,10 +65,12 @@ def _policy_names(text: str) -> list[str]:
     "-p",
     "--policy",
     "policies",
-    default="las",
+    default="gittins",
     show_default=True,
     metavar="NAME[,NAME...]",
-    help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins, themis.",
+    help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins, themis. The default, "
+    "gittins, ranks the last queue by the index and keeps running jobs' places (docs/policies.md, "
+    "'Defaults'); las is the paper's 2D-LAS.",
 )
 @click.option(
     "-q",
@@ -90,16 +92,29 @@ def _policy_names(text: str) -> list[str]:
     "--gittins-samples",
     default=None,
     metavar="FILE",
-    help="Job GPU-time samples (CSV column 'duration'); required by gittins.",
+    help="Job GPU-time samples (CSV column 'duration') for gittins. [default: the public Philly "
+    "samples shipped with teiresias, teiresias/data/yarn-gput10000.csv]",
 )
 @click.option(
     "-L",
     "--last-queue",
     type=click.Choice(("fifo", "gittins")),
-    default="fifo",
-    show_default=True,
+    default=None,
     help="Order of gittins' last queue: fifo by first start (the paper) or the Gittins index "
-    "with Delta = infinity, re-ranked when a job's GPU-time crosses a sample.",
+    "with Delta = infinity, re-ranked when a job's GPU-time crosses a quantile point. [default: gittins]",
+)
+@click.option(
+    "--queue-order",
+    type=click.Choice(("fifo", "running-first", "lifo-resume")),
+    default=None,
+    help="las/gittins, inside a queue: fifo by first start (the paper), running-first (running jobs "
+    "keep their place), lifo-resume (running-first, and the job preempted last resumes first). "
+    "[default: las fifo, gittins lifo-resume]",
+)
+@click.option(
+    "--ignore-time-limits",
+    is_flag=True,
+    help="gittins: rank as if no job declared a time limit (the trace's time_limit column).",
 )
 @click.option(
     "--preempt-cost",
@@ -314,7 +329,7 @@ def simulate(
     queues: str | None,
     promote_knob: float | None,
     gittins_samples: str | None,
-    last_queue: str,
+    last_queue: str | None,
     preempt_cost: float,
     placement: str,
     packlimit: float | None,
@@ -331,6 +346,8 @@ def simulate(
     progress: bool | None,
     lease: float = 600.0,
     fairness_knob: float = 0.8,
+    queue_order: str | None = None,
+    ignore_time_limits: bool = False,
     sweep_path: str | None = None,
     on_slurm: bool = False,
     partition: str | None = None,
@@ -433,20 +450,18 @@ def simulate(
     else:
         slowdown = load_slowdown(slowdown_path)
     distribution = None
-    if gittins_samples is not None:
+    if gittins_samples is not None or "gittins" in names:
+        from teiresias.data import PHILLY_SAMPLES
         from teiresias.policy.gittins import ServiceDistribution
 
-        distribution = ServiceDistribution.from_samples_file(gittins_samples)
-    elif "gittins" in names:
-        raise ConfigError(
-            "policy gittins needs --gittins-samples FILE: job GPU-time samples, one 'duration' column "
-            "(e.g. the Tiresias simulator's yarn-gput1000.csv)"
-        )
-    if last_queue != "fifo" and "gittins" not in names:
+        distribution = ServiceDistribution.from_samples_file(gittins_samples or PHILLY_SAMPLES)
+    if last_queue is not None and last_queue != "fifo" and "gittins" not in names:
         raise ConfigError(
             f"--last-queue {last_queue} orders gittins' last queue; add gittins to --policy "
             "(las has no GPU-time distribution)"
         )
+    if queue_order is not None and not {"las", "gittins"} & set(names):
+        raise ConfigError(f"--queue-order {queue_order} orders las/gittins queues; add las or gittins to --policy")
     if preempt_cost < 0:
         raise ConfigError(f"--preempt-cost {preempt_cost} must be >= 0 seconds")
     if preempt_cost > 0 and "gittins" not in names:
@@ -459,6 +474,8 @@ def simulate(
         "promote_knob": promote_knob,
         "distribution": distribution,
         "last_queue": last_queue,
+        "queue_order": queue_order,
+        "time_limits": not ignore_time_limits,
         "preempt_cost": preempt_cost,
         "lease": lease,
         "fairness_knob": fairness_knob,

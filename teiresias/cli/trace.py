@@ -29,10 +29,11 @@ def trace() -> None:
 @click.option(
     "-k",
     "--kind",
-    type=click.Choice(["testbed", "philly"]),
+    type=click.Choice(["testbed", "philly", "teams"]),
     default="testbed",
     show_default=True,
-    help="testbed: Tiresias §5.1's 480-job mix; philly: GPU-time drawn from --samples.",
+    help="testbed: Tiresias §5.1's 480-job mix; philly: GPU-time drawn from --samples; teams: philly "
+    "jobs from --teams teams, each with its own sizes and lengths, submitted in bursts.",
 )
 @click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
 @click.option("-n", "--jobs", "num_jobs", type=int, default=1000, show_default=True, help="philly: number of jobs.")
@@ -88,6 +89,29 @@ def trace() -> None:
     help="Group the jobs into N apps (an 'app' column for themis): each app a run of "
     "consecutive submissions (a search), of random sizes. [default: no app column]",
 )
+@click.option("--teams", type=int, default=1, show_default=True, help="teams: how many teams' jobs to merge.")
+@click.option(
+    "-T",
+    "--time-limits",
+    "limit_model",
+    type=click.Choice(["none", "max", "exact", "round", "user"]),
+    default="none",
+    show_default=True,
+    help="A time_limit column as Slurm users declare it: max (all at --max-time-limit), exact (the "
+    "run time), round (the next of 1h 2h 4h 8h 12h 1d 2d 3d 7d), user (round after a random "
+    "over-estimate, --at-max of the jobs at the maximum; docs/simulator.md).",
+)
+@click.option(
+    "--max-time-limit",
+    type=float,
+    default=7 * 86400.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The partition's maximum time limit.",
+)
+@click.option(
+    "--at-max", type=float, default=0.2, show_default=True, metavar="SHARE", help="user: share of jobs at the maximum."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of the trace on stdout.")
 def synth(
     kind: str,
@@ -106,6 +130,10 @@ def synth(
     seed: int,
     as_json: bool,
     num_apps: int | None = None,
+    teams: int = 1,
+    limit_model: str = "none",
+    max_time_limit: float = 7 * 86400.0,
+    at_max: float = 0.2,
 ) -> None:
     """Write a synthetic Tiresias-format trace (seeded: same flags, same file).
 
@@ -116,9 +144,20 @@ def synth(
     Example:
       teiresias trace synth -c etc/cluster.yaml -o testbed.csv
       teiresias trace synth --kind philly -n 2000 -S teiresias/data/yarn-gput10000.csv -G 64 --load 1.2 -o t.csv
+      teiresias trace synth --kind teams --teams 15 -n 2000 -S teiresias/data/yarn-gput10000.csv -G 192 \\
+          --load 4.5 --max-duration 86400 --time-limits user -o t.csv
     """
     from teiresias.outputs import check_outputs
-    from teiresias.simulator.synth import PhillyParams, parse_gpu_mix, philly_like, testbed_mix
+    from teiresias.simulator.synth import (
+        LimitParams,
+        PhillyParams,
+        TeamsParams,
+        parse_gpu_mix,
+        philly_like,
+        teams_like,
+        testbed_mix,
+        with_time_limits,
+    )
     from teiresias.simulator.trace import write_trace, write_trace_to
 
     _refuse_ignored(click.get_current_context(), kind)
@@ -166,13 +205,33 @@ def synth(
             max_duration=PhillyParams.max_duration if max_duration is None else (max_duration or None),
             max_gpus=min(max_gpus or per_node_cap, per_node_cap),
         )
-        jobs = philly_like(dist.samples, params, seed=seed)
+        if kind == "philly":
+            jobs = philly_like(dist.samples, params, seed=seed)
+        else:
+            if arrival_rate is not None:
+                raise ConfigError("--kind teams takes --load, not --arrival-rate (bursts are spread to meet the load)")
+            jobs = teams_like(
+                dist.samples,
+                TeamsParams(
+                    num_jobs=num_jobs,
+                    cluster_gpus=gpus,
+                    load=load,
+                    num_teams=teams,
+                    gpu_mix=params.gpu_mix,
+                    min_duration=params.min_duration,
+                    max_duration=params.max_duration,
+                    max_gpus=params.max_gpus,
+                ),
+                seed=seed,
+            )
     if num_apps is not None:
         if num_apps < 1:
             raise ConfigError(f"--apps {num_apps} must be >= 1 (the number of apps to group the jobs into)")
         from teiresias.simulator.synth import with_apps
 
         jobs = with_apps(jobs, num_apps, seed)
+    if limit_model != "none":
+        jobs = with_time_limits(jobs, LimitParams(limit_model, max_time_limit, at_max), seed)
     if output == "-":
         write_trace_to(sys.stdout, jobs)
     else:

@@ -41,6 +41,10 @@ class Job:
     model_name: str = ""
     state: JobState = JobState.PENDING
     first_start_time: float | None = None
+    # When the job entered its current state: a RUNNING job's latest start
+    # (or resume), a PENDING job's latest preemption; None if never started
+    # or unknown. The in-queue order ``lifo-resume`` reads it (policy.mlfq).
+    state_since: float | None = None
     executed_time: float = 0.0
     waiting_time: float = 0.0
     total_executed_time: float = 0.0
@@ -48,6 +52,10 @@ class Job:
     preemptions: int = 0
     skew: float | None = None
     placement: Placement | None = None
+    # The run time the job declared (Slurm's TimeLimit), seconds; None: unknown.
+    # Information, never a duration: Slurm ends the job there, so its GPU-time
+    # is at most num_gpus x time_limit (gittins truncates its distribution there).
+    time_limit: float | None = None
     # Oracle knowledge: run time when running alone and consolidated. Only the
     # simulator and the srtf/srsf oracles may read it; None on a live cluster.
     duration: float | None = None

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from teiresias.domain import Job, Plan, Snapshot
+from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan, walk
 from teiresias.policy.base import PlacementPolicy
-from teiresias.policy.mlfq import Mlfq, mlfq_quiet_until, rank_mlfq
+from teiresias.policy.mlfq import QUEUE_ORDERS, Mlfq, mlfq_quiet_until
 
 
 class LasPolicy:
@@ -35,11 +36,15 @@ class LasPolicy:
         thresholds: tuple[float, ...] = (3600.0,),
         promote_knob: float | None = None,
         continuous: bool = False,
+        queue_order: str = "fifo",
     ) -> None:
         self.placement = placement
         self.thresholds = tuple(thresholds)
         self.promote_knob = promote_knob
         self.continuous = continuous
+        if queue_order not in QUEUE_ORDERS:
+            raise ConfigError(f"queue order {queue_order!r}: choose one of {', '.join(QUEUE_ORDERS)}")
+        self.queue_order = queue_order
 
     def quiet_until(self, snapshot: Snapshot) -> float:
         """Until when this policy's plan for ``snapshot``'s jobs, left as they are, stays the same.
@@ -57,7 +62,11 @@ class LasPolicy:
         teiresias.policy.base)."""
         if self.continuous:
             return [((j.attained_service, j.job_id), now) for j in jobs]
-        return Mlfq(self.thresholds, self.promote_knob).keys(jobs, now)
+        return self._mlfq().keys(jobs, now)
+
+    def _mlfq(self) -> Mlfq:
+        """2D-LAS' queues (§3.2.3)."""
+        return Mlfq(self.thresholds, self.promote_knob, order=self.queue_order)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         jobs = snapshot.jobs
@@ -65,6 +74,6 @@ class LasPolicy:
             ranked = sorted(jobs, key=lambda j: (j.attained_service, j.job_id))
             w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
             return to_plan(ranked, w)
-        ranked, queues, promoted, _ = rank_mlfq(jobs, self.thresholds, self.promote_knob, snapshot.now)
+        ranked, queues, promoted, _ = self._mlfq().rank(jobs, snapshot.now)
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted)

@@ -353,6 +353,7 @@ class Simulator:
             j.total_executed_time = 0.0
         j.protected_until = None
         j.state = JobState.PENDING
+        j.state_since = now
         j.preemptions += 1
         self.preemptions += 1
         # An unfinished restore is paid again in full on resume; only the part
@@ -612,6 +613,7 @@ class Simulator:
         j.placement = placement
         if j.first_start_time is None:
             j.first_start_time = now
+        j.state_since = now
         j.nodes = placement.nodes
         j.work_at_start = j.work_left
         if self._protect:

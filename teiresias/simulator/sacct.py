@@ -9,7 +9,10 @@ Pure: text in, :class:`SacctTrace` out (no subprocess, no clock). The rules
   ``num_gpu`` from the allocated TRES (``gres/gpu``), ``submit_time`` in
   seconds after the earliest submission kept, ``duration`` the run time
   (Slurm's ``elapsed``: start to end, suspended time excluded),
-  ``model_name`` the job name, ``user`` and ``account`` as recorded;
+  ``model_name`` the job name, ``user`` and ``account`` as recorded,
+  ``time_limit`` the last run's limit (``TimelimitRaw`` / JSON ``time.limit``,
+  minutes; none when unlimited or not listed), raised to the run time where
+  the job ran past it (Slurm's OverTimeLimit, or runs summed after requeues);
 - a requeued job is one row: Slurm writes one record per run, the earlier
   ones in state ``REQUEUED``. Its submit time is the first record's (the
   last record's submission is the requeue time), its GPUs the last run's,
@@ -41,7 +44,7 @@ from teiresias.simulator.trace import TraceJob
 REQUEUED_CHOICES = ("sum", "last")
 # Columns ``--parsable2`` output must have (JobID may stand in for JobIDRaw).
 PARSABLE_REQUIRED = ("State", "Submit", "Start", "End", "AllocTRES")
-SACCT_PARSABLE_FIELDS = "JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,AllocTRES"
+SACCT_PARSABLE_FIELDS = "JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,AllocTRES,TimelimitRaw"
 _UNSET = {"", "unknown", "none", "n/a", "invalid"}
 _ELAPSED_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
 _JOBID_RE = re.compile(r"^(\d+)$")
@@ -63,6 +66,7 @@ class SacctRecord:
     elapsed: float | None
     gpus: int
     where: str  # "FILE:LINE" or "FILE: job N", for messages
+    time_limit: float | None = None  # seconds; None: unlimited or not listed
 
     @property
     def requeued(self) -> bool:
@@ -116,6 +120,11 @@ def _json_number(value: Any) -> float | None:
     return float(value) if value > 0 else None
 
 
+def _minutes(value: float | None) -> float | None:
+    """A time limit in minutes (sacct's unit) as seconds; None stays None, as does 0."""
+    return value * 60.0 if value else None
+
+
 def _json_gpus(tres: Any) -> int:
     """GPUs of an ``allocated`` TRES list: the untyped ``gres/gpu`` entry (the
     total) when present, else the sum of typed ones (``gpu:a100``)."""
@@ -167,6 +176,7 @@ def _json_records(data: Any, source: str, users: Mapping[int, str] | None = None
                 elapsed=_json_number(t.get("elapsed")),
                 gpus=_json_gpus(tres.get("allocated")),
                 where=f"{source}: job {job['job_id']}",
+                time_limit=_minutes(_json_number(t.get("limit"))),
             )
         )
     return out
@@ -259,6 +269,12 @@ def _parsable_records(text: str, source: str) -> tuple[list[SacctRecord], int]:
             gpus = parse_tres_gpus(get("AllocTRES"))
         except ValueError as exc:
             raise TraceError(f"{where}: AllocTRES item {exc} has no number") from None
+        limit_raw = get("TimelimitRaw")
+        try:
+            # Minutes; "UNLIMITED" and "Partition_Limit" say nothing about the job.
+            limit = _minutes(float(limit_raw)) if limit_raw and limit_raw[0].isdigit() else None
+        except ValueError:
+            raise TraceError(f"{where}: TimelimitRaw {limit_raw!r} is not a number of minutes") from None
         state = get("State").split()
         out.append(
             SacctRecord(
@@ -274,6 +290,7 @@ def _parsable_records(text: str, source: str) -> tuple[list[SacctRecord], int]:
                 elapsed=elapsed,
                 gpus=gpus,
                 where=where,
+                time_limit=limit,
             )
         )
     return out, steps
@@ -353,6 +370,7 @@ def convert_records(
             model_name=runs[-1].name,
             user=runs[-1].user,
             account=runs[-1].account,
+            time_limit=None if runs[-1].time_limit is None else max(runs[-1].time_limit, duration),
         )
         for n, (runs, submit, duration) in enumerate(kept, start=1)
     ]

@@ -213,7 +213,7 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise ConfigError(f"{src}: queues[{i}]: thresholds must be strictly increasing, got {list(got)}")
         queues.append(got)
     last = []
-    for i, x in enumerate(_nonempty(src, "last_queue", data.get("last_queue", ["fifo"]), names=True)):
+    for i, x in enumerate(_nonempty(src, "last_queue", data.get("last_queue", ["gittins"]), names=True)):
         if x not in ("fifo", "gittins"):
             raise ConfigError(f"{src}: last_queue[{i}]: must be fifo or gittins, got {x!r}")
         last.append(x)

@@ -10,10 +10,12 @@ consolidated; ``interval`` is the gap to the next arrival (carried through,
 unused). Optional extra columns ``user`` and ``account`` name the owner (used
 by virtual clusters), ``app`` the Themis app a job belongs to
 (docs/themis.md), ``elastic`` the GPU range ``MIN-MAX`` a job may be grown or
-shrunk within (Gandiva grow-shrink, docs/gandiva.md; empty: fixed size); any
-other extra column is ignored, but every row has as many fields as the
-header. Times (``submit_time``, ``duration``, ``interval``) are at most
-``MAX_SECONDS``.
+shrunk within (Gandiva grow-shrink, docs/gandiva.md; empty: fixed size),
+``time_limit`` the run time in seconds the job declared (Slurm's TimeLimit;
+empty: none), information the policies may use, never a duration, so it must
+be at least ``duration``; any other extra column is ignored, but every row has
+as many fields as the header. Times (``submit_time``, ``duration``,
+``interval``, ``time_limit``) are at most ``MAX_SECONDS``.
 
 Every problem raises :class:`TraceError` with one line ``FILE:LINE: problem``
 so a user can open the file at that line.
@@ -35,7 +37,7 @@ from teiresias.errors import TraceError
 from teiresias.outputs import Output, atomic_writer
 
 TRACE_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
-OPTIONAL_COLUMNS = ("user", "account", "app", "elastic")
+OPTIONAL_COLUMNS = ("user", "account", "app", "elastic", "time_limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,7 @@ class TraceJob:
     account: str = ""
     app: str = ""  # the Themis app (a group of related jobs); empty: derived from account and name
     elastic: str = ""  # "MIN-MAX" GPUs for grow-shrink (Gandiva); empty: fixed size
+    time_limit: float | None = None  # declared run time (Slurm's TimeLimit), s; None: none
 
     def elastic_range(self) -> tuple[int, int] | None:
         """``elastic`` as (MIN, MAX), None when empty (read_trace checked its form)."""
@@ -151,6 +154,15 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
                         f"{p}:{line}: elastic {elastic!r}: expected MIN-MAX GPUs with MIN <= num_gpu"
                         f" ({gpus}) <= MAX, e.g. 1-4, or empty for a fixed-size job"
                     )
+            limit_raw = row[idx["time_limit"]].strip() if "time_limit" in idx else ""
+            limit = None
+            if limit_raw:
+                limit = _num(p, line, "time_limit", limit_raw, integer=False, minimum=0, strict=True)
+                if limit < duration:
+                    raise TraceError(
+                        f"{p}:{line}: job {job_id}: time_limit {limit_raw} is below its duration {_fmt(duration)}"
+                        " (Slurm ends a job at its limit); raise the limit, or leave it empty for none"
+                    )
             jobs.append(
                 TraceJob(
                     job_id=job_id,
@@ -164,6 +176,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
                     account=row[idx["account"]].strip() if "account" in idx else "",
                     app=row[idx["app"]].strip() if "app" in idx else "",
                     elastic=elastic,
+                    time_limit=limit,
                 )
             )
     if not jobs:
@@ -174,6 +187,15 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.3f}"
+
+
+def _cell(v: object) -> str:
+    """An optional column's value as written: numbers like the others, None as empty."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return _fmt(v)
+    return str(v)
 
 
 def write_trace_to(fh: IO[str], jobs: Iterable[TraceJob]) -> None:
@@ -192,7 +214,7 @@ def write_trace_to(fh: IO[str], jobs: Iterable[TraceJob]) -> None:
                 j.model_name,
                 _fmt(j.duration),
                 _fmt(j.interval),
-                *(getattr(j, c) for c in extra),
+                *(_cell(getattr(j, c)) for c in extra),
             ]
         )
 

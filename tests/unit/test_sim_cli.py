@@ -156,7 +156,7 @@ def test_bad_trace_is_one_line_exit_2_and_nothing_written(files, case):
             ["-p", "las,lottery"],
             "unknown policy 'lottery'; choose from: fifo, best-effort, sjf, srtf, srsf, las, gittins",
         ),
-        (["-p", "gittins"], "policy gittins needs --gittins-samples FILE"),
+        (["-p", "fifo", "--queue-order", "lifo-resume"], "orders las/gittins queues; add las or gittins"),
         (["--queues", "3600,abc"], "--queues '3600,abc': give GPU-second thresholds"),
         (["--queues", "7200,3600"], "must be positive and strictly increasing"),
         (["--interval", "-1"], "--interval -1.0 must be >= 0"),
@@ -247,11 +247,13 @@ def test_last_queue_gittins_through_the_command_line(files):
         "400",
         "-g",
         str(files / "gput.csv"),
+        "--queue-order",
+        "fifo",
         "--json",
         "-",
     ]
-    fifo = invoke(*base)
-    idx = invoke(*base, "--last-queue", "gittins")
+    fifo = invoke(*base, "--last-queue", "fifo")
+    idx = invoke(*base)  # the default: the index
     assert fifo.exit_code == 0 and idx.exit_code == 0, fifo.output + idx.output
     a, b = json.loads(fifo.stdout)[0], json.loads(idx.stdout)[0]
     assert a["policy"] == b["policy"] == "gittins"
