@@ -92,7 +92,7 @@ def test_a_fifo_is_written_through_not_replaced(d: Path) -> None:
         os.close(fd)
     assert r.exit_code == 0, r.output
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced by a regular file"
-    assert got.lstrip().startswith(b"[") and b'"policy": "las"' in got
+    assert got.lstrip().startswith(b"[") and b'"policy": "gittins"' in got  # the default policy
 
 
 def test_a_link_to_standard_output_writes_to_the_pipe(d: Path) -> None:
@@ -172,7 +172,7 @@ def test_a_dash_is_standard_output_only_where_the_option_says_so(d: Path, monkey
     )
     assert not (d / "-").exists()
     r = simulate(d, "--json", "-")
-    assert r.exit_code == 0 and '"policy": "las"' in r.output
+    assert r.exit_code == 0 and '"policy": "gittins"' in r.output  # the default policy
 
 
 def test_trace_commands_refuse_to_overwrite_their_input(d: Path) -> None:
