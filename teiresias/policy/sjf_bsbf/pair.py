@@ -82,28 +82,29 @@ def decide_pair(
     ``first_fit`` (SJF-FFS): share with the largest sub-batch that fits,
     whatever Theorem 1 says.
     """
-    xi1, xi2 = model.interference(host_model, guest_model)
-    guest = model.profile(guest_model)
+    opts = model.options(host_model, host_sub_batch, guest_model)
+    if not opts.sub_batches:
+        return None
+    xi1, xi2 = opts.xi_host, opts.xi_guest
     seq = sequential(t1, t2)
-    best: PairDecision | None = None
-    for b in guest.sub_batches(model.min_sub_batch):
-        if not model.fits(host_model, host_sub_batch, guest_model, b):
-            continue
-        r = guest.iteration_time(b)
+    best: tuple[int, float, int, PairTimes] | None = None
+    for b, r, acc in opts.sub_batches:
         times = overlapped(t1, t2 * r, xi1, xi2)
-        cand = PairDecision(
-            share=first_fit or times.average < seq.average,
-            sub_batch=b,
-            accumulation=-(-guest.batch // b),
-            xi_host=xi1,
-            xi_guest=xi2,
-            guest_slowdown_alone=r,
-            shared=times,
-            sequential=seq,
-        )
+        # first_fit: the largest sub-batch that fits. Else strictly better only: ties keep the
+        # larger sub-batch (fewer accumulation steps).
+        if best is None or (not first_fit and times.average < best[3].average):
+            best = (b, r, acc, times)
         if first_fit:
-            return cand
-        # Strictly better only: ties keep the larger sub-batch (fewer accumulation steps).
-        if best is None or times.average < best.shared.average:
-            best = cand
-    return best
+            break
+    assert best is not None
+    b, r, acc, times = best
+    return PairDecision(
+        share=first_fit or times.average < seq.average,
+        sub_batch=b,
+        accumulation=acc,
+        xi_host=xi1,
+        xi_guest=xi2,
+        guest_slowdown_alone=r,
+        shared=times,
+        sequential=seq,
+    )
