@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from teiresias.domain import Job, JobId, Placement, Plan, Snapshot
@@ -34,10 +35,11 @@ from teiresias.domain.plan import Sharing
 from teiresias.errors import ConfigError
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.sjf_bsbf.model import SharingModel
-from teiresias.policy.sjf_bsbf.pair import PairDecision, decide_pair
+from teiresias.policy.sjf_bsbf.pair import TIE, PairDecision, clearly_refuses, decide_pair
+from teiresias.policy.sjf_bsbf.queue import QueueForecast
 
-# Relative difference of two averages below which they are equal up to rounding.
-_TIE = 1e-9
+# A job's own history counts once it has this many finished runs (fewer say little of its length).
+MIN_HISTORY = 3
 
 
 class SjfBsbfPolicy:
@@ -54,17 +56,29 @@ class SjfBsbfPolicy:
         distribution: Any = None,
         *,
         exhaustive: bool = False,
+        history: Mapping[tuple[str, str], Any] | None = None,
     ) -> None:
         self.placement = placement
         self.model = model if model is not None else SharingModel()
         self.distribution = distribution
+        # (user, job name) -> the GPU-time distribution of that user's finished jobs of that name
+        # (the live controller's records; docs/sjf-bsbf.md §9): a job's own history, before the
+        # site's distribution, for its length without a duration.
+        self.history = dict(history or {})
         # Score every (host, guest) pair of the round: the plain form the fast one is tested
         # against (tests/unit/test_sjf_bsbf_speed.py); same decisions, slower.
         self.exhaustive = exhaustive
 
     # -- job length ---------------------------------------------------------
     def remaining(self, job: Job) -> float:
-        """Seconds of work left when running alone at the job's current batch."""
+        """Seconds of work left when running alone at the job's current batch.
+
+        The duration where the owner knows it (the simulator, as in the paper). Live, the
+        expected residual GPU-time given the GPU-time the job had, divided by its GPUs: under
+        the job's own history (its user's finished jobs of the same name, ``MIN_HISTORY`` of
+        them at least) while it has not outlived all of them, else under the site's
+        distribution. Issue 22 item 4: with the site's alone, two fresh jobs of one size get
+        the same length, so Theorem 1 could not tell which should host."""
         r = job.remaining_time
         if r is None:
             d = self.distribution
@@ -73,7 +87,10 @@ class SjfBsbfPolicy:
                     f"policy {self.name!r} needs each job's duration or a GPU-time distribution, but job"
                     f" {job.job_id} has no duration; give --samples/-g FILE (the Gittins/LAS estimate)"
                 )
-            r = d.mean_residual(job.attained_gpu_seconds) / max(job.num_gpus, 1)
+            a = job.attained_gpu_seconds
+            own = self.history.get((job.user, job.model_name))
+            left = own.mean_residual(a) if own is not None and len(own) >= MIN_HISTORY else 0.0
+            r = (left or d.mean_residual(a)) / max(job.num_gpus, 1)
         if job.sub_batch:
             r *= self.model.profile(job.model_name).iteration_time(job.sub_batch)
         return float(r)
@@ -108,6 +125,13 @@ class SjfBsbfPolicy:
         job_key = None if self.exhaustive else getattr(self.placement, "job_key", None)
         no_room: set[Any] = set()
         board = _Hosts(hosts, self.placement, snapshot)
+        forecast = QueueForecast(
+            [j for j, _ in running],
+            pending,
+            length,
+            sum(free.values()),
+            lambda h, g: self.model.interference(h.model_name, g.model_name),
+        )
         for job in pending:
             if job.num_gpus <= 0:
                 reasons[job.job_id] = "asks for no GPU"
@@ -118,10 +142,11 @@ class SjfBsbfPolicy:
                 start[job.job_id] = pl
                 for a in pl.allocations:
                     free[a.node] -= a.gpus
+                forecast.started(job)
                 continue
             if shape is not None:
                 no_room.add(shape)
-            got = self._share(job, board, length)
+            got = self._share(job, board, length, forecast)
             if isinstance(got, str):
                 reasons[job.job_id] = got
                 continue
@@ -136,8 +161,11 @@ class SjfBsbfPolicy:
                 alone_slowdown=dec.guest_slowdown_alone,
                 shared_avg_jct=dec.shared.average,
                 sequential_avg_jct=dec.sequential.average,
+                queue_sum_jct=dec.queue[0] if dec.queue else None,
+                queue_sum_jct_without=dec.queue[1] if dec.queue else None,
             )
             board.take(host)
+            forecast.shared(host, job, dec.shared)
         order = tuple(
             j.job_id for j in sorted((j for j, _ in running), key=lambda j: (length[j.job_id], j.submit_time, j.job_id))
         ) + tuple(j.job_id for j in pending)
@@ -172,21 +200,33 @@ class SjfBsbfPolicy:
 
     @staticmethod
     def _refusal(host: Job, dec: PairDecision | None) -> str:
+        """Why a guest does not share ``host``'s GPUs, with Theorem 1's two numbers (issue 22 item 4:
+        two different numbers, or what else decided)."""
         if dec is None:
             return f"waits: no sub-batch of it fits GPU memory beside job {host.job_id}"
+        shared, seq = dec.shared, dec.sequential
+        if shared.average - seq.average > TIE:
+            a, b = _two(shared.average, seq.average)
+            return (
+                f"waits for job {host.job_id}: sharing its GPUs would raise the pair's average JCT"
+                f" to {a} s from {b} s one after the other"
+            )
+        a, b = _two(max(shared.host_end, shared.guest_end), seq.guest_end)
         return (
-            f"waits for job {host.job_id}: sharing its GPUs would raise the pair's average JCT"
-            f" to {dec.shared.average:.0f} s from {dec.sequential.average:.0f} s one after the other"
+            f"waits for job {host.job_id}: sharing its GPUs would not lower the pair's average JCT"
+            f" ({shared.average:.0f} s either way) and would keep them busy until {a} s from now instead of {b} s"
         )
 
     def _share(
-        self, job: Job, board: _Hosts, length: Mapping[JobId, float]
+        self, job: Job, board: _Hosts, length: Mapping[JobId, float], forecast: QueueForecast
     ) -> tuple[Job, Placement, PairDecision] | str:
         """The host, GPUs and settings for ``job`` as a guest, or why it waits.
 
         Every host whose GPUs can hold the job is a candidate; ``sjf-ffs`` takes the first
-        where a sub-batch fits, ``sjf-bsbf`` the one with the lowest shared average among
-        those Theorem 1 approves. Without a match the reason is the last candidate's.
+        where a sub-batch fits; ``sjf-bsbf`` takes, among those Theorem 1 approves (with
+        ties toward sharing, ``pair.approves``), the one with the lowest shared average that
+        the queue check passes (``_settle``). Without a match the reason is the last
+        candidate's, or the queue check's.
 
         Fast form (the plain one is ``_share_all``; same answers): waiting jobs come
         shortest first, and a host that refuses a guest refuses every longer guest of the
@@ -197,12 +237,12 @@ class SjfBsbfPolicy:
         waiting job and the score of its last candidate for the reason.
         """
         if self.exhaustive or not board.keyed:
-            return self._share_all(job, board, length)
+            return self._share_all(job, board, length, forecast)
         fits = board.fitting(job)
         if not fits:
             return f"waits for {job.num_gpus} free GPU(s): no running job alone on enough GPUs to share"
         t2 = length[job.job_id]
-        best: tuple[Job, Placement, PairDecision] | None = None
+        approved: list[tuple[Job, Placement, PairDecision]] = []
         for host, pl in board.open(job, t2):
             dec = self._scored(board, host, job, length)
             if dec is None:
@@ -211,23 +251,21 @@ class SjfBsbfPolicy:
             if self.first_fit:
                 return host, pl, dec
             if not dec.share:
-                # A tie (equal averages up to rounding) may go either way for the next guest:
-                # only a clear refusal holds for every longer guest.
-                if dec.shared.average - dec.sequential.average > _TIE * dec.sequential.average:
+                # Only a clear refusal holds for every longer guest (a tie may round either way).
+                if clearly_refuses(dec.shared, dec.sequential):
                     board.refuse(host, job, t2)
                 continue
-            if best is None or dec.shared.average < best[2].shared.average:
-                best = (host, pl, dec)
-        if best is not None:
-            return best
+            approved.append((host, pl, dec))
+        if approved:
+            return self._settle(job, approved, forecast)
         last = fits[-1][0]
         return self._refusal(last, self._scored(board, last, job, length))
 
     def _share_all(
-        self, job: Job, board: _Hosts, length: Mapping[JobId, float]
+        self, job: Job, board: _Hosts, length: Mapping[JobId, float], forecast: QueueForecast
     ) -> tuple[Job, Placement, PairDecision] | str:
         """``_share`` scoring every host against the job (Algorithm 1, lines 10-17, as written)."""
-        best: tuple[Job, Placement, PairDecision] | None = None
+        approved: list[tuple[Job, Placement, PairDecision]] = []
         why = f"waits for {job.num_gpus} free GPU(s): no running job alone on enough GPUs to share"
         for host in board.hosts:
             if host.job_id in board.taken:
@@ -242,9 +280,43 @@ class SjfBsbfPolicy:
                 continue
             if self.first_fit:
                 return host, pl, dec
-            if best is None or dec.shared.average < best[2].shared.average:
-                best = (host, pl, dec)
-        return best if best is not None else why
+            approved.append((host, pl, dec))
+        return self._settle(job, approved, forecast) if approved else why
+
+    def _settle(
+        self, job: Job, approved: list[tuple[Job, Placement, PairDecision]], forecast: QueueForecast
+    ) -> tuple[Job, Placement, PairDecision] | str:
+        """The host for ``job`` among those Theorem 1 approves: the lowest shared average first
+        (Algorithm 1, line 14), the first whose pair the queue check passes: the queue's summed
+        completion times with the pair no higher than without it (``queue.QueueForecast``;
+        docs/sjf-bsbf.md §5 "The queue check")."""
+        approved = sorted(approved, key=lambda c: c[2].shared.average)  # stable: ties keep host order
+        first: tuple[Job, float, float] | None = None
+        for host, pl, dec in approved:
+            sums = forecast.check(host, job, dec.shared)
+            if sums is None:  # the round's checks are spent: Theorem 1 alone (the paper's rule)
+                return host, pl, dec
+            without, with_pair = sums
+            if with_pair <= without + TIE:
+                return host, pl, replace(dec, queue=(with_pair, without))
+            if first is None:
+                first = (host, without, with_pair)
+        assert first is not None
+        host, without, with_pair = first
+        a, b = _two(with_pair, without)
+        return (
+            f"waits: sharing job {host.job_id}'s GPUs would raise the summed completion times of the pair and"
+            f" the {forecast.waiting(job)} job(s) waiting to {a} s from {b} s without sharing"
+        )
+
+
+def _two(a: float, b: float) -> tuple[str, str]:
+    """Two different numbers as two different strings (as few decimals as tell them apart)."""
+    for digits in range(4):
+        x, y = f"{a:.{digits}f}", f"{b:.{digits}f}"
+        if x != y:
+            return x, y
+    return f"{a:.6f}", f"{b:.6f}"
 
 
 class _Hosts:
