@@ -111,6 +111,19 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
         assert all(torch.allclose(want[n], got[n], rtol=0, atol=1e-10) for n in want)
 
 
+def start_pair(c, ctl: ControllerProc, tmp_path: Path, base: Path, batch: Path) -> tuple[int, int, dict]:
+    """Submit a host and, once it runs, a guest (tsbatch, ``batch``); the controller shares: both
+    run at once. The two job ids and the guest's ``share`` audit line."""
+    host = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
+    c.wait_for(host, "RUNNING", timeout=60)
+    guest = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
+    c.wait_for(guest, "RUNNING", timeout=60)
+    assert c.job(host).state == "RUNNING", "both hold the one GPU at once"
+    (share,) = ctl.audit(guest, "share")
+    assert share["partner"] == host
+    return host, guest, share
+
+
 SHARING_YAML = """\
 gpu_memory_gb: 9      # host at its full batch (6 GB) + guest: only sub-batch 4 fits (3 GB)
 min_sub_batch: 4
@@ -145,13 +158,8 @@ def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> N
             tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples), "sharing": str(model)}
         ).start()
         try:
-            host = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
-            c.wait_for(host, "RUNNING", timeout=60)
-            guest = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
-            c.wait_for(guest, "RUNNING", timeout=60)
-            assert c.job(host).state == "RUNNING", "both hold the one GPU at once"
-            (share,) = ctl.audit(guest, "share")
-            assert share["partner"] == host and (share["sub_batch"], share["accumulation"]) == (4, 4)
+            host, guest, share = start_pair(c, ctl, tmp_path, base, batch)
+            assert (share["sub_batch"], share["accumulation"]) == (4, 4)
             assert (share["slowdown"], share["partner_slowdown"]) == (1.2, 1.2)
             assert 0 < share["shared_avg_jct"] < share["sequential_avg_jct"]
             assert share["alone_slowdown"] > 1
@@ -222,13 +230,8 @@ def test_two_fresh_jobs_share_where_theorem_1_ties(shard_cluster, tmp_path) -> N
     with shard_cluster.reconfigured(job_submit_lua=LUA) as c:
         ctl = ControllerProc(tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples)}).start()
         try:
-            host = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
-            c.wait_for(host, "RUNNING", timeout=60)
-            guest = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
-            c.wait_for(guest, "RUNNING", timeout=60)
-            assert c.job(host).state == "RUNNING", "both hold the one GPU at once"
-            (share,) = ctl.audit(guest, "share")
-            assert share["partner"] == host and share["accumulation"] == 1
+            host, guest, share = start_pair(c, ctl, tmp_path, base, batch)
+            assert share["accumulation"] == 1
             # The tie: one pair average either way; the queue check's two sums are equal too.
             assert share["shared_avg_jct"] == pytest.approx(share["sequential_avg_jct"], abs=0.01)
             assert share["queue_sum_jct"] == pytest.approx(share["queue_sum_jct_without"], abs=0.01)

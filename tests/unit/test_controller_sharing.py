@@ -294,7 +294,9 @@ def test_each_jobs_own_history_reaches_the_policy(tmp_path):
     with store.transaction():
         for jid, user, name, gpu_s in runs:
             store.save_job(
-                JobRecord(job_id=jid, gpus=1, submit_time=0.0, phase=Phase.FINISHED, phase_since=1.0, user=user, name=name)
+                JobRecord(
+                    job_id=jid, gpus=1, submit_time=0.0, phase=Phase.FINISHED, phase_since=1.0, user=user, name=name
+                )
             )
             store.add_sample(jid, gpu_s)
     store.archive_job(1)  # an archived job's run still counts

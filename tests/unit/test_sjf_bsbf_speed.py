@@ -8,6 +8,7 @@ waiting job): the same starts, pairs, settings and reasons, on random rounds. An
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import statistics
 import time
@@ -19,6 +20,7 @@ from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.placement import ConsolidatePlacement, SpreadPlacement
 from teiresias.policy.sjf_bsbf import SharingModel, SharingProfile, SjfBsbfPolicy, SjfFfsPolicy
 from teiresias.simulator.sharing import load_sharing_model
+from tests.conftest import REPO
 
 MODELS = ["vgg16", "resnet50", "bert", "other", "h", "g"]
 
@@ -109,40 +111,23 @@ def test_the_fast_round_decides_what_scoring_every_pair_decides(cls) -> None:
 
 def test_a_round_at_a_thousand_waiting_jobs_without_durations_takes_milliseconds() -> None:
     """Live (no durations: lengths from the GPU-time distribution), 1,000 waiting jobs beside a
-    full 16 x 4 cluster of jobs that can each host one. b9c4356 took ~13 s of CPU per round
-    here (each length re-read the 10,000 samples, once per host and guest); now ~10 ms."""
-    rng = random.Random(1)
-    cluster = Cluster.from_tiresias_spec(1, 16, 4)
-    jobs = []
-    for node in cluster.nodes:
-        free = node.gpus
-        while free > 0:
-            g = min(rng.choice([1, 1, 2, 4]), free)
-            free -= g
-            done = rng.uniform(10, 5000)
-            jobs.append(
-                Job(
-                    JobId(len(jobs)),
-                    g,
-                    0.0,
-                    model_name=rng.choice(MODELS[:4]),
-                    state=JobState.RUNNING,
-                    first_start_time=0.0,
-                    executed_time=done,
-                    total_executed_time=done,
-                    placement=Placement.of({node.name: g}),
-                )
-            )
-    for _ in range(1000):
-        jobs.append(Job(JobId(len(jobs)), rng.choice([1] * 7 + [2, 4, 8, 16]), 0.0, model_name=rng.choice(MODELS[:4])))
-    snap = Snapshot(10000.0, cluster, jobs)
-    dist = ServiceDistribution.from_samples_file("teiresias/data/yarn-gput10000.csv")
-    pol = SjfBsbfPolicy(ConsolidatePlacement(), load_sharing_model("etc/sharing.yaml"), dist)
+    full 16 x 4 cluster of jobs that can each host one: the worst round of
+    benchmarks/bench_sharing_decide.py. b9c4356 took ~6-13 s of CPU per round here (each
+    length re-read the 10,000 samples, once per host and guest); now ~15 ms."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_sharing_decide", REPO / "benchmarks" / "bench_sharing_decide.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    snap = bench.blind(bench.fresh_hosts_snapshot(1000, 1))
+    dist = ServiceDistribution.from_samples_file(REPO / "teiresias" / "data" / "yarn-gput10000.csv")
+    pol = SjfBsbfPolicy(ConsolidatePlacement(), load_sharing_model(REPO / "etc" / "sharing.yaml"), dist)
     cpu = []
     for _ in range(3):
         t = time.process_time()
         plan = pol.decide(snap)
         cpu.append(time.process_time() - t)
     assert plan.sharing, "some waiting jobs share"
-    # 25x the ~10 ms measured: room for a loaded machine, 50x under b9c4356.
+    # ~15x the ~15 ms measured: room for a loaded machine, 25x under b9c4356.
     assert statistics.median(cpu) < 0.25, f"one round took {statistics.median(cpu):.3f} s of CPU"
