@@ -167,6 +167,9 @@ class History:
             self._policy = self._factory(config, dist)
             if measured and isinstance(getattr(self._policy, "model", None), SharingModel):
                 self._policy.model = sharing.with_measured(self._policy.model, measured)  # type: ignore[attr-defined]
+            if sharing_policy and self.uses_samples:
+                # Each job's own history for its length (docs/sjf-bsbf.md §9).
+                self._policy.history = sharing.histories(self.store.samples_by_job())  # type: ignore[attr-defined]
             self._policy_key = key
         return self._policy
 

@@ -27,7 +27,9 @@ from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias import jobfiles as protocol
 from teiresias.domain import Placement
 from teiresias.domain.plan import Sharing
+from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.sjf_bsbf.model import SharingModel
+from teiresias.policy.sjf_bsbf.policy import MIN_HISTORY
 
 SHARD_HINT = "submit both with --gres=shard:N (half a GPU's shards) so that Slurm can co-allocate them"
 
@@ -78,8 +80,9 @@ def cannot_share(
 
 
 def audit_fields(sh: Sharing) -> dict[str, float | int]:
-    """The numbers behind a pair decision (Theorem 1's two ends and the model's factors)."""
-    return {
+    """The numbers behind a pair decision (Theorem 1's two ends, the model's factors, and the
+    queue check's two sums where it ran)."""
+    out: dict[str, float | int] = {
         "partner": int(sh.partner),
         "sub_batch": sh.sub_batch,
         "accumulation": sh.accumulation,
@@ -89,6 +92,10 @@ def audit_fields(sh: Sharing) -> dict[str, float | int]:
         "shared_avg_jct": round(sh.shared_avg_jct, 3),
         "sequential_avg_jct": round(sh.sequential_avg_jct, 3),
     }
+    if sh.queue_sum_jct is not None and sh.queue_sum_jct_without is not None:
+        out["queue_sum_jct"] = round(sh.queue_sum_jct, 3)
+        out["queue_sum_jct_without"] = round(sh.queue_sum_jct_without, 3)
+    return out
 
 
 def write_accumulate(rec: JobRecord, sh: Sharing) -> Path | None:
@@ -141,6 +148,12 @@ def measured_xi(
     if shared is None or alone is None:
         return None
     return alone / shared
+
+
+def histories(samples: Mapping[tuple[str, str], list[float]]) -> dict[tuple[str, str], ServiceDistribution]:
+    """(user, job name) -> the GPU-time distribution of those finished jobs, for the policy's job
+    lengths (``SjfBsbfPolicy.history``; keys with fewer than MIN_HISTORY jobs are left out)."""
+    return {k: ServiceDistribution(v) for k, v in samples.items() if len(v) >= MIN_HISTORY}
 
 
 def with_measured(model: SharingModel, measured: Mapping[str, float]) -> SharingModel:

@@ -550,6 +550,18 @@ class StateStore:
             )
         ]
 
+    def samples_by_job(self) -> dict[tuple[str, str], list[float]]:
+        """The finished jobs' GPU-seconds per (user, job name), archived ones included: each
+        job's own history (sjf-bsbf's job lengths, docs/sjf-bsbf.md §9)."""
+        out: dict[tuple[str, str], list[float]] = {}
+        rows = self.db.execute(
+            "SELECT j.user, j.name, s.gpu_seconds FROM samples_archive s JOIN jobs_archive j ON j.job_id = s.job_id"
+            " UNION ALL SELECT j.user, j.name, s.gpu_seconds FROM samples s JOIN jobs j ON j.job_id = s.job_id"
+        )
+        for user, name, gpu_seconds in rows:
+            out.setdefault((str(user or ""), str(name or "")), []).append(float(gpu_seconds))
+        return out
+
     def sample_count(self) -> int:
         return int(
             self.db.execute(

@@ -29,6 +29,10 @@ class Sharing:
     alone_slowdown: float
     shared_avg_jct: float
     sequential_avg_jct: float
+    # The queue check (sjf-bsbf, docs/sjf-bsbf.md §5): summed completion times (s from now) of the
+    # pair and the jobs waiting, with the pair and without it; None where it did not run (sjf-ffs).
+    queue_sum_jct: float | None = None
+    queue_sum_jct_without: float | None = None
 
 
 ColocationMode = Literal["slice", "pack"]

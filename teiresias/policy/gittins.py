@@ -117,6 +117,15 @@ class ServiceDistribution:
     def mean(self) -> float:
         return self._prefix[-1] / len(self._s)
 
+    def mean_residual(self, attained: float) -> float:
+        """E[S - a | S > a], the expected GPU-time still to come of a job that has had
+        ``attained``; 0 past every sample. Two prefix sums (SJF-BSBF's job length, live)."""
+        s, pre, n = self._s, self._prefix, len(self._s)
+        i = bisect.bisect_right(s, attained)
+        if i == n:
+            return 0.0
+        return (pre[n] - pre[i]) / (n - i) - attained
+
     def index(self, attained: float, delta: float | None = None) -> float:
         """Gittins index G(attained, delta) of Pseudocode 1 (Tiresias §3.2.2).
 
