@@ -86,6 +86,25 @@ def test_a_newcomer_joins_the_least_loaded_node_bound_to_its_gpus() -> None:
     assert plan.suspend == (J(3),)  # the job on GPU 0 of s0n1 that has run longest (tie: lower id)
 
 
+def test_an_elastic_job_is_resized_by_whole_gpus_only() -> None:
+    """An idle GPU a floater holds a shard of is no GPU for a job of several (state.Round.
+    whole_free). Growing onto it planned a resize the job could not get (in the simulator,
+    where the job's GPUs have indices, a "resize" to the size it had: hypothesis found
+    "resized job 8 to 2 GPUs; it is elastic 1-4 at 2"); counting it for a shrink took a
+    GPU from the elastic job that did not let the waiting job start."""
+    from teiresias.domain import Snapshot
+    from teiresias.policy.testing import pending
+
+    c = cluster(1, 4)
+    # The floater runs on GPU 2 and holds a shard of GPU 3, which is idle.
+    f = pooled(3, "s0n0", 2, (2, 3), slice_since=0.0)
+    grown = running(1, 2, {"s0n0": 2}, elastic=(1, 4), slice_since=0.0)
+    plan = gandiva(idle_period=10.0).decide(Snapshot(100.0, c, [grown, f], {}, {"s0n0": 0.0}))
+    assert not plan.resize  # before: 2 -> 3 GPUs onto GPU 3
+    plan = gandiva(max_height=1).decide(Snapshot(100.0, c, [grown, f, pending(4, 2)], {}, {"s0n0": 0.0}))
+    assert not plan.resize  # before: 2 -> 1 GPUs, and job 4 still had no two whole GPUs
+
+
 # ---------------------------------------------------------------- packing (§4.2.2)
 def _waiting_pair():  # type: ignore[no-untyped-def]
     c = cluster(1, 2)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from teiresias.domain import Cluster, Node
@@ -205,6 +205,26 @@ def test_a_watcher_stops_jobs_early_and_their_work_is_what_they_did() -> None:
     ),
     placement=st.sampled_from(["consolidate", "spread"]),
     slice_len=st.sampled_from([20.0, 60.0]),
+)
+# Found by this test since the pools (31bdb91): a 2-GPU elastic job "grew" onto an idle GPU that
+# a floater holds a shard of, which it cannot get: a resize to the size it had (engine refused).
+@example(
+    rows=[
+        (1, 0, 1, "vae", False),
+        (1, 0, 1, "vae", False),
+        (1, 0, 1, "vae", False),
+        (1, 142, 1, "vae", False),
+        (1, 153, 575, "vae", True),
+        (1, 177, 1, "vae", False),
+        (1, 263, 1, "vae", True),
+        (1, 318, 822, "vae", False),
+        (2, 179, 61, "vae", True),
+        (4, 0, 318, "vae", False),
+        (4, 128, 249, "vae", False),
+        (4, 291, 739, "vae", False),
+    ],
+    placement="consolidate",
+    slice_len=20.0,
 )
 def test_replays_keep_the_contract_on_every_round_and_finish(rows, placement: str, slice_len: float) -> None:
     """Every snapshot a gandiva replay hands its policy (suspended, colocated, packed, elastic jobs)
