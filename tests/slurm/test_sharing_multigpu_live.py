@@ -16,9 +16,11 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from slurm_plugin.controller import channel
 from teiresias import jobfiles
 from tests.helpers import poll
 from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
@@ -123,15 +125,27 @@ def test_sjf_bsbf_jobs_alone_get_their_own_gpu_and_a_guest_its_hosts(gpus4, tmp_
 SLICE_S = 6.0
 
 
-def _running_gpus(c, base, jobs: list[int], floaters: set[int]) -> dict[tuple[str, int], list[int]] | None:
+def control_folder(ctl: ControllerProc, job: int) -> Path | None:
+    """The folder the controller and a job exchange files in (slurm_plugin/controller/channel.py):
+    the job's records (devices.jsonl) are read from ``channel.folder``; without spool_dir, as
+    here, the controller writes gpu.json to the same folder (``channel.folder_for_job``)."""
+    rec = ctl.rec(job)
+    return channel.folder(rec) if rec is not None else None
+
+
+def _running_gpus(
+    c, folders: dict[int, Path | None], jobs: list[int], floaters: set[int]
+) -> dict[tuple[str, int], list[int]] | None:
     """(node, GPU) -> the jobs running there now, in the controller's plan: Slurm's IDX for a
-    job bound to one GPU, gpu.json for a job bound to all its node's GPUs."""
+    job bound to one GPU, gpu.json for a job bound to all its node's GPUs (None while some
+    running job's GPU is not known yet)."""
     seen: dict[tuple[str, int], list[int]] = {}
     for sj in c.backend.jobs():
         if sj.job_id not in jobs or sj.state != "RUNNING" or not sj.nodes:
             continue
         if sj.job_id in floaters:
-            dev = jobfiles.read_device(jobfiles.job_dir(base, sj.job_id))
+            jd = folders.get(sj.job_id)
+            dev = jobfiles.read_device(jd) if jd is not None else None
             if dev is None:
                 return None
             gpu = dev.gpu
@@ -144,16 +158,20 @@ def _running_gpus(c, base, jobs: list[int], floaters: set[int]) -> dict[tuple[st
     return seen
 
 
-def _watch(c, base, jobs: list[int], floaters: set[int], seconds: float) -> int:
+def _watch(ctl: ControllerProc, jobs: list[int], floaters: set[int], seconds: float) -> int:
     """Sample who runs where for ``seconds``: no GPU may run two jobs (no packing here) for
     longer than a round takes to enact (a suspend and a resume are two Slurm calls).
-    Returns the samples taken."""
+    Returns the samples in which every running job's GPU was known (at least half of them:
+    a watch that cannot read gpu.json would see nothing and pass)."""
+    c = ctl.cluster
+    folders = {f: poll(f"job {f}'s control folder", lambda f=f: control_folder(ctl, f), timeout=30) for f in floaters}
     bad_since: float | None = None
-    samples = 0
+    samples = taken = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        seen = _running_gpus(c, base, jobs, floaters)
-        samples += 1
+        seen = _running_gpus(c, folders, jobs, floaters)
+        taken += 1
+        samples += seen is not None
         shared = {k: v for k, v in (seen or {}).items() if len(v) > 1}
         if shared:
             bad_since = bad_since or time.monotonic()
@@ -161,6 +179,7 @@ def _watch(c, base, jobs: list[int], floaters: set[int], seconds: float) -> int:
         else:
             bad_since = None
         time.sleep(0.5)
+    assert samples >= taken / 2, f"the GPUs of running jobs were known in {samples} of {taken} samples"
     return samples
 
 
@@ -211,7 +230,7 @@ def test_gandiva_time_slices_1gpu_jobs_across_a_4gpu_node_and_migrates_by_index(
     g = GandivaRun(
         c, tmp_path, "train_plain.py", "TRAIN_STEP_SLEEP=0.25 TRAIN_EPOCHS=200", packing=False, migration=True
     )
-    ctl, base, tsb = g.ctl, g.base, g.tsb
+    ctl, tsb = g.ctl, g.tsb
     try:
         other, pinned, where = g.fill_a_node()
         wall = g.wall
@@ -228,14 +247,18 @@ def test_gandiva_time_slices_1gpu_jobs_across_a_4gpu_node_and_migrates_by_index(
             assert start["bind"] == [0, 1, 2, 3] and len(start["gpu_ids"][0]) == 1
             assert c.job(f).gpu_ids == ((node, (0, 1, 2, 3)),)  # a shard of each GPU of its node
         jobs = pinned + floaters
-        _watch(c, base, jobs, set(floaters), 5 * SLICE_S)
+        _watch(ctl, jobs, set(floaters), 5 * SLICE_S)
         # Six jobs on four GPUs: the newcomers moved across the node's GPUs (Figure 9).
         moved = ctl.audit(action="device")
         assert moved and {e["job"] for e in moved} <= set(floaters), moved
         assert any(len({e["gpu"] for e in moved if e["job"] == f}) >= 2 for f in floaters), moved
         poll(
             "a GPU switch seen by a job's hooks",
-            lambda: any(len({r.gpu for r in jobfiles.read_devices(jobfiles.job_dir(base, f))}) >= 2 for f in floaters),
+            lambda: any(
+                len({r.gpu for r in jobfiles.read_devices(jd)}) >= 2
+                for f in floaters
+                if (jd := control_folder(ctl, f)) is not None
+            ),
             timeout=60,
         )
         # Eight jobs on four GPUs (2x): newcomers still time-slice at once.
@@ -243,7 +266,7 @@ def test_gandiva_time_slices_1gpu_jobs_across_a_4gpu_node_and_migrates_by_index(
             floaters.append(tsb(f"f{k}"))
             c.wait_for(floaters[-1], "RUNNING", timeout=60)
         jobs = pinned + floaters
-        _watch(c, base, jobs, set(floaters), 3 * SLICE_S)
+        _watch(ctl, jobs, set(floaters), 3 * SLICE_S)
         assert all(ctl.audit(j, "suspend") for j in pinned), "every first job gave up its GPU for a turn"
         # The other node frees up: suspended jobs move there (lower the height, §4.2.1),
         # a job bound to one GPU onto its own index of that node.
@@ -302,7 +325,12 @@ def test_gandiva_packs_the_lightest_job_onto_the_lightest_gpu_and_retries_anothe
     assert first is not None and second is not None
     assert first.group(1) != second.group(1), (first.group(0), second.group(0))  # another GPU, not given up
     assert "the lowest waiting" in two[0]["reason"] and re.search(r"\d+ \+ \d+ = \d+% <= 100%", two[0]["reason"])  # type: ignore[index]
-    # Each time its partner is the job bound to that GPU: the packed pair shares one GPU.
+    # Each time its partner is the job bound to that GPU: the packed pair shares one GPU. (One
+    # packing: the same note on each member's line; their times may differ by a millisecond.)
     for p, m in zip(two, (first, second), strict=True):  # type: ignore[arg-type]
-        partners = {e["job"] for e in ctl.audit(action="pack") if e["time"] == p["time"]} - {floater}
+        partners = {
+            e["job"]
+            for e in ctl.audit(action="pack")
+            if e["reason"] == p["reason"] and abs(e["time"] - p["time"]) < 1.0
+        } - {floater}
         assert [gpu_of[j] for j in partners] == [int(m.group(1))], (partners, m.group(0))
