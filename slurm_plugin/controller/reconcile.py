@@ -504,10 +504,12 @@ def to_policy_job(
     nodes: NodeConstraint | None = None,
     *,
     time_limit_minutes: int | None = None,
+    shareable: bool = True,
 ) -> Job:
     """The policy's view of a job. ``state_since``: the open run's start while it runs, the
     time it went back to waiting after a run (a preemption) while it waits; ``time_limit``:
-    Slurm's TimeLimit in seconds (None when unlimited), which gittins reads as information."""
+    Slurm's TimeLimit in seconds (None when unlimited), which gittins reads as information;
+    ``shareable``: a shard job (Job.shareable)."""
     ran_before = rec.first_start_time is not None
     return Job(
         job_id=JobId(rec.job_id),
@@ -533,6 +535,7 @@ def to_policy_job(
         accumulation=rec.accumulation,
         nodes_allowed=nodes.allowed if nodes is not None else None,
         nodes_required=nodes.required if nodes is not None else frozenset(),
+        shareable=shareable,
     )
 
 
@@ -570,6 +573,7 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
             continue  # (not in slurm: a job left to Slurm, see reconcile's last loop)
         sj = rec_out.slurm[job_id]
         state = base_state(sj.state)
+        shards = bool(sj.shards)  # only a shard job's GPU can be shared (Job.shareable)
         if (
             rec.share_role == "guest"
             and rec.shared_with is not None
@@ -579,16 +583,29 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
             # counts already: counted twice, free_gpus would lose them (the simulator
             # likewise counts a pair's GPUs as the host's).
             jobs.append(
-                to_policy_job(rec, now, JobState.RUNNING, Placement(()), time_limit_minutes=sj.time_limit_minutes)
+                to_policy_job(
+                    rec,
+                    now,
+                    JobState.RUNNING,
+                    Placement(()),
+                    time_limit_minutes=sj.time_limit_minutes,
+                    shareable=shards,
+                )
             )
         elif state in RUNNING_STATES:
             placement = running_placement(sj, rec)
             for a in placement.allocations:
                 slurm_running[a.node] = slurm_running.get(a.node, 0) + a.gpus
-            jobs.append(to_policy_job(rec, now, JobState.RUNNING, placement, time_limit_minutes=sj.time_limit_minutes))
+            jobs.append(
+                to_policy_job(
+                    rec, now, JobState.RUNNING, placement, time_limit_minutes=sj.time_limit_minutes, shareable=shards
+                )
+            )
         elif rec.phase is Phase.STARTING and rec.planned is not None and job_id not in rec_out.to_hold:
             jobs.append(
-                to_policy_job(rec, now, JobState.RUNNING, rec.planned, time_limit_minutes=sj.time_limit_minutes)
+                to_policy_job(
+                    rec, now, JobState.RUNNING, rec.planned, time_limit_minutes=sj.time_limit_minutes, shareable=shards
+                )
             )
         elif state == "PENDING" and job_id not in rec_out.not_waiting:
             jobs.append(
@@ -599,6 +616,7 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
                     None,
                     rec_out.constraints.get(job_id),
                     time_limit_minutes=sj.time_limit_minutes,
+                    shareable=shards,
                 )
             )
     # GPUs managed jobs may not use: all of a node Slurm will not schedule on,

@@ -80,6 +80,11 @@ class Job:
     shared_with: JobId | None = None
     sub_batch: int | None = None
     accumulation: int = 1
+    # Whether the owner can put another job on this job's GPUs at all (SJF-BSBF's pairs,
+    # Gandiva's time-slicing and packing). Live: a shard job (``--gres=shard:N``); a
+    # ``--gres=gpu`` job holds its GPUs whole, Slurm gives no shard of them to anyone, so it
+    # neither hosts nor joins (docs/sjf-bsbf.md §9). The simulator shares any job.
+    shareable: bool = True
     # Gandiva (docs/gandiva.md; the owner keeps them from the plans it enacted).
     # ``suspended``: RUNNING but paused in place, still holding its GPUs
     # (Plan.suspend); ``slice_since``: when it last started, resumed or was

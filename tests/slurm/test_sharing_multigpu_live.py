@@ -122,6 +122,66 @@ def test_sjf_bsbf_jobs_alone_get_their_own_gpu_and_a_guest_its_hosts(gpus4, tmp_
     assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
 
 
+def test_two_fresh_jobs_share_where_theorem_1_ties_on_a_4gpu_node(gpus4, tmp_path) -> None:
+    """test_sharing_live.py's tie (issue 22 item 4) on 4-GPU nodes with per-GPU shard types:
+    two fresh tsbatch shard jobs, every past job 600 GPU-s, default xi 1.5. The host gets
+    GPU 1 of its node (a whole-GPU job started before it holds GPU 0; whole-GPU jobs started
+    after it fill the rest); the guest shares at once and lands on GPU 1 too, by name (IDX
+    and CUDA_VISIBLE_DEVICES), never beside a job holding whole GPUs, which gives no shard
+    (Job.shareable: before, the guest chose such a host and waited for ever). A whole-GPU
+    job waiting ahead of it shares nothing and takes the first GPU to free in the queue
+    check, so sharing still ties there."""
+    c = gpus4
+    c.clean()
+    samples = tmp_path / "gput.csv"
+    samples.write_text("duration\n" + "600\n" * 20)
+    base, release = tmp_path / "ckpt", tmp_path / "release"
+    batch = tmp_path / "tie.sh"
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+        f'echo "$CUDA_VISIBLE_DEVICES" > {tmp_path}/env.$SLURM_JOB_ID\n'
+        f"while [ ! -e {release} ]; do sleep 0.2; done\n"
+    )
+    ctl = ControllerProc(tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples)}).start()
+
+    def tsb(name: str) -> int:
+        return tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/{name}.out", str(batch))
+
+    def whole() -> int:
+        return c.submit("sleep 600", "-p", "gpu", "-c", "1", "--gres=gpu:1")
+
+    try:
+        first = whole()
+        node = c.wait_for(first, "RUNNING", timeout=60).nodes[0]
+        host = tsb("host")
+        c.wait_for(host, "RUNNING", timeout=60)
+        assert poll("the host's GPU", lambda: gpu_index(c, host), timeout=30) == (node, (1,))
+        walls = [whole() for _ in range(6)]
+        for w in walls:
+            c.wait_for(w, "RUNNING", timeout=60)
+        waits = whole()
+        guest = tsb("guest")
+        c.wait_for(guest, "RUNNING", timeout=60)
+        (share,) = ctl.audit(guest, "share")
+        assert share["partner"] == host and share["accumulation"] == 1
+        assert share["shared_avg_jct"] == pytest.approx(share["sequential_avg_jct"], abs=0.01)
+        assert share["queue_sum_jct"] == pytest.approx(share["queue_sum_jct_without"], abs=0.01)
+        assert poll("the guest's GPU", lambda: gpu_index(c, guest), timeout=30) == (node, (1,))
+        poll("both wrote their GPU", lambda: all((tmp_path / f"env.{j}").exists() for j in (host, guest)))
+        assert [(tmp_path / f"env.{j}").read_text().split() for j in (host, guest)] == [["1"], ["1"]]
+        assert c.job(waits).state == "PENDING"
+        assert poll("the whole job's reason", lambda: (r := ctl.rec(waits)) and r.reason, timeout=15) == (
+            "waits for 1 free GPU(s): it asks for whole GPUs, so it shares none"
+        )
+        release.touch()
+        for job in (host, guest):
+            c.wait_for(job, "COMPLETED", timeout=60)
+    finally:
+        ctl.stop()
+        c.clean()
+    assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
+
+
 SLICE_S = 6.0
 
 

@@ -74,6 +74,28 @@ def test_a_running_pair_reaches_the_policy_and_its_gpu_is_counted_once():
     assert out.snapshot.free_gpus() == {"node1": 0, "node2": 1}
 
 
+
+def test_only_shard_jobs_reach_the_policy_as_shareable():
+    """A --gres=gpu job holds its GPUs whole: Slurm gives no shard of them, so the policy must
+    not pair it (Job.shareable); a shard job, running or waiting, may share."""
+    recs = pair()
+    out = reconcile(
+        CFG,
+        recs,
+        [
+            sjob(7, "RUNNING", ("node1",), start=50.0),
+            sjob(8, "RUNNING", ("node1",), start=60.0),
+            sjob(9, "RUNNING", ("node2",), shards=0, start=70.0),
+            sjob(10, "PENDING", shards=0),
+            sjob(11, "PENDING"),
+        ],
+        NODES,
+        100.0,
+    )
+    share = {j.job_id: j.shareable for j in out.snapshot.jobs}
+    assert share == {7: True, 8: True, 9: False, 10: False, 11: True}
+
+
 def test_when_the_host_ends_the_guest_runs_alone_and_keeps_its_sub_batch():
     recs = pair()
     out = reconcile(

@@ -86,6 +86,24 @@ def test_a_newcomer_joins_the_least_loaded_node_bound_to_its_gpus() -> None:
     assert plan.suspend == (J(3),)  # the job on GPU 0 of s0n1 that has run longest (tie: lower id)
 
 
+def test_a_job_asking_for_whole_gpus_time_slices_with_nobody() -> None:
+    """Live, a --gres=gpu job gets no shard of another's GPU and gives none (Job.shareable):
+    it waits for a free GPU instead of being planned into a pool or a group, which the
+    controller refused every round ("chosen to join ..., but it asks for whole GPUs")."""
+    from teiresias.policy.testing import pending
+
+    c = cluster(1, 2)
+    jobs = [pooled(1, "s0n0", 0, (0,), slice_since=0.0), pooled(2, "s0n0", 1, (1,), slice_since=0.0)]
+    plan = gandiva(max_height=2).decide(snap(c, *jobs, pending(3, 1, shareable=False), now=10.0))
+    assert not plan.start and not plan.colocate and not plan.suspend
+    assert plan.reasons[J(3)] == "waits for 1 free GPU(s): it asks for whole GPUs, so it time-slices with no job"
+    # A 2-GPU group of a whole-GPU job takes no partner either.
+    big = running(1, 2, {"s0n0": 2}, shareable=False)
+    plan = gandiva(max_height=2).decide(snap(c, big, pending(2, 2), now=10.0))
+    assert not plan.start and "holding whole GPUs" in plan.reasons[J(2)]
+    assert J(2) in gandiva(max_height=2).decide(snap(c, running(1, 2, {"s0n0": 2}), pending(2, 2), now=10.0)).start
+
+
 def test_an_elastic_job_is_resized_by_whole_gpus_only() -> None:
     """An idle GPU a floater holds a shard of is no GPU for a job of several (state.Round.
     whole_free). Growing onto it planned a resize the job could not get (in the simulator,

@@ -50,6 +50,7 @@ def random_snapshot(rng: random.Random, cluster: Cluster | None = None, accounts
             duration=float(rng.randint(1, 600)) + executed,
             skew=rng.choice([None, 0.1, 0.9]),
             account=rng.choice(accounts),
+            shareable=rng.random() < 0.8,  # live: a shard job; the others hold whole GPUs
         )
         if rng.random() < 0.5:
             # Try to make it RUNNING somewhere it fits.
@@ -149,6 +150,7 @@ def check_plan(policy: SchedulingPolicy, snap: Snapshot, preemptive: bool, minim
             col = plan.colocate[jid]
             partners = col.partners
             assert partners and all(p in plan.keep for p in partners)
+            assert by_id[jid].shareable and all(by_id[p].shareable for p in partners), "a whole-GPU job shares"
             if col.gpus:
                 # A 1-GPU job joining a node's time-sliced jobs: on that node, on one of the
                 # GPUs it is bound to (Colocation.gpus), among GPUs the node has.
@@ -162,6 +164,7 @@ def check_plan(policy: SchedulingPolicy, snap: Snapshot, preemptive: bool, minim
             # A shared start (sjf-bsbf, sjf-ffs) sits on GPUs of one kept job that shared with nobody.
             host = by_id[plan.sharing[jid].partner]
             assert host.job_id in plan.keep and host.shared_with is None
+            assert by_id[jid].shareable and host.shareable, "a whole-GPU job shares"
             on = {a.node: a.gpus for a in host.placement.allocations}
             assert all(0 < a.gpus <= on.get(a.node, 0) for a in pl.allocations)
             continue

@@ -192,3 +192,29 @@ def test_completion_sum_is_list_scheduling_on_a_pool() -> None:
     assert completion_sum(1, [[(50.0, 2)]], [(1, 10.0)]) == 10.0
     assert completion_sum(1, [[(50.0, 2)]], [(2, 10.0)]) == 60.0
     assert completion_sum(1, [[(50.0, 2)]], [(1, 10.0), (1, 10.0), (3, 5.0)]) == 10.0 + 20.0 + 55.0
+
+
+def test_only_jobs_the_owner_can_share_host_or_share() -> None:
+    """Live, a job holding whole GPUs (--gres=gpu) gives no shard of them, and one asking for
+    whole GPUs gets none of another's (Job.shareable, set by the controller from the job's
+    gres). Before, such jobs were paired like any other, pairs the controller could never
+    enact ("chosen to share job 1's GPU, which it holds whole"): the guest waited beside a
+    shard job it could share (tests/slurm/test_sharing_multigpu_live.py, the tie on a 4-GPU
+    node). Here job 1, the longest runner, would host first; job 5 asks for a whole GPU."""
+    dist = ServiceDistribution.from_values([600.0] * 20)
+    c = Cluster.from_tiresias_spec(1, 1, 4)
+    jobs = [
+        running(1, 1, done=3.0, shareable=False),
+        running(2, 1, done=2.0),
+        running(3, 1, done=1.0, shareable=False),
+        running(4, 1, done=1.0, shareable=False),
+        Job(JobId(5), 1, 1.0, shareable=False),
+        Job(JobId(6), 1, 1.5),
+    ]
+    plan = SjfBsbfPolicy(ConsolidatePlacement(), None, dist).decide(Snapshot(4.0, c, jobs))
+    assert set(plan.start) == {6} and plan.sharing[JobId(6)].partner == 2, plan.reasons
+    assert plan.reasons[JobId(5)] == "waits for 1 free GPU(s): it asks for whole GPUs, so it shares none"
+    # The simulator's jobs all share (the default): job 5 then shares job 1's GPU, as before.
+    every = [replace(j, shareable=True) for j in jobs]
+    plan = SjfBsbfPolicy(ConsolidatePlacement(), None, dist).decide(Snapshot(4.0, c, every))
+    assert plan.sharing[JobId(5)].partner == 1 and plan.sharing[JobId(6)].partner == 2

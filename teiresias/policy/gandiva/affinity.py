@@ -78,6 +78,9 @@ def get_node(job: Job, r: Round, placement: PlacementPolicy, max_height: int) ->
         return Choice(pl, "affinity relaxed")
     if max_height <= 0:
         return "waits: no idle GPU"
+    if not job.shareable:
+        # Live, a job holding whole GPUs (--gres=gpu) gets no shard of another's GPU (Job.shareable).
+        return f"waits for {g} free GPU(s): it asks for whole GPUs, so it time-slices with no job"
     if g == 1:
         got = pools.join_target(r, job, max_height)
         if isinstance(got, tuple):
@@ -95,7 +98,7 @@ def get_node(job: Job, r: Round, placement: PlacementPolicy, max_height: int) ->
         and not grp.packed
         and grp.size < max_height
         and not any(m.job_id in r.start for m in grp.members)  # a partner must be running already
-        and all(m.num_gpus == g for m in grp.members)
+        and all(m.num_gpus == g and m.shareable for m in grp.members)
         and all(aff[n] == g and not unavailable.get(n, 0) for n in grp.nodes)
     ]
     if hosts:
@@ -109,6 +112,11 @@ def get_node(job: Job, r: Round, placement: PlacementPolicy, max_height: int) ->
             ),
         )
         return Choice(host.placement, f"over-subscribed: height {host.size + 1} with affinity {g}", host)
-    if any(a == g for a in aff.values()):
+    if any(grp.gpus == g and grp.size >= max_height for grp in r.groups):
         return f"waits: every group of {g}-GPU jobs already time-slices {max_height} jobs (--max-height)"
+    if any(a == g for a in aff.values()):
+        return (
+            f"waits for {g} free GPU(s): no group of {g}-GPU jobs it may time-slice with now"
+            " (packed, just started, on a draining node, or holding whole GPUs)"
+        )
     return f"waits for {g} free GPU(s): no node of affinity {g} to time-slice on (Gandiva Algorithm 1 line 14)"

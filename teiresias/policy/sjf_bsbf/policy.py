@@ -108,12 +108,15 @@ class SjfBsbfPolicy:
         )
         free = {n: max(g, 0) for n, g in snapshot.free_gpus().items()}
         node_order = {n.name: i for i, n in enumerate(snapshot.cluster.nodes)}
-        # Hosts: running jobs alone on their GPUs, on nodes with nothing unavailable (a draining node
-        # takes no new job, not even a guest), first-fit order = their first node, then id.
+        # Hosts: running jobs alone on their GPUs that the owner can share (Job.shareable: live, a
+        # job holding whole GPUs gives no shard of them), on nodes with nothing unavailable (a
+        # draining node takes no new job, not even a guest), first-fit order = their first node, then id.
         placed_hosts = [
             (h, p)
             for h, p in running
-            if h.shared_with is None and not any(snapshot.unavailable.get(a.node, 0) for a in p.allocations)
+            if h.shared_with is None
+            and h.shareable
+            and not any(snapshot.unavailable.get(a.node, 0) for a in p.allocations)
         ]
         placed_hosts.sort(key=lambda hp: (min(node_order.get(n, 0) for n in hp[1].nodes), hp[0].job_id))
         hosts = [h for h, _ in placed_hosts]
@@ -146,6 +149,9 @@ class SjfBsbfPolicy:
                 continue
             if shape is not None:
                 no_room.add(shape)
+            if not job.shareable:
+                reasons[job.job_id] = f"waits for {job.num_gpus} free GPU(s): it asks for whole GPUs, so it shares none"
+                continue
             got = self._share(job, board, length, forecast)
             if isinstance(got, str):
                 reasons[job.job_id] = got
