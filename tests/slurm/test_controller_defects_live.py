@@ -290,3 +290,29 @@ def test_plain_jobs_are_not_thrashed_and_lost_work_is_counted(cluster, make_cont
     assert lost == requeue["lost_gpu_seconds"] == queue_rows(again, cluster)[job]["lost_gpu_seconds"]
     out = again.cli("explain", str(job))
     assert out.returncode == 0 and f"{lost:g} GPU-s of work lost" in out.stdout, out.stdout
+
+
+# ---------------------------------------------------------------- merged branches: the AdminComment
+
+
+def test_the_controllers_holds_keep_the_rest_of_the_admin_comment(cluster, make_controller):
+    """The controller wrote its mark as the whole AdminComment (`admincomment=teiresias:held`
+    at a hold, '' at a start): an admin's own text went, and so would job_submit.lua's
+    `teiresias:shard=N` stash beside it (test_sharing_multigpu_live.py's array test).
+    Each of its writes now sets or takes out the mark alone: a hold on sight, a start, a
+    preemption's requeuehold."""
+    full = submit_sleep(cluster, 16, 600, "other")  # every GPU, outside the managed partition
+    cluster.wait_for(full, "RUNNING", timeout=30)
+    ctl = make_controller(policy={"queues": [2]}).start()
+    job = submit_sleep(cluster, 1, 600, "gpu", "-H")  # the submitter's hold: job_submit.lua marks nothing
+    assert scontrol(cluster, "update", f"jobid={job}", "admincomment=site:ticket-7").returncode == 0
+    assert scontrol(cluster, "release", str(job)).returncode == 0  # pending without a hold: held on sight
+    poll("held by the controller", lambda: ctl.audit(job, "hold"), 30)
+    assert cluster.job(job).admin_comment == "site:ticket-7;teiresias:held"
+    subprocess.run(["scancel", str(full)], env=cluster.env, check=True, timeout=30)
+    cluster.wait_for(job, "RUNNING", timeout=60)
+    assert cluster.job(job).admin_comment == "site:ticket-7"  # unmarked at the start, the text kept
+    submit_sleep(cluster, 16)  # preempts it once it is in Q2
+    poll("the job preempted", lambda: ctl.audit(job, "requeue"), 60)
+    assert cluster.job(job).admin_comment == "site:ticket-7;teiresias:held"
+
