@@ -357,7 +357,7 @@ def reconcile(
                 rec.planned = None
             if rec.phase is Phase.STARTING:
                 on = ",".join(rec.planned.nodes) if rec.planned else "?"
-                if sj.state_reason in NEVER_STARTS:
+                if never_starts(sj, rec, slurm_nodes):
                     out.start_failed[job_id] = f"Slurm cannot start it on {on} ({sj.state_reason})"
                 elif now - rec.phase_since > config.preemption.start_timeout_seconds:
                     out.start_failed[job_id] = (
@@ -430,6 +430,22 @@ NEVER_STARTS = frozenset(
         "JobLaunchFailure",
     }
 )
+
+
+def never_starts(sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode]) -> bool:
+    """Does the pending reason of a job the controller released say that waiting will not
+    cure it? ``ReqNodeNotAvail`` does only when one of its nodes is down or drained: Slurm
+    gives it too when a job above it in the same scheduling pass could not start on those
+    nodes (22.05 job_scheduler.c takes a failed job's required nodes out of the pass for
+    every job below it), and the next pass, once that job starts or is held, starts it
+    (the soak, seed 22: an `afterok` job refused this way at every start, never run)."""
+    if sj.state_reason not in NEVER_STARTS:
+        return False
+    if sj.state_reason != "ReqNodeNotAvail":
+        return True
+    usable = {n.name for n in nodes if n.usable}
+    pinned = sj.required_nodes or (rec.planned.nodes if rec.planned else ())
+    return not pinned or not set(pinned) <= usable
 
 
 def _user_of_hold(sj: SlurmJob) -> str:

@@ -316,3 +316,25 @@ def test_the_controllers_holds_keep_the_rest_of_the_admin_comment(cluster, make_
     poll("the job preempted", lambda: ctl.audit(job, "requeue"), 60)
     assert cluster.job(job).admin_comment == "site:ticket-7;teiresias:held"
 
+
+# ---------------------------------------------------------------- found by the soak (docs/benchmarks.md "Soak")
+
+
+def test_a_job_slurm_passes_over_for_a_job_above_it_is_not_given_up(cluster, make_controller):
+    """A released job Slurm cannot start yet has its nodes taken out of Slurm's scheduling pass
+    for every job below it (22.05 job_scheduler.c), which shows ReqNodeNotAvail. The
+    controller took that for a node that is down: the start given up at once, backed off
+    60 s, then 120 s (the soak, seed 22: an `afterok` job refused so at each start, never
+    run). Here node1's CPUs are all taken by a job of another partition: the first job waits
+    for them, the second behind it; both start when the CPUs come free."""
+    hog = cluster.submit("sleep 600", "-p", "other", "-w", "node1", "-c", "8", "-t", "10")
+    cluster.wait_for(hog, "RUNNING", timeout=30)
+    first = submit_sleep(cluster, 2, 600, "gpu", "-w", "node1")
+    second = submit_sleep(cluster, 2, 600, "gpu", "-w", "node1")
+    ctl = make_controller().start()
+    poll("Slurm passing over the second", lambda: cluster.job(second).state_reason.startswith("ReqNodeNotAvail"), 30)
+    wait_rounds(ctl, 2)
+    subprocess.run(["scancel", str(hog)], env=cluster.env, check=True, timeout=30)
+    for job in (first, second):
+        cluster.wait_for(job, "RUNNING", timeout=15)
+    assert not ctl.audit(second, "start-failed") and len(ctl.audit(second, "start")) == 1

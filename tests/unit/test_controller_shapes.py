@@ -121,3 +121,24 @@ def test_slurms_own_priority_0_on_a_refused_start_is_a_failed_start_not_a_users_
     )
     out = reconcile(CFG, {1: r}, [held_job(admin_comment="", state_reason="BadConstraints")], NODES, NOW)
     assert r.phase is Phase.STARTING and "BadConstraints" in out.start_failed[1] and 1 in out.to_hold
+
+
+def test_req_node_not_avail_on_usable_nodes_is_waited_out():
+    # Slurm's word for a node that is down and for one a job above it could not start on
+    # (tests/slurm/test_controller_defects_live.py::test_a_job_slurm_passes_over_for_...).
+    def starting() -> JobRecord:
+        return JobRecord(
+            job_id=1,
+            gpus=2,
+            submit_time=100.0,
+            phase=Phase.STARTING,
+            phase_since=NOW - 2,
+            planned=Placement.of({"node1": 2}),
+        )
+
+    released = held_job(held=False, admin_comment="", state_reason="ReqNodeNotAvail", required_nodes=("node1",))
+    out = reconcile(CFG, {1: starting()}, [released], NODES, NOW)
+    assert out.start_failed == {} and out.to_hold == {}
+    drained = [replace(NODES[0], state=frozenset({"IDLE", "DRAIN"})), *NODES[1:]]
+    out = reconcile(CFG, {1: starting()}, [released], drained, NOW)
+    assert "ReqNodeNotAvail" in out.start_failed[1] and 1 in out.to_hold
