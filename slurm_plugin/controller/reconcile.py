@@ -23,24 +23,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
-from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, array_task_ids
+from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, array_task_ids, base_state
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting, usage
+from slurm_plugin.controller import accounting, dependency, usage
 from slurm_plugin.controller.accounting import Segment
 from slurm_plugin.controller.constraints import NodeConstraint, never_fits_nodes, node_constraint
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Allocation, Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
-
-
-@lru_cache(maxsize=256)
-def base_state(state: str) -> str:
-    """Slurm may report ``PENDING,REQUEUED`` or ``CANCELLED by 0``: keep the base state."""
-    return state.replace("+", ",").split(",")[0].split(" ")[0].strip().upper()
 
 
 @dataclass
@@ -287,6 +280,7 @@ def reconcile(
                 out.unheld_arrays.append(sj.job_id)  # held whole first: no task may start on its own
             out.to_split += [f"{sj.array_job_id or sj.job_id}_{t}" for t in array_task_ids(sj.array_tasks)]
 
+    polled = dependency.Jobs(slurm_jobs) if any("(unfulfilled)" in sj.dependency for sj in managed.values()) else None
     for job_id, sj in managed.items():
         rec = records.get(job_id)
         state = base_state(sj.state)
@@ -374,7 +368,7 @@ def reconcile(
                     else "pending without a hold (outside the controller's control)"
                 )
             elif why := not_waiting_reason(
-                sj, rec, slurm_nodes, now, (backoff or {}).get(job_id), out.constraints.get(job_id)
+                sj, rec, slurm_nodes, now, (backoff or {}).get(job_id), out.constraints.get(job_id), polled
             ):
                 out.not_waiting[job_id] = why
         else:
@@ -462,6 +456,7 @@ def not_waiting_reason(
     now: float,
     backoff: tuple[float, str] | None = None,
     constraint: NodeConstraint | None = None,
+    polled: dependency.Jobs | None = None,
 ) -> str | None:
     """Why a held pending job is not waiting for GPUs, or None when it is.
 
@@ -476,7 +471,11 @@ def not_waiting_reason(
             f"its dependency can never be satisfied ({sj.dependency}); cancel it, or change it with"
             f" `scontrol update jobid={sj.target} dependency=...`"
         )
-    if "(unfulfilled)" in sj.dependency:
+    if "(unfulfilled)" in sj.dependency and (
+        polled is None or not dependency.dependency_met(sj.dependency, polled, now)
+    ):
+        # Met by what the poll shows: waiting for GPUs, though Slurm says so only at its
+        # next periodic pass for a held job (controller/dependency.py).
         return f"waiting for its dependency ({sj.dependency})"
     if sj.eligible_time and sj.eligible_time > now and sj.restart_count == 0 and rec.first_start_time is None:
         return f"begins at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(sj.eligible_time))} (--begin)"

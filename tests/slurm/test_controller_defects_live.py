@@ -338,3 +338,21 @@ def test_a_job_slurm_passes_over_for_a_job_above_it_is_not_given_up(cluster, mak
     for job in (first, second):
         cluster.wait_for(job, "RUNNING", timeout=15)
     assert not ctl.audit(second, "start-failed") and len(ctl.audit(second, "start")) == 1
+
+
+def test_a_job_whose_dependency_ended_starts_at_the_next_round(cluster, make_controller):
+    """slurmctld tests a held job's dependency only in its periodic passes (`afterok:A` still
+    `(unfulfilled)` 52 s after A completed, measured), and the controller waited for it to
+    say so, its GPUs idle (the soak, seed 20: j8, 13 s). It judges the dependency from its
+    own poll now: a chain of two `afterok` links runs in seconds, not two periodic passes;
+    `afternotok` of a job that completed stays waiting."""
+    ctl = make_controller(policy={"queues": [100000]}).start()
+    first = submit_sleep(cluster, 1, 2)
+    then = submit_sleep(cluster, 1, 2, "gpu", f"--dependency=afterok:{first}")
+    last = submit_sleep(cluster, 1, 600, "gpu", f"--dependency=afterok:{then}")
+    never = submit_sleep(cluster, 1, 600, "gpu", f"--dependency=afternotok:{first}")
+    ended = cluster.wait_for(first, "COMPLETED", timeout=60).end_time
+    started = cluster.wait_for(last, "RUNNING", timeout=60).start_time
+    assert ended is not None and started is not None and started - ended < 25, (ended, started)
+    assert not ctl.audit(never, "start") and cluster.job(never).state == "PENDING"
+    assert "afternotok" in ctl.rec(never).reason
