@@ -52,6 +52,23 @@ def test_a_requeue_by_an_admin_keeps_the_jobs_record_and_service(cluster, make_c
     assert len(ctl.audit(job, "start")) == 2
 
 
+def test_a_job_requeued_after_it_ended_keeps_its_record_and_service(cluster, make_controller):
+    """An admin's `scontrol requeue` of a job that had completed (Slurm allows it until the
+    job is purged) brings the same job back: its record was closed, so it got a fresh one,
+    its service and first start gone (`replaced`; the soak, seed 20: j11, 25 GPU-s to 0)."""
+    ctl = make_controller(policy={"queues": [100000]}).start()
+    job = cluster.submit("sleep 3", "-p", "gpu", "--gpus=1", "-t", "10")
+    cluster.wait_for(job, "COMPLETED", timeout=60)
+    first = poll("its record closed", lambda: (r := ctl.rec(job)) and r.phase is Phase.FINISHED and r, 30)
+    assert first.closed_run_seconds >= 3
+    assert scontrol(cluster, "requeue", str(job)).returncode == 0
+    poll("its second run ended", lambda: len(ctl.audit(job, "finished")) == 2, 90)
+    rec = ctl.rec(job)
+    assert not ctl.audit(job, "replaced") and len(ctl.audit(job, "reopened")) == 1
+    assert rec.first_start_time == first.first_start_time and rec.closed_run_seconds >= first.closed_run_seconds + 3
+    assert rec.final_state == "COMPLETED" and len(ctl.audit(job, "start")) == 2
+
+
 # ---------------------------------------------------------------- B3
 
 
