@@ -143,6 +143,32 @@ def test_a_no_requeue_job_is_not_preempted(tmp_path):
     assert ctl.store.jobs()[2].reason == "waiting for 4 GPUs, 0 free"
 
 
+def test_no_gpus_wait_idle_for_a_no_requeue_jobs_preemption(tmp_path):
+    """The soak (seed 20, j14): a plan counting on preempting a --no-requeue job, which Slurm
+    refuses (preempt-skipped), kept the free GPUs it gave its beneficiary idle until that job
+    ended. Now the plan never counts on it: the 8-GPU job waits, the 2-GPU one behind it
+    starts on the free node at once."""
+    from dataclasses import replace
+
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10]},
+        }
+    )
+    ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log), dry_run=True)
+    nodes = [
+        SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 4, ("gpu",)),
+        SlurmNode("node2", frozenset({"IDLE"}), 4, 0, ("gpu",)),
+    ]
+    stays = replace(held_job(1), state="RUNNING", held=False, gpus=4, requeue=False, start_time=100.0, nodes=("node1",))
+    big, small = held_job(2, gpus=8, submit_time=150.0), held_job(3, gpus=2, submit_time=160.0)
+    r = ctl.round(now=200.0, slurm_jobs=[stays, big, small], slurm_nodes=nodes)  # job 1 in Q2 by now
+    assert list(r.plan.preempt) == []
+    assert list(r.plan.start) == [3] and r.plan.start[3].nodes == ("node2",)
+
+
 def test_a_starving_job_is_promoted_and_its_tj_and_deltaj_restart(tmp_path):
     from dataclasses import replace
 
