@@ -512,7 +512,12 @@ def never_fits(sj: SlurmJob, nodes: list[SlurmNode]) -> str | None:
 
 
 def to_policy_job(
-    rec: JobRecord, now: float, state: JobState, placement: Placement | None, nodes: NodeConstraint | None = None
+    rec: JobRecord,
+    now: float,
+    state: JobState,
+    placement: Placement | None,
+    nodes: NodeConstraint | None = None,
+    gpus_per_node: int = 0,
 ) -> Job:
     return Job(
         job_id=JobId(rec.job_id),
@@ -536,6 +541,7 @@ def to_policy_job(
         accumulation=rec.accumulation,
         nodes_allowed=nodes.allowed if nodes is not None else None,
         nodes_required=nodes.required if nodes is not None else frozenset(),
+        gpus_per_node=gpus_per_node,
     )
 
 
@@ -590,7 +596,11 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
         elif rec.phase is Phase.STARTING and rec.planned is not None and job_id not in rec_out.to_hold:
             jobs.append(to_policy_job(rec, now, JobState.RUNNING, rec.planned))
         elif state == "PENDING" and job_id not in rec_out.not_waiting:
-            jobs.append(to_policy_job(rec, now, JobState.PENDING, None, rec_out.constraints.get(job_id)))
+            # A job asked per node keeps its shape in the plan too (enact.fit_shape starts it
+            # in no other): a plan that split it otherwise preempted for a start Slurm refuses.
+            per = sj.gpus_per_node or 0
+            per = per if per and per * max(sj.num_nodes, 1) == rec.gpus else 0
+            jobs.append(to_policy_job(rec, now, JobState.PENDING, None, rec_out.constraints.get(job_id), per))
     # GPUs managed jobs may not use: all of a node Slurm will not schedule on,
     # else whatever Slurm counts as used beyond our running jobs (other
     # partitions' jobs, jobs in transit).
