@@ -280,6 +280,11 @@ def reconcile(
                 out.unheld_arrays.append(sj.job_id)  # held whole first: no task may start on its own
             out.to_split += [f"{sj.array_job_id or sj.job_id}_{t}" for t in array_task_ids(sj.array_tasks)]
 
+    released = {
+        j: sj.priority
+        for j, sj in managed.items()
+        if (r := records.get(j)) is not None and r.phase is Phase.STARTING and base_state(sj.state) == "PENDING"
+    }
     polled = dependency.Jobs(slurm_jobs) if any("(unfulfilled)" in sj.dependency for sj in managed.values()) else None
     for job_id, sj in managed.items():
         rec = records.get(job_id)
@@ -353,6 +358,10 @@ def reconcile(
                 on = ",".join(rec.planned.nodes) if rec.planned else "?"
                 if never_starts(sj, rec, slurm_nodes):
                     out.start_failed[job_id] = f"Slurm cannot start it on {on} ({sj.state_reason})"
+                elif now - rec.phase_since > config.preemption.start_timeout_seconds and behind(sj, released):
+                    # Passed over for a job released above it that Slurm has not started:
+                    # that one's timeout is what counts; this one gets its own once it is gone.
+                    rec.phase_since = now
                 elif now - rec.phase_since > config.preemption.start_timeout_seconds:
                     out.start_failed[job_id] = (
                         f"Slurm did not start it on {on} within"
@@ -440,6 +449,22 @@ def never_starts(sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode]) -> bool:
     usable = {n.name for n in nodes if n.usable}
     pinned = sj.required_nodes or (rec.planned.nodes if rec.planned else ())
     return not pinned or not set(pinned) <= usable
+
+
+# What Slurm 22.05 shows on a job its scheduling pass left behind a higher-priority job it
+# could not start: the whole partition stopped (``Priority``) or that job's nodes taken
+# out of the pass (``ReqNodeNotAvail``, never_starts).
+PASSED_OVER = frozenset({"Priority", "ReqNodeNotAvail"})
+
+
+def behind(sj: SlurmJob, released: Mapping[int, int]) -> bool:
+    """Is a job the controller released waiting in Slurm behind another job it released
+    with a higher priority that Slurm has not started either (``released``: job -> Slurm
+    priority of the released jobs still pending)? Slurm starts it at its next pass once
+    that job starts or is held again; on its own it would wait for the backfill pass
+    (bf_interval, 30 s), past the start timeout (the soak, seed 23: j16, j20 held again
+    while the job above them waited)."""
+    return sj.state_reason in PASSED_OVER and any(p > sj.priority for j, p in released.items() if j != sj.job_id)
 
 
 def _user_of_hold(sj: SlurmJob) -> str:

@@ -357,6 +357,27 @@ def test_a_job_slurm_passes_over_for_a_job_above_it_is_not_given_up(cluster, mak
     assert not ctl.audit(second, "start-failed") and len(ctl.audit(second, "start")) == 1
 
 
+def test_jobs_slurm_passes_over_for_jobs_above_them_keep_their_start(cluster, make_controller):
+    """A released job Slurm cannot start (node1's CPUs taken by another partition's job)
+    stops its scheduling pass for the whole partition once a wider job above the rest
+    cannot have its nodes either: every job below waits with reason Priority until the
+    backfill pass, and the start timeout held them all again, backed off 60 s (the soak,
+    seed 23: j16, j20). The jobs above time out; the one below keeps its start, and Slurm's
+    next pass (their hold) starts it."""
+    hog = cluster.submit("sleep 600", "-p", "other", "-w", "node1", "-c", "8", "-t", "10")
+    cluster.wait_for(hog, "RUNNING", timeout=30)
+    first = submit_sleep(cluster, 1, 600, "gpu", "-w", "node1")  # Slurm cannot start it: no CPU
+    wide = cluster.submit("sleep 600", "-p", "gpu", "-N", "4", "--gpus-per-node=1", "-t", "10")  # node1 too
+    last = submit_sleep(cluster, 1, 600, "gpu", "-w", "node2")
+    ctl = make_controller().start()  # start timeout 20 s
+    poll("the last job passed over", lambda: cluster.job(last).state_reason == "Priority", 30)
+    cluster.wait_for(last, "RUNNING", timeout=60)
+    poll(
+        "the jobs above it held again", lambda: ctl.audit(first, "start-failed") and ctl.audit(wide, "start-failed"), 30
+    )
+    assert not ctl.audit(last, "start-failed") and len(ctl.audit(last, "start")) == 1
+
+
 def test_a_job_whose_dependency_ended_starts_at_the_next_round(cluster, make_controller):
     """slurmctld tests a held job's dependency only in its periodic passes (`afterok:A` still
     `(unfulfilled)` 52 s after A completed, measured), and the controller waited for it to
