@@ -134,6 +134,16 @@ class SlurmJob:
 # AdminComment of a job held by job_submit.lua or by the controller (etc/job_submit.lua
 # writes the same word): how the controller tells its own hold from a user's or an admin's.
 HOLD_MARK = "teiresias:held"
+
+
+def with_hold_mark(admin_comment: str, on: bool) -> str:
+    """``admin_comment`` with HOLD_MARK added (``on``) or taken out, every other item
+    kept: an admin's own text, etc/job_submit.lua's shard stash (backends/gputypes.py).
+    Slurm's update replaces the whole AdminComment, so a mark written alone would drop them."""
+    items = [i for i in (admin_comment or "").split(";") if i and i != HOLD_MARK]
+    return ";".join([*items, *([HOLD_MARK] if on else [])])
+
+
 # The comment item etc/job_submit.lua writes (``teiresias:hold=<uid>``) when a person
 # holds a job the controller holds: an owner's ``scontrol hold`` on such a job changes
 # nothing Slurm shows (it is held already), and an owner may not write AdminComment.
@@ -200,10 +210,12 @@ class SlurmBackend(ABC):
         raise JobVanished(f"Slurm no longer knows job {job_id}")
 
     @abstractmethod
-    def hold(self, job_id: JobTarget) -> None:
+    def hold(self, job_id: JobTarget, admin_comment: str | None = None) -> None:
         """The controller's hold: priority 0 and HOLD_MARK in ONE update, so that
         etc/job_submit.lua tells it from a person's hold (a hold request without the
-        mark on a marked job is a person's: PERSON_HOLD)."""
+        mark on a marked job is a person's: PERSON_HOLD). The rest of the AdminComment
+        is kept (``with_hold_mark``): ``admin_comment`` is the job's as just read, or
+        None to read it first."""
 
     @abstractmethod
     def release(self, job_id: JobTarget) -> None:
@@ -256,10 +268,10 @@ class SlurmBackend(ABC):
     def cancel(self, job_id: JobTarget) -> None: ...
 
     @abstractmethod
-    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
+    def set_hold_mark(self, job_id: JobTarget, on: bool, admin_comment: str | None = None) -> None:
         """Write (or clear) HOLD_MARK in the job's AdminComment: the sign that
-        a hold is the controller's own. On an array's meta record ``A_T``
-        this also splits task T off into its own job."""
+        a hold is the controller's own; the comment's other items stay (as ``hold``).
+        On an array's meta record ``A_T`` this also splits task T off into its own job."""
 
     def ping(self) -> bool:
         """True when slurmctld answers."""

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import JobTarget, SlurmBackend, SlurmJob, SlurmNode, with_hold_mark
 from slurm_plugin.backends.parse import (
     error_from_message,
     parse_scontrol_job,
@@ -132,18 +132,25 @@ class CliBackend(SlurmBackend):
         return self._ping_raw()
 
     # ---------------------------------------------------------------- actions
-    def hold(self, job_id: JobTarget) -> None:
+    def hold(self, job_id: JobTarget, admin_comment: str | None = None) -> None:
         """The controller's hold: ``priority=0`` (an admin hold, as ``scontrol hold`` by
         an operator) with the mark in the same update (SlurmBackend.hold)."""
-        self._scontrol(job_id, "update", f"jobid={job_id}", "priority=0", f"admincomment={HOLD_MARK}")
+        comment = with_hold_mark(self._admin_comment(job_id, admin_comment), True)
+        self._scontrol(job_id, "update", f"jobid={job_id}", "priority=0", f"admincomment={comment}")
 
     def release(self, job_id: JobTarget) -> None:
         """Release a held job. Slurm recomputes its priority: a manual priority
         set before the hold is lost, so set it again after this call."""
         self._scontrol(job_id, "release", str(job_id))
 
-    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
-        self._scontrol(job_id, "update", f"jobid={job_id}", f"admincomment={HOLD_MARK if on else ''}")
+    def set_hold_mark(self, job_id: JobTarget, on: bool, admin_comment: str | None = None) -> None:
+        comment = with_hold_mark(self._admin_comment(job_id, admin_comment), on)
+        self._scontrol(job_id, "update", f"jobid={job_id}", f"admincomment={comment}")
+
+    def _admin_comment(self, job_id: JobTarget, known: str | None) -> str:
+        """The job's AdminComment: ``known`` when the caller has just read it, else read now
+        (an update replaces the whole comment: what is in it must be written back)."""
+        return self.job(job_id).admin_comment if known is None else known
 
     def set_priority(self, job_id: JobTarget, priority: int) -> None:
         self._scontrol(job_id, "update", f"jobid={job_id}", f"priority={int(priority)}")

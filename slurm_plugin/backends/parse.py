@@ -34,6 +34,13 @@ FINISHED_STATES = frozenset(
 )
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
+
+@lru_cache(maxsize=256)
+def base_state(state: str) -> str:
+    """Slurm may report ``PENDING,REQUEUED`` or ``CANCELLED by 0``: keep the base state."""
+    return state.replace("+", ",").split(",")[0].split(" ")[0].strip().upper()
+
+
 # Slurm's phrases for "slurmctld did not answer" (CLI stderr and restd errors).
 _UNREACHABLE = (
     "Unable to contact slurm controller",

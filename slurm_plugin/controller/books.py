@@ -14,8 +14,10 @@ The Controller calls these in its round's order (controller/loop.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from slurm_plugin.backends.base import SlurmBackend
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob
+from slurm_plugin.backends.parse import FINISHED_STATES, base_state
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.audit import AuditLog
@@ -79,6 +81,31 @@ class Books:
             self._started_stamped = {k for k in self._started_stamped if k[0] != job_id}
             if r.end_time is not None:
                 self.audit.stage(job_id, "finished", r.end_time, r.restart_count, state=r.final_state)
+
+    def reopen_requeued(self, records: dict[int, JobRecord], managed: Mapping[int, SlurmJob], now: float) -> None:
+        """A job whose record was closed and that is back in Slurm's queue, the same job
+        (reconcile.same_job: requeued since): an admin's `scontrol requeue` of a job that
+        had ended, Slurm's own requeue of one it took for ended across a slurmctld restart.
+        Its record is opened again into ``records``, its service and first start kept
+        (issue 20 B1: a fresh record took it for a new job, its attained GPU-time back to
+        0; the soak, seed 20, j11). A job id another job took (a reset cluster) still gets
+        a fresh record (archive_reused_ids)."""
+        for job_id, sj in managed.items():
+            if job_id in records or base_state(sj.state) in FINISHED_STATES:
+                continue
+            if sj.array_tasks and sj.array_task_id is None:
+                continue  # an array's meta record: no job of its own
+            old = self.store.job(job_id)
+            if old is None or old.active or (old.cluster and old.cluster != self.store.cluster):
+                continue
+            if not same_job(old, sj) or sj.restart_count <= old.restart_count:
+                continue
+            why = f"requeued after its record was closed ({old.final_state}): the same job, its record opened again"
+            old.phase, old.phase_since = Phase.PENDING, now
+            old.final_state, old.end_time = None, None
+            records[job_id] = old
+            log.warning("[job %d] %s", job_id, why)
+            self.audit.write(job_id, "reopened", why)
 
     def archive_reused_ids(self, rec: Reconciled) -> None:
         """A job id seen before belongs to another job now (new or reset cluster):

@@ -160,7 +160,7 @@ class Enactor:
                 # ran is the user's (--begin): such a job is not started at all (reconcile).
                 self.backend.clear_begin_time(t)
             self.backend.set_nodelist(t, placement.nodes)
-            # Before the unmark, which clears the AdminComment that keeps the request.
+            # The request kept aside in the AdminComment (job_submit.lua), given its GPU types.
             gres = gpus.shard_request(job, placement, all(n in self.typed for n in placement.nodes), bind)
             if gres is not None:
                 self.backend.set_gres(t, gres)
@@ -168,7 +168,7 @@ class Enactor:
                 # Unmarked first: a crash between the two leaves a held job without the
                 # mark, whose interrupted start the journal finishes.
                 if HOLD_MARK in job.admin_comment.split(";"):
-                    self.backend.set_hold_mark(t, False)
+                    self.backend.set_hold_mark(t, False, job.admin_comment)
                 self.backend.release(t)
             self.backend.set_priority(t, priority)  # release recomputed it
 

@@ -204,6 +204,7 @@ class Controller:
             managed = managed_jobs(self.config, slurm_jobs)
             enactor.targets = {j: sj.target for j, sj in managed.items()}
         enactor.typed = gpus.typed_nodes(slurm_nodes)
+        self.books.reopen_requeued(records, managed, now)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now, backoff=self.starter.waits())
         self.starter.observe(rec, slurm_nodes)
         self.books.archive_reused_ids(rec)

@@ -23,24 +23,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from slurm_plugin.backends.base import SlurmJob, SlurmNode
-from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, array_task_ids
+from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, array_task_ids, base_state
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting, usage
+from slurm_plugin.controller import accounting, dependency, usage
 from slurm_plugin.controller.accounting import Segment
 from slurm_plugin.controller.constraints import NodeConstraint, never_fits_nodes, node_constraint
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Allocation, Cluster, Job, JobId, JobState, Node, Placement, Snapshot
 
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
-
-
-@lru_cache(maxsize=256)
-def base_state(state: str) -> str:
-    """Slurm may report ``PENDING,REQUEUED`` or ``CANCELLED by 0``: keep the base state."""
-    return state.replace("+", ",").split(",")[0].split(" ")[0].strip().upper()
 
 
 @dataclass
@@ -287,6 +280,12 @@ def reconcile(
                 out.unheld_arrays.append(sj.job_id)  # held whole first: no task may start on its own
             out.to_split += [f"{sj.array_job_id or sj.job_id}_{t}" for t in array_task_ids(sj.array_tasks)]
 
+    released = {
+        j: sj.priority
+        for j, sj in managed.items()
+        if (r := records.get(j)) is not None and r.phase is Phase.STARTING and base_state(sj.state) == "PENDING"
+    }
+    polled = dependency.Jobs(slurm_jobs) if any("(unfulfilled)" in sj.dependency for sj in managed.values()) else None
     for job_id, sj in managed.items():
         rec = records.get(job_id)
         state = base_state(sj.state)
@@ -357,8 +356,12 @@ def reconcile(
                 rec.planned = None
             if rec.phase is Phase.STARTING:
                 on = ",".join(rec.planned.nodes) if rec.planned else "?"
-                if sj.state_reason in NEVER_STARTS:
+                if never_starts(sj, rec, slurm_nodes):
                     out.start_failed[job_id] = f"Slurm cannot start it on {on} ({sj.state_reason})"
+                elif now - rec.phase_since > config.preemption.start_timeout_seconds and behind(sj, released):
+                    # Passed over for a job released above it that Slurm has not started:
+                    # that one's timeout is what counts; this one gets its own once it is gone.
+                    rec.phase_since = now
                 elif now - rec.phase_since > config.preemption.start_timeout_seconds:
                     out.start_failed[job_id] = (
                         f"Slurm did not start it on {on} within"
@@ -374,7 +377,7 @@ def reconcile(
                     else "pending without a hold (outside the controller's control)"
                 )
             elif why := not_waiting_reason(
-                sj, rec, slurm_nodes, now, (backoff or {}).get(job_id), out.constraints.get(job_id)
+                sj, rec, slurm_nodes, now, (backoff or {}).get(job_id), out.constraints.get(job_id), polled
             ):
                 out.not_waiting[job_id] = why
         else:
@@ -432,6 +435,38 @@ NEVER_STARTS = frozenset(
 )
 
 
+def never_starts(sj: SlurmJob, rec: JobRecord, nodes: list[SlurmNode]) -> bool:
+    """Does the pending reason of a job the controller released say that waiting will not
+    cure it? ``ReqNodeNotAvail`` does only when one of its nodes is down or drained: Slurm
+    gives it too when a job above it in the same scheduling pass could not start on those
+    nodes (22.05 job_scheduler.c takes a failed job's required nodes out of the pass for
+    every job below it), and the next pass, once that job starts or is held, starts it
+    (the soak, seed 22: an `afterok` job refused this way at every start, never run)."""
+    if sj.state_reason not in NEVER_STARTS:
+        return False
+    if sj.state_reason != "ReqNodeNotAvail":
+        return True
+    usable = {n.name for n in nodes if n.usable}
+    pinned = sj.required_nodes or (rec.planned.nodes if rec.planned else ())
+    return not pinned or not set(pinned) <= usable
+
+
+# What Slurm 22.05 shows on a job its scheduling pass left behind a higher-priority job it
+# could not start: the whole partition stopped (``Priority``) or that job's nodes taken
+# out of the pass (``ReqNodeNotAvail``, never_starts).
+PASSED_OVER = frozenset({"Priority", "ReqNodeNotAvail"})
+
+
+def behind(sj: SlurmJob, released: Mapping[int, int]) -> bool:
+    """Is a job the controller released waiting in Slurm behind another job it released
+    with a higher priority that Slurm has not started either (``released``: job -> Slurm
+    priority of the released jobs still pending)? Slurm starts it at its next pass once
+    that job starts or is held again; on its own it would wait for the backfill pass
+    (bf_interval, 30 s), past the start timeout (the soak, seed 23: j16, j20 held again
+    while the job above them waited)."""
+    return sj.state_reason in PASSED_OVER and any(p > sj.priority for j, p in released.items() if j != sj.job_id)
+
+
 def _user_of_hold(sj: SlurmJob) -> str:
     if (uid := sj.person_hold) is not None:
         # Written by job_submit.lua: a hold on a job the controller already held.
@@ -446,6 +481,7 @@ def not_waiting_reason(
     now: float,
     backoff: tuple[float, str] | None = None,
     constraint: NodeConstraint | None = None,
+    polled: dependency.Jobs | None = None,
 ) -> str | None:
     """Why a held pending job is not waiting for GPUs, or None when it is.
 
@@ -460,7 +496,11 @@ def not_waiting_reason(
             f"its dependency can never be satisfied ({sj.dependency}); cancel it, or change it with"
             f" `scontrol update jobid={sj.target} dependency=...`"
         )
-    if "(unfulfilled)" in sj.dependency:
+    if "(unfulfilled)" in sj.dependency and (
+        polled is None or not dependency.dependency_met(sj.dependency, polled, now)
+    ):
+        # Met by what the poll shows: waiting for GPUs, though Slurm says so only at its
+        # next periodic pass for a held job (controller/dependency.py).
         return f"waiting for its dependency ({sj.dependency})"
     if sj.eligible_time and sj.eligible_time > now and sj.restart_count == 0 and rec.first_start_time is None:
         return f"begins at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(sj.eligible_time))} (--begin)"
@@ -505,11 +545,13 @@ def to_policy_job(
     *,
     time_limit_minutes: int | None = None,
     shareable: bool = True,
+    gpus_per_node: int = 0,
 ) -> Job:
     """The policy's view of a job. ``state_since``: the open run's start while it runs, the
     time it went back to waiting after a run (a preemption) while it waits; ``time_limit``:
     Slurm's TimeLimit in seconds (None when unlimited), which gittins reads as information;
-    ``shareable``: a shard job (Job.shareable)."""
+    ``shareable``: a shard job (Job.shareable); ``gpus_per_node``: the per-node GPUs of a
+    job asked per node (Job.gpus_per_node, 0 otherwise)."""
     ran_before = rec.first_start_time is not None
     return Job(
         job_id=JobId(rec.job_id),
@@ -536,6 +578,7 @@ def to_policy_job(
         nodes_allowed=nodes.allowed if nodes is not None else None,
         nodes_required=nodes.required if nodes is not None else frozenset(),
         shareable=shareable,
+        gpus_per_node=gpus_per_node,
     )
 
 
@@ -608,6 +651,10 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
                 )
             )
         elif state == "PENDING" and job_id not in rec_out.not_waiting:
+            # A job asked per node keeps its shape in the plan too (enact.fit_shape starts it
+            # in no other): a plan that split it otherwise preempted for a start Slurm refuses.
+            per = sj.gpus_per_node or 0
+            per = per if per and per * max(sj.num_nodes, 1) == rec.gpus else 0
             jobs.append(
                 to_policy_job(
                     rec,
@@ -617,6 +664,7 @@ def build_snapshot(cluster: Cluster, rec_out: Reconciled, slurm_nodes: list[Slur
                     rec_out.constraints.get(job_id),
                     time_limit_minutes=sj.time_limit_minutes,
                     shareable=shards,
+                    gpus_per_node=per,
                 )
             )
     # GPUs managed jobs may not use: all of a node Slurm will not schedule on,

@@ -127,6 +127,10 @@ class Job:
     # unset (teiresias/policy/placement.py).
     nodes_allowed: frozenset[str] | None = None
     nodes_required: frozenset[str] = frozenset()
+    # The job's own shape when its owner asked per node (live: ``--gpus-per-node``,
+    # ``--gres=gpu:N`` with ``-N``): a placement gives it num_gpus / gpus_per_node nodes
+    # with exactly that many GPUs each, as Slurm will. 0: any split (the simulator's).
+    gpus_per_node: int = 0
     # The owner's protection of a RUNNING job: the allocation walk does not preempt
     # it before this instant (a minimum run time from its start; ``inf``: never, e.g.
     # a job that cannot checkpoint or be requeued). None: no protection. Computed

@@ -110,14 +110,16 @@ class _ByGpuCount(_TopologyCache):
 
     def job_key(self, job: Job) -> object:
         """What of a job decides where it fits (lets callers memoize failures)."""
-        if job.nodes_allowed is None and not job.nodes_required:
+        if job.nodes_allowed is None and not job.nodes_required and not job.gpus_per_node:
             return job.num_gpus
-        return (job.num_gpus, job.nodes_allowed, job.nodes_required)
+        return (job.num_gpus, job.nodes_allowed, job.nodes_required, job.gpus_per_node)
 
     def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
         need = job.num_gpus
         if need <= 0:
             return None
+        if job.gpus_per_node:
+            return _place_per_node(job, free, self.topology(cluster))
         if job.nodes_allowed is None and not job.nodes_required:
             return self._place(need, free, self.topology(cluster), cluster)
         return self._place_constrained(job, free, cluster)
@@ -230,9 +232,15 @@ class ProfilePlacement:
         self._spread = SpreadPlacement()
 
     def job_key(self, job: Job) -> tuple[object, ...]:
-        if job.nodes_allowed is None and not job.nodes_required:
+        if job.nodes_allowed is None and not job.nodes_required and not job.gpus_per_node:
             return (job.num_gpus, self.wants_consolidation(job))
-        return (job.num_gpus, self.wants_consolidation(job), job.nodes_allowed, job.nodes_required)
+        return (
+            job.num_gpus,
+            self.wants_consolidation(job),
+            job.nodes_allowed,
+            job.nodes_required,
+            job.gpus_per_node,
+        )
 
     def wants_consolidation(self, job: Job) -> bool:
         return job.skew is None or job.skew > self.packlimit
@@ -265,6 +273,25 @@ def _cover_required(
     if left:
         return None
     return Placement.of(sorted(alloc.items(), key=lambda kv: order.get(kv[0], 0)))
+
+
+def _place_per_node(job: Job, free: Mapping[str, int], topo: _Topology) -> Placement | None:
+    """A job that asked per node (``Job.gpus_per_node``) in its own shape: its node count
+    with exactly its per-node GPUs on each, its required nodes among them, allowed nodes
+    only; the tightest fits first (the fewest free GPUs left over, as consolidation
+    prefers), ties by node order. None when the free GPUs cannot give that shape: a
+    plan must not preempt for a split Slurm would refuse (the controller starts the job
+    in its own shape or not at all)."""
+    per, allowed, required = job.gpus_per_node, job.nodes_allowed, job.nodes_required
+    count = -(-job.num_gpus // per)
+    fits = [n for n in topo.names if free.get(n, 0) >= per and (allowed is None or n in allowed)]
+    if not required <= set(fits):
+        return None
+    rest = sorted((n for n in fits if n not in required), key=lambda n: (free[n] - per, topo.order[n]))
+    chosen = [*sorted(required, key=topo.order.__getitem__), *rest][:count]
+    if len(chosen) < count:
+        return None
+    return Placement.of(sorted(((n, per) for n in chosen), key=lambda a: topo.order[a[0]]))
 
 
 def _best_single_node(need: int, free: Mapping[str, int], topo: _Topology) -> Placement | None:

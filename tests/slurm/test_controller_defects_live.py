@@ -52,6 +52,23 @@ def test_a_requeue_by_an_admin_keeps_the_jobs_record_and_service(cluster, make_c
     assert len(ctl.audit(job, "start")) == 2
 
 
+def test_a_job_requeued_after_it_ended_keeps_its_record_and_service(cluster, make_controller):
+    """An admin's `scontrol requeue` of a job that had completed (Slurm allows it until the
+    job is purged) brings the same job back: its record was closed, so it got a fresh one,
+    its service and first start gone (`replaced`; the soak, seed 20: j11, 25 GPU-s to 0)."""
+    ctl = make_controller(policy={"queues": [100000]}).start()
+    job = cluster.submit("sleep 3", "-p", "gpu", "--gpus=1", "-t", "10")
+    cluster.wait_for(job, "COMPLETED", timeout=60)
+    first = poll("its record closed", lambda: (r := ctl.rec(job)) and r.phase is Phase.FINISHED and r, 30)
+    assert first.closed_run_seconds >= 3
+    assert scontrol(cluster, "requeue", str(job)).returncode == 0
+    poll("its second run ended", lambda: len(ctl.audit(job, "finished")) == 2, 90)
+    rec = ctl.rec(job)
+    assert not ctl.audit(job, "replaced") and len(ctl.audit(job, "reopened")) == 1
+    assert rec.first_start_time == first.first_start_time and rec.closed_run_seconds >= first.closed_run_seconds + 3
+    assert rec.final_state == "COMPLETED" and len(ctl.audit(job, "start")) == 2
+
+
 # ---------------------------------------------------------------- B3
 
 
@@ -290,3 +307,90 @@ def test_plain_jobs_are_not_thrashed_and_lost_work_is_counted(cluster, make_cont
     assert lost == requeue["lost_gpu_seconds"] == queue_rows(again, cluster)[job]["lost_gpu_seconds"]
     out = again.cli("explain", str(job))
     assert out.returncode == 0 and f"{lost:g} GPU-s of work lost" in out.stdout, out.stdout
+
+
+# ---------------------------------------------------------------- merged branches: the AdminComment
+
+
+def test_the_controllers_holds_keep_the_rest_of_the_admin_comment(cluster, make_controller):
+    """The controller wrote its mark as the whole AdminComment (`admincomment=teiresias:held`
+    at a hold, '' at a start): an admin's own text went, and so would job_submit.lua's
+    `teiresias:shard=N` stash beside it (test_sharing_multigpu_live.py's array test).
+    Each of its writes now sets or takes out the mark alone: a hold on sight, a start, a
+    preemption's requeuehold."""
+    full = submit_sleep(cluster, 16, 600, "other")  # every GPU, outside the managed partition
+    cluster.wait_for(full, "RUNNING", timeout=30)
+    ctl = make_controller(policy={"queues": [2]}).start()
+    job = submit_sleep(cluster, 1, 600, "gpu", "-H")  # the submitter's hold: job_submit.lua marks nothing
+    assert scontrol(cluster, "update", f"jobid={job}", "admincomment=site:ticket-7").returncode == 0
+    assert scontrol(cluster, "release", str(job)).returncode == 0  # pending without a hold: held on sight
+    poll("held by the controller", lambda: ctl.audit(job, "hold"), 30)
+    assert cluster.job(job).admin_comment == "site:ticket-7;teiresias:held"
+    subprocess.run(["scancel", str(full)], env=cluster.env, check=True, timeout=30)
+    cluster.wait_for(job, "RUNNING", timeout=60)
+    assert cluster.job(job).admin_comment == "site:ticket-7"  # unmarked at the start, the text kept
+    submit_sleep(cluster, 16)  # preempts it once it is in Q2
+    poll("the job preempted", lambda: ctl.audit(job, "requeue"), 60)
+    assert cluster.job(job).admin_comment == "site:ticket-7;teiresias:held"
+
+
+# ---------------------------------------------------------------- found by the soak (docs/benchmarks.md "Soak")
+
+
+def test_a_job_slurm_passes_over_for_a_job_above_it_is_not_given_up(cluster, make_controller):
+    """A released job Slurm cannot start yet has its nodes taken out of Slurm's scheduling pass
+    for every job below it (22.05 job_scheduler.c), which shows ReqNodeNotAvail. The
+    controller took that for a node that is down: the start given up at once, backed off
+    60 s, then 120 s (the soak, seed 22: an `afterok` job refused so at each start, never
+    run). Here node1's CPUs are all taken by a job of another partition: the first job waits
+    for them, the second behind it; both start when the CPUs come free."""
+    hog = cluster.submit("sleep 600", "-p", "other", "-w", "node1", "-c", "8", "-t", "10")
+    cluster.wait_for(hog, "RUNNING", timeout=30)
+    first = submit_sleep(cluster, 2, 600, "gpu", "-w", "node1")
+    second = submit_sleep(cluster, 2, 600, "gpu", "-w", "node1")
+    ctl = make_controller().start()
+    poll("Slurm passing over the second", lambda: cluster.job(second).state_reason.startswith("ReqNodeNotAvail"), 30)
+    wait_rounds(ctl, 2)
+    subprocess.run(["scancel", str(hog)], env=cluster.env, check=True, timeout=30)
+    for job in (first, second):
+        cluster.wait_for(job, "RUNNING", timeout=15)
+    assert not ctl.audit(second, "start-failed") and len(ctl.audit(second, "start")) == 1
+
+
+def test_jobs_slurm_passes_over_for_jobs_above_them_keep_their_start(cluster, make_controller):
+    """A released job Slurm cannot start (node1's CPUs taken by another partition's job)
+    stops its scheduling pass for the whole partition once a wider job above the rest
+    cannot have its nodes either: every job below waits with reason Priority until the
+    backfill pass, and the start timeout held them all again, backed off 60 s (the soak,
+    seed 23: j16, j20). The jobs above time out; the one below keeps its start, and Slurm's
+    next pass (their hold) starts it."""
+    hog = cluster.submit("sleep 600", "-p", "other", "-w", "node1", "-c", "8", "-t", "10")
+    cluster.wait_for(hog, "RUNNING", timeout=30)
+    first = submit_sleep(cluster, 1, 600, "gpu", "-w", "node1")  # Slurm cannot start it: no CPU
+    wide = cluster.submit("sleep 600", "-p", "gpu", "-N", "4", "--gpus-per-node=1", "-t", "10")  # node1 too
+    last = submit_sleep(cluster, 1, 600, "gpu", "-w", "node2")
+    ctl = make_controller().start()  # start timeout 20 s
+    poll("the last job passed over", lambda: cluster.job(last).state_reason == "Priority", 30)
+    cluster.wait_for(last, "RUNNING", timeout=60)
+    poll(
+        "the jobs above it held again", lambda: ctl.audit(first, "start-failed") and ctl.audit(wide, "start-failed"), 30
+    )
+    assert not ctl.audit(last, "start-failed") and len(ctl.audit(last, "start")) == 1
+
+
+def test_a_job_whose_dependency_ended_starts_at_the_next_round(cluster, make_controller):
+    """slurmctld tests a held job's dependency only in its periodic passes (`afterok:A` still
+    `(unfulfilled)` 52 s after A completed, measured), and the controller waited for it to
+    say so, its GPUs idle (the soak, seed 20: j8, 13 s). It judges the dependency from its
+    own poll now: a chain of two `afterok` links runs in seconds, not two periodic passes;
+    `afternotok` of a job that completed stays waiting."""
+    ctl = make_controller(policy={"queues": [100000]}).start()
+    first = submit_sleep(cluster, 1, 2)
+    then = submit_sleep(cluster, 1, 2, "gpu", f"--dependency=afterok:{first}")
+    last = submit_sleep(cluster, 1, 600, "gpu", f"--dependency=afterok:{then}")
+    never = submit_sleep(cluster, 1, 600, "gpu", f"--dependency=afternotok:{first}")
+    ended = cluster.wait_for(first, "COMPLETED", timeout=60).end_time
+    started = cluster.wait_for(last, "RUNNING", timeout=60).start_time
+    assert ended is not None and started is not None and started - ended < 25, (ended, started)
+    assert not ctl.audit(never, "start") and cluster.job(never).state == "PENDING"
+    assert "afternotok" in ctl.rec(never).reason

@@ -33,7 +33,7 @@ _GRES = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S+)")
 _IDX = re.compile(r"\(IDX:([^)]*)\)")
 
 
-def gpu_index(cluster, job: int) -> tuple[str, tuple[int, ...]] | None:
+def gpu_index(cluster, job: int | str) -> tuple[str, tuple[int, ...]] | None:
     """(node, GPU indices) of a running job as ``scontrol -d show job`` prints them."""
     out = subprocess.run(
         ["scontrol", "-d", "show", "job", str(job)], capture_output=True, text=True, env=cluster.env
@@ -191,6 +191,24 @@ def control_folder(ctl: ControllerProc, job: int) -> Path | None:
     here, the controller writes gpu.json to the same folder (``channel.folder_for_job``)."""
     rec = ctl.rec(job)
     return channel.folder(rec) if rec is not None else None
+
+
+def test_a_shard_job_arrays_tasks_keep_their_request_when_split_off(gpus4, tmp_path) -> None:
+    """job_submit.lua keeps an untyped shard request in the AdminComment
+    (``teiresias:shard=N``) until the controller gives it the GPU's type. Splitting an
+    array's tasks off (one ``admincomment=`` update each) wrote the mark alone and dropped
+    the stash: each task lost its shard request. Every task now runs on one GPU by name."""
+    c = gpus4
+    ctl = ControllerProc(tmp_path, c).start()
+    try:
+        array = c.submit("sleep 600", "-p", "gpu", "-c", "1", "--gres=shard:2", "--array=0-1")
+        tasks = [f"{array}_0", f"{array}_1"]
+        where = {t: poll(f"task {t} on a GPU", lambda t=t: gpu_index(c, t), timeout=90) for t in tasks}
+        assert all(len(ids) == 1 for _, ids in where.values()), where
+    finally:
+        ctl.stop()
+        c.clean()
+    assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]
 
 
 def _running_gpus(

@@ -445,7 +445,7 @@ class Driver:
     def sacct(self, ids: str) -> str:
         env = {**self.env, "SLURM_TIME_FORMAT": "%s"}
         r = subprocess.run(
-            ["sacct", "-a", "-D", "-X", "-n", "-P", "-j", ids, "-o", SACCT_FIELDS],
+            ["sacct", "-a", "-D", "-n", "-P", "-j", ids, "-o", SACCT_FIELDS],  # batch steps too (collect.parse_sacct)
             capture_output=True,
             text=True,
             env=env,

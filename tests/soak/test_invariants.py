@@ -356,6 +356,20 @@ def test_sacct_rows_with_epoch_times_become_runs():
     assert (c.sacct_id, c.raw, c.exit_code, c.exit_signal) == ("6_4", 6, 2, 9)
 
 
+def test_a_run_requeued_after_its_script_ended_ends_with_its_batch_step():
+    # seed 20, j11: completed after 24 s, then an admin's requeue; the row says 28 s.
+    text = (
+        "84|84|u2|REQUEUED|1795790943|1795790944|1795790972|28|node3|billing=1,gres/gpu=1,node=1|0:0|sbatch\n"
+        "84.batch|84.batch||COMPLETED|1795790944|1795790944|1795790968|24|node3|cpu=1,gres/gpu=1|0:0|\n"
+        "84|84|u2|CANCELLED by 0|1795790972|None|1795791057|0|None assigned|billing=1|0:0|sbatch\n"
+        "85|85|u2|REQUEUED|1795790943|1795790944|1795790972|28|node3|billing=1,gres/gpu=1,node=1|0:0|sbatch\n"
+        "85.batch|85.batch||CANCELLED|1795790944|1795790944|1795790974|30|node3|cpu=1,gres/gpu=1|0:15|\n"
+    )
+    first, again, preempted = parse_sacct(text)
+    assert (first.state, first.elapsed) == ("REQUEUED", 24.0) and again.start is None
+    assert preempted.elapsed == 28.0  # killed by the requeue: the row's End stands
+
+
 @pytest.mark.parametrize("key", ["j1", "j2", "j3"])
 def test_the_clean_runs_units_have_their_sacct_runs(key):
     u = clean().units[key]

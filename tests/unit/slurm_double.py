@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode, with_hold_mark
 from teiresias.errors import JobVanished, SlurmError
 
 # Slurm's delay of a requeued job's next start (BeginTime), in seconds.
@@ -174,13 +174,13 @@ class InMemorySlurm(SlurmBackend):
             for n, g in sorted(self._nodes.items())
         ]
 
-    def hold(self, job_id: int) -> None:
+    def hold(self, job_id: int, admin_comment: str | None = None) -> None:
         sj = self._act("hold", job_id)
         if sj.state != "PENDING":
             raise SlurmError(f"scontrol hold {job_id}: Job is no longer pending execution")
         # The controller's hold is marked as its own, in the same update (SlurmBackend.hold).
         self._jobs[sj.job_id] = replace(
-            sj, held=True, priority=0, state_reason="JobHeldUser", admin_comment=_marked(sj.admin_comment, True)
+            sj, held=True, priority=0, state_reason="JobHeldUser", admin_comment=with_hold_mark(sj.admin_comment, True)
         )
         self._done("hold")
 
@@ -225,7 +225,7 @@ class InMemorySlurm(SlurmBackend):
             priority=0 if hold else sj.priority,
             restart_count=sj.restart_count + 1,
             nodes=(),
-            admin_comment=_marked(sj.admin_comment, True) if hold else sj.admin_comment,
+            admin_comment=with_hold_mark(sj.admin_comment, True) if hold else sj.admin_comment,
             submit_time=self.clock,
             eligible_time=self.clock + REQUEUE_BEGIN_DELAY_S,
             end_time=self.clock,
@@ -242,12 +242,7 @@ class InMemorySlurm(SlurmBackend):
         self._jobs[sj.job_id] = replace(sj, state="CANCELLED", end_time=self.clock)
         self._done("cancel")
 
-    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+    def set_hold_mark(self, job_id: int | str, on: bool, admin_comment: str | None = None) -> None:
         sj = self._act("set_hold_mark", job_id)
-        self._jobs[sj.job_id] = replace(sj, admin_comment=_marked(sj.admin_comment, on))
+        self._jobs[sj.job_id] = replace(sj, admin_comment=with_hold_mark(sj.admin_comment, on))
         self._done("set_hold_mark")
-
-
-def _marked(admin_comment: str, on: bool) -> str:
-    marks = [m for m in admin_comment.split(";") if m and m != HOLD_MARK]
-    return ";".join([*marks, *([HOLD_MARK] if on else [])])

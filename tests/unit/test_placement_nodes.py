@@ -51,3 +51,19 @@ def test_the_walk_preempts_on_the_required_node_only() -> None:
     pinned = replace(pending(3, 4, submit=10.0), nodes_required=frozenset({"s0n0"}))
     plan = las.decide(snap(cluster(3, 4), *jobs, pinned, now=20.0))
     assert plan.preempt == (1,) and plan.start[3].nodes == ("s0n0",) and 2 in plan.keep
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS, ids=lambda p: p.name)
+def test_a_job_asked_per_node_gets_its_own_shape_or_waits(placement) -> None:
+    """Job.gpus_per_node (Slurm's `-N 4 --gres=gpu:2`): exactly its node count with its
+    per-node GPUs, tightest fits first; never 4 + 4 on two nodes (the soak, seed 20: j19)."""
+    c = cluster(4, 4)
+    job = replace(pending(1, 8), gpus_per_node=2)
+    free = {"s0n0": 4, "s0n1": 3, "s0n2": 2, "s0n3": 4}
+    got = placement.place(job, free, c)
+    assert [(a.node, a.gpus) for a in got.allocations] == [(n, 2) for n in ("s0n0", "s0n1", "s0n2", "s0n3")]
+    assert placement.place(job, {**free, "s0n1": 1}, c) is None  # only 3 nodes with 2 free
+    three = replace(pending(2, 4), gpus_per_node=2)
+    assert placement.place(three, free, c).nodes == ("s0n1", "s0n2")  # the least left over
+    pinned = replace(three, nodes_required=frozenset({"s0n3"}), nodes_allowed=frozenset({"s0n0", "s0n3"}))
+    assert placement.place(pinned, free, c).nodes == ("s0n0", "s0n3")
