@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -72,6 +73,58 @@ def test_scontrol_poll_reads_the_same_jobs_as_squeue_json(clean_slurm):
         j: v.state_reason for j, v in by_json.items() if j != requeued
     }
     assert by_json[multi].gpus == 4 and by_json[single].gpus == 3
+
+
+def test_fields_poll_reads_the_same_jobs_as_squeue_json_and_stays_right_between_polls(clean_slurm):
+    """The controller's default poll (backends/fields.py) against squeue --json on the
+    same real jobs, every SlurmJob field; then once more after what changes between two
+    polls: a running job requeued and started again (a new run: GPUs read again), an
+    array task split off, a user's new -x list and array throttle."""
+    c = clean_slurm
+    multi = c.submit("sleep 60", "-N", "2", "--gpus-per-node=1")
+    single = c.submit("sleep 60", "-G", "2", "--comment", "teiresias:dir=/tmp/x y|z", "-J", "a b|c")
+    held = c.submit("sleep 60", "-H", "-G", "1", "-x", "node1")
+    later = c.submit("sleep 60", "-G", "1", LATER, "-t", "1-02:03:04", "-w", "node2")
+    array = c.submit("sleep 60", "-H", "-G", "1", "-a", "0-4%2")
+    done = c.submit("true")
+    for j in (multi, single):
+        c.wait_for(j, "RUNNING")
+    c.wait_for(done, "COMPLETED")
+    c.backend.set_hold_mark(f"{array}_0", True)  # splits task 0 off, as the controller does
+    fast = CliBackend(env=c.env, poll="fields")
+
+    def both() -> tuple[dict, dict]:
+        by_fields = {j.job_id: j for j in fast.jobs()}
+        by_json = {j.job_id: j for j in c.backend.jobs()}
+        return by_fields, by_json
+
+    by_fields, by_json = both()
+    # Earlier tests' finished jobs stay in the queue for MinJobAge: they are compared too.
+    assert by_fields == by_json
+    assert by_fields[held].excluded_nodes == ("node1",) and by_fields[later].required_nodes == ("node2",)
+    assert {j.array_max_tasks for j in by_fields.values() if j.array_job_id == array} == {2}
+    assert by_fields[single].gpu_ids and by_fields[single].name == "a b|c"
+
+    old_ids = by_fields[single].gpu_ids
+    c.backend.requeue(single, hold=False)
+    c.wait_for(single, "PENDING", where=lambda j: j.restart_count == 1)
+    time.sleep(requeue_settle_wait(c.job(single), time.time()))
+    c.backend.clear_begin_time(single)
+    c.wait_for(single, "RUNNING", where=lambda j: j.restart_count == 1)
+    subprocess_run(c, "scontrol", "update", f"jobid={held}", "excnodelist=node3")
+    subprocess_run(c, "scontrol", "update", f"jobid={array}", "arraytaskthrottle=3")
+    c.backend.set_hold_mark(f"{array}_1", True)
+    by_fields, by_json = both()
+    assert by_fields == by_json
+    assert by_fields[single].restart_count == 1 and by_fields[single].gpu_ids
+    assert by_fields[held].excluded_nodes == ("node3",)
+    assert {j.array_max_tasks for j in by_fields.values() if j.array_job_id == array} == {3}
+    # The new run's GPUs were read, not kept from the first one (they may be the same ones).
+    assert by_fields[single].gpu_ids == by_json[single].gpu_ids and old_ids
+
+
+def subprocess_run(c, *cmd: str) -> None:
+    subprocess.run(list(cmd), env=c.env, check=True, capture_output=True, timeout=30)
 
 
 def test_hold_release_and_priority_must_be_set_again_after_release(clean_slurm):
