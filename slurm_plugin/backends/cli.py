@@ -13,7 +13,6 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurm_plugin.backends import fields
@@ -138,11 +137,49 @@ class CliBackend(SlurmBackend):
         self.run("scontrol", *args, job_id=job_id)
 
     def _run_together(self, *cmds: tuple[list[str], Mapping[str, str] | None]) -> list[str]:
-        """Several reads at once (each a process of its own; slurmctld answers them in
-        parallel): their outputs in order, or the first one's error."""
-        with ThreadPoolExecutor(len(cmds)) as pool:
-            running = [pool.submit(self.run, *cmd, env=env) for cmd, env in cmds]
-            return [r.result() for r in running]
+        """Several reads at once, each a process of its own (slurmctld answers them in
+        parallel), each with its whole environment (None: the backend's): their outputs
+        in order, or the first failure's error as ``run`` maps it. Read one after the
+        other: a process whose output outgrows its pipe waits until it is read, after
+        the RPC that is the cost of the read."""
+        procs: list[tuple[list[str], subprocess.Popen[str] | None, str]] = []
+        for cmd, env in cmds:
+            try:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                    env=dict(env) if env is not None else self.env,
+                )
+                procs.append((cmd, proc, ""))
+            except FileNotFoundError:
+                procs.append((cmd, None, f"{cmd[0]} not found: install slurm-client (or run `teiresias cluster up`)"))
+        deadline = time.monotonic() + self.timeout
+        outputs: list[str] = []
+        failure: SlurmError | None = None
+        for cmd, started, missing in procs:
+            if started is None:
+                failure = failure or SlurmError(missing)
+                continue
+            proc = started
+            try:
+                out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                failure = failure or SlurmUnreachable(
+                    f"{cmd[0]} did not answer within {self.timeout:.0f}s; slurmctld may be overloaded or down"
+                )
+                continue
+            if proc.returncode != 0 and failure is None:
+                words = _last_error_line(err or out) or f"{' '.join(cmd[:2])} exited {proc.returncode}"
+                failure = self._classify(error_from_message(words))
+            outputs.append(out)
+        if failure is not None:
+            raise failure
+        return outputs
 
     # ---------------------------------------------------------------- reads
     def jobs(self) -> list[SlurmJob]:
@@ -169,9 +206,9 @@ class CliBackend(SlurmBackend):
         squeue, sinfo = self._run_together((["squeue", "--json"], None), (["sinfo", "--json"], None))
         return self._parsed(parse_squeue_json, squeue), self._parsed(parse_sinfo_json, sinfo)
 
-    @staticmethod
-    def _fields_cmds() -> list[tuple[list[str], Mapping[str, str] | None]]:
-        return [(fields.squeue_args(), fields.TIME_FORMAT_ENV), (fields.excluded_args(), None)]
+    def _fields_cmds(self) -> list[tuple[list[str], Mapping[str, str] | None]]:
+        env = fields.poll_env(self.env)
+        return [(fields.squeue_args(), env), (fields.excluded_args(), env)]
 
     def _fields_poll(self, out: list[str]) -> list[SlurmJob]:
         """The fields poll from its two squeue outputs: the jobs it cannot complete from

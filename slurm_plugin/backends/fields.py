@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from slurm_plugin.backends.base import SlurmJob
@@ -78,8 +79,17 @@ FIELDS: tuple[tuple[str, str], ...] = (
 FORMAT = ",".join(f"{f}:0{SEP}" for f, _ in FIELDS[:-1]) + f",{FIELDS[-1][0]}:0{END}"
 # ``%A`` the job id (an array's meta record: its own id), ``%x`` its excluded nodes.
 EXCLUDED_FORMAT = f"%A{SEP}%x{END}"
-# squeue prints times as Unix seconds under this environment (strftime's %s).
-TIME_FORMAT_ENV = {"SLURM_TIME_FORMAT": "%s"}
+
+
+def poll_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of the poll's squeue: times as Unix seconds (strftime's %s); an
+    array's whole task set (squeue, and squeue --json, cut it at 64 characters, ``...``,
+    unless SLURM_BITSTR_LEN is 0: a sparse array's later tasks would go unseen); and
+    none of the SQUEUE_* defaults a site or user may set (SQUEUE_ARRAY would unfold
+    meta records, SQUEUE_SORT reorder nothing that matters, but they are not ours)."""
+    out = {k: v for k, v in env.items() if not k.startswith("SQUEUE_")}
+    out.update(SLURM_TIME_FORMAT="%s", SLURM_BITSTR_LEN="0")
+    return out
 
 
 def squeue_args() -> list[str]:
@@ -124,6 +134,7 @@ _PREFIXED = re.compile(r"(ReqNodeNotAvail), ")
 _CODE = re.compile(r"[A-Za-z0-9_]+")
 
 
+@lru_cache(maxsize=1024)  # a few distinct reasons among thousands of jobs
 def reason_code(printed: str) -> str | None:
     """The reason code behind what squeue printed; None when only squeue --json tells it."""
     if _CODE.fullmatch(printed):
@@ -217,6 +228,7 @@ def parse_excluded(text: str) -> dict[int, str]:
     return out
 
 
+@lru_cache(maxsize=1024)
 def throttle_of(task_string: str) -> int | None:
     """An array's running-task limit from its meta record's task string
     (``0-19%4`` -> 4, ``0-19`` -> 0); None for "" (no meta record)."""
@@ -331,17 +343,18 @@ class PollCache:
 
 
 def needs_detail(records: list[Record], excluded: Mapping[int, str], cache: PollCache) -> list[Record]:
-    """The records the poll cannot complete from what it keeps: a run whose GPU
-    indices are not known yet, a task of an array whose throttle is not known, a job
-    the excluded-nodes call did not list (submitted between the two calls)."""
+    """The records the poll cannot complete from what it keeps: a job the excluded-nodes
+    call did not list (submitted between the two calls), a run whose GPU indices are
+    not known yet, a split task of an array whose throttle is not known."""
     out = []
+    runs, throttles = cache.runs, cache.throttles
     for r in records:
-        array = r.array_job_id
-        known = cache.runs.get(r.job_id)
+        v = r.values
+        known = runs.get(r.job_id)
         if (
-            (r.holds_gpus and (known is None or known[0] != r.run_key))
-            or (array is not None and not r.task_string and array not in cache.throttles)
-            or r.job_id not in excluded
+            r.job_id not in excluded
+            or (r.holds_gpus and (known is None or known[0] != r.run_key))
+            or (v[_TASK].isdigit() and _int(v[_ARRAY]) not in throttles)
         ):
             out.append(r)
     return out
@@ -387,22 +400,29 @@ def build_jobs(
     this poll's jobs only."""
     parsed: dict[tuple[Any, ...], SlurmJob] = {}
     out = []
+    runs, throttles, metas = cache.runs, cache.throttles, cache.metas
     for r in records:
-        exc = excluded.get(r.job_id)
-        d = details.get(r.job_id)
+        v, job_id = r.values, r.job_id
+        exc = excluded.get(job_id)
         if exc is None:
+            d = details.get(job_id)
             exc = d.excluded_nodes if d is not None else ""
-        run = cache.runs.get(r.job_id)
-        gres = run[1] if r.holds_gpus and run is not None and run[0] == r.run_key else ()
-        array = cache.array_of(r)
-        throttle = throttle_of(r.task_string)
-        if throttle is None:
-            throttle = cache.throttles.get(array, 0) if array is not None else 0
-        reason = cache.reason_of(r)
-        key = (r.values, exc, gres, throttle, array, reason)
+        gres: tuple[str, ...] = ()
+        if r.holds_gpus and (run := runs.get(job_id)) is not None and run[0] == r.run_key:
+            gres = run[1]
+        task = v[_TASK]
+        if task.isdigit():  # a split task: its array's throttle
+            throttle = throttles.get(_int(v[_ARRAY]), 0)
+        elif task in _NULL or not task:  # a plain job, or a meta record with no task left
+            throttle = throttles.get(job_id, 0) if job_id in metas else 0
+        else:
+            throttle = throttle_of(task) or 0
+        # What a job's SlurmJob depends on beyond its line (its array and reason code
+        # follow from the line and what the cache learned once).
+        key = (v, exc, gres, throttle)
         job = cache.parsed.get(key)
         if job is None:
-            job = parse_job(to_openapi(r, exc, gres, throttle, array, reason))
+            job = parse_job(to_openapi(r, exc, gres, throttle, cache.array_of(r), cache.reason_of(r)))
         parsed[key] = job
         out.append(job)
     cache.parsed = parsed

@@ -15,6 +15,8 @@ import pytest
 
 from slurm_plugin.backends.base import requeue_settle_wait
 from slurm_plugin.backends.cli import CliBackend
+from slurm_plugin.backends.parse import array_task_ids
+from slurm_plugin.config import ControllerConfig
 from slurm_plugin.localcluster import procs
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 from tests.conftest import poll
@@ -121,6 +123,21 @@ def test_fields_poll_reads_the_same_jobs_as_squeue_json_and_stays_right_between_
     assert {j.array_max_tasks for j in by_fields.values() if j.array_job_id == array} == {3}
     # The new run's GPUs were read, not kept from the first one (they may be the same ones).
     assert by_fields[single].gpu_ids == by_json[single].gpu_ids and old_ids
+
+
+def test_the_controllers_poll_reads_a_sparse_arrays_whole_task_set(clean_slurm):
+    """squeue (--json too) cuts an array's task set at 64 characters ("...,189,2..."):
+    the controller splits off only the tasks it can read, so with the JSON poll a sparse
+    array's later tasks went unseen until the earlier ones had left. The controller's
+    default poll reads the whole set (fields.poll_env: SLURM_BITSTR_LEN=0)."""
+    c = clean_slurm
+    tasks = [1, 2, 5, 9, 14, 20, 27, 35, 44, 54, 65, 77, 90, 104, 119, 135, 152, 170, 189, 209, 230, 252, 275]
+    array = c.submit("sleep 60", "-H", "-G", "1", f"--array={','.join(map(str, tasks))}")
+    poll_mode = ControllerConfig().slurm_poll
+    meta = {j.job_id: j for j in CliBackend(env=c.env, poll=poll_mode).jobs()}[array]
+    assert array_task_ids(meta.array_tasks) == tasks, (poll_mode, meta.array_tasks)
+    by_json = {j.job_id: j for j in c.backend.jobs()}[array]
+    assert by_json.array_tasks.endswith("..."), "squeue --json no longer cuts the task set: simplify fields.poll_env"
 
 
 def subprocess_run(c, *cmd: str) -> None:
