@@ -89,9 +89,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -167,6 +165,8 @@ def site_spool(env: Mapping[str, str]) -> str:
 
 def new_key() -> str:
     """A fresh incarnation key (tsbatch, one per submission)."""
+    import secrets  # here: every command imports this module, few make keys (hmac, hashlib: ~5 ms)
+
     return secrets.token_hex(8)
 
 
@@ -324,6 +324,8 @@ def replace_json(path: Path, payload: object, fsync: bool) -> None:
     """Temporary file in the same (existing) folder, then rename: readers never
     see half a file. ``fsync`` first when the file must survive a crash. Mode
     ``SHARED_FILE_MODE`` whatever the umask: the reader may be the other side."""
+    import tempfile  # here: every command imports this module, few write files (shutil, random)
+
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, SHARED_FILE_MODE)

@@ -43,10 +43,8 @@ import contextlib
 import errno
 import io
 import os
-import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +88,8 @@ def _why(exc: OSError) -> str:
 def _probe_folder(given: str, folder: Path) -> None:
     """Create and remove a temporary file in ``folder``: a read-only mount, an
     immutable folder or a missing permission shows here, before the long work."""
+    import tempfile  # here, as in _stage: every command imports this module, few write files
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=".teiresias-probe-", dir=folder)
     except OSError as exc:
@@ -221,6 +221,8 @@ class StagedOutputs:
         self._staged: list[tuple[Path, Output]] = []
 
     def _stage(self, out: Output) -> Path:
+        import tempfile  # here: `teiresias queue` imports this module and writes no file
+
         try:
             if out.through:
                 # Staged away from the target (no temporary in /dev); copied into it at commit.
@@ -281,6 +283,8 @@ class StagedOutputs:
         except OSError as exc:
             raise self._failed(out, exc) from None
         try:
+            import shutil
+
             with open(tmp, "rb") as src, os.fdopen(fd, "wb") as dst:
                 shutil.copyfileobj(src, dst)
         except OSError as exc:

@@ -200,6 +200,11 @@ class SlurmBackend(ABC):
     @abstractmethod
     def nodes(self) -> list[SlurmNode]: ...
 
+    def jobs_and_nodes(self) -> tuple[list[SlurmJob], list[SlurmNode]]:
+        """Both reads of a controller round; a backend that can make them at once
+        (the CLI's: two processes) overrides this."""
+        return self.jobs(), self.nodes()
+
     def job(self, job_id: JobTarget) -> SlurmJob:
         """One job as Slurm shows it now (``job_id`` may be an array task's ``A_T``);
         the Enactor reads a requeued job again before restarting it. Backends with

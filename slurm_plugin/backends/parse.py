@@ -322,6 +322,13 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
     return parse_jobs_payload(_loads(text, "squeue --json"))
 
 
+def load_squeue_json(text: str) -> dict[str, Any]:
+    """``squeue --json`` as its openapi document, unparsed (its errors raised)."""
+    payload = _loads(text, "squeue --json")
+    check_payload(payload, "jobs")
+    return payload
+
+
 # ---------------------------------------------------------------- nodes
 def parse_node(d: dict[str, Any]) -> SlurmNode:
     """One node of ``sinfo --json``: state ``mixed`` + flags [DRAIN] ->

@@ -178,6 +178,8 @@ class Controller:
         t0 = time.perf_counter()
         self.next_change = None  # until this round's plan says otherwise
         polled = slurm_jobs is None
+        if slurm_jobs is None and slurm_nodes is None:
+            slurm_jobs, slurm_nodes = self.backend.jobs_and_nodes()
         if slurm_jobs is None:
             slurm_jobs = self.backend.jobs()
         if slurm_nodes is None:
@@ -200,7 +202,7 @@ class Controller:
             # A crash's action was finished (a requeue, hold or start): what was read above
             # is stale, and a job requeued just now would still look running (it would be
             # preempted a second time, its signal refused). Rare: only after a crash.
-            slurm_jobs, slurm_nodes = self.backend.jobs(), self.backend.nodes()
+            slurm_jobs, slurm_nodes = self.backend.jobs_and_nodes()
             managed = managed_jobs(self.config, slurm_jobs)
             enactor.targets = {j: sj.target for j, sj in managed.items()}
         enactor.typed = gpus.typed_nodes(slurm_nodes)

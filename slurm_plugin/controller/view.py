@@ -10,13 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Job, JobId
 from teiresias.policy.themis.apps import app_of
+
+
+class LiveState(Protocol):
+    """What a row reads of Slurm's live view of a job: a SlurmJob, or the few fields
+    `teiresias queue` asks squeue for (cli/live.py LiveJob)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def nodes(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -76,7 +86,7 @@ class QueueRow:
 def build_rows(
     records: Iterable[JobRecord],
     now: float,
-    slurm: Mapping[int, SlurmJob] | None = None,
+    slurm: Mapping[int, LiveState] | None = None,
     themis: Mapping[str, Mapping[int, Any]] | None = None,
     app_for: Callable[[JobRecord], str] | None = None,
     gandiva: Mapping[int, Any] | None = None,
