@@ -74,7 +74,6 @@ def test_a_running_pair_reaches_the_policy_and_its_gpu_is_counted_once():
     assert out.snapshot.free_gpus() == {"node1": 0, "node2": 1}
 
 
-
 def test_only_shard_jobs_reach_the_policy_as_shareable():
     """A --gres=gpu job holds its GPUs whole: Slurm gives no shard of them, so the policy must
     not pair it (Job.shareable); a shard job, running or waiting, may share."""
