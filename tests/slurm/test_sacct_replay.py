@@ -43,6 +43,7 @@ import pytest
 from slurm_plugin.localcluster import ClusterConfig, LocalCluster, client_env, procs
 from slurm_plugin.localcluster.config import render_slurm_conf, rendered_files
 from teiresias.errors import ConfigError
+from teiresias.simulator.sacct import SACCT_PARSABLE_FIELDS
 from tests.helpers import poll
 from tests.slurm.conftest import test_cluster_config
 
@@ -59,7 +60,8 @@ WORKLOAD = {
     "F": (4, ["-G", "4"], 5, 2),
 }
 FIRST_START_S, LATER_START_S = 5.0, 3.0
-FIELDS = "JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,AllocTRES"
+# What the docs ask for (docs/simulator.md), the time limit included as --json has it.
+FIELDS = SACCT_PARSABLE_FIELDS
 
 
 def acct_config() -> ClusterConfig:

@@ -34,6 +34,9 @@ def test_markers_of_another_incarnation_are_ignored(cluster, tmp_path):
     (earlier / protocol.KEY_FILE).write_text("feedfacefeedface\n")
     (earlier / "preempt-requested.0").touch()
     (earlier / "checkpoints").mkdir()
+    # No controller runs here: handed back as an admin would, the mark cleared first (a
+    # release alone lifts only a person's hold, etc/job_submit.lua slurm_job_modify).
+    cluster.backend.set_hold_mark(job, False)
     cluster.backend.release(job)
     ended = poll(
         "the job to end or to take a stale marker for a preemption",

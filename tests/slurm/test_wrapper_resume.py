@@ -175,7 +175,7 @@ def test_term_to_the_whole_job_reaches_the_training_process(clean_slurm, tmp_pat
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
     job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_plain.py", out))
-    jobdir = protocol.job_dir(base, job)
+    jobdir = protocol.job_dir(base, job, CLUSTER_NAME)
     poll("step 6", lambda: last_step(log) >= 6, timeout=120)
     subprocess.run(["scancel", "--signal=TERM", "--full", str(job)], env=clean_slurm.env, check=True)
     records = poll("the SIGTERM checkpoint", lambda: protocol.read_records(jobdir), timeout=30)
