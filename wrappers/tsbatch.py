@@ -11,6 +11,7 @@ code come back as they are.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -22,6 +23,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from teiresias.errors import ConfigError, TeiresiasError
+from teiresias.outputs import StdoutError, flush_stdout, guard_stdout, stdout_failure
 from wrappers import profiling, protocol
 from wrappers.batchscript import JobSetup, NotABatchScript, header_lines, render, wrap_script
 from wrappers.gpu_count import gpu_request, requested_gpus
@@ -387,22 +389,50 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
         or "SBATCH_JOB_NAME" in env
     )
     name = [] if named else [f"--job-name={job_name}"]
-    with tempfile.NamedTemporaryFile(
-        "w", prefix="tsbatch-", suffix=".sh", delete=False, encoding="utf-8", errors="surrogateescape"
-    ) as f:
-        f.write(generated)
-        path = f.name
+    path = _write_generated(generated)
     try:
         return _sbatch([*ours, *name, *p.sbatch_opts, path, *p.script_args])
     finally:
         os.unlink(path)
 
 
+def _write_generated(text: str) -> str:
+    """The generated batch script in a temporary file (sbatch copies it at submission);
+    a full or unwritable temporary folder is one line, and nothing is submitted."""
+    path = None
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix="tsbatch-", suffix=".sh", delete=False, encoding="utf-8", errors="surrogateescape"
+        ) as f:
+            path = f.name
+            f.write(text)
+        return path
+    except OSError as exc:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        where = path if path is not None else "any temporary folder (TMPDIR, /tmp, /var/tmp)"
+        raise ConfigError(
+            f"cannot write the job's batch script to {where} ({exc.strerror or exc}); nothing was "
+            "submitted: free space there or point TMPDIR at another folder"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> None:
+    # Our standard output on a full disk or /dev/full (tsbatch --help > /dev/full) is one
+    # line and exit 2, as for the teiresias commands (teiresias/outputs.py), not a traceback.
+    guard_stdout()
     try:
         code = submit(sys.argv[1:] if argv is None else argv)
     except TeiresiasError as exc:
         print(f"tsbatch: error: {exc}", file=sys.stderr)
+        code = 2
+    except StdoutError as exc:
+        print(f"tsbatch: error: {stdout_failure(exc)}", file=sys.stderr)
+        code = 2
+    failed = flush_stdout()
+    if failed is not None and code == 0:
+        print(f"tsbatch: error: {failed}", file=sys.stderr)
         code = 2
     sys.exit(code)
 

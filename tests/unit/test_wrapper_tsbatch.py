@@ -135,6 +135,52 @@ def test_help_without_sbatch_still_succeeds(tmp_path):
     assert "sbatch's own help is unavailable here" in r.stdout
 
 
+def test_help_onto_a_full_device_is_one_line_and_exit_2(tmp_path):
+    """tsbatch --help > /dev/full: one line naming standard output, exit 2, no traceback
+    (as every teiresias command; teiresias/outputs.py)."""
+    exe = str(Path(sys.executable).with_name("tsbatch"))
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(
+            [exe, "--help"], stdout=full, stderr=subprocess.PIPE, text=True, env={**os.environ, "PATH": str(tmp_path)}
+        )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == "tsbatch: error: cannot write standard output (No space left on device)"
+
+
+def test_a_batch_script_that_cannot_be_written_is_refused_before_sbatch(tmp_path, monkeypatch, capsys):
+    """A temporary folder that is full: one line, exit 2, sbatch never called, nothing left.
+    A test double for the fault (no usable temporary folder at all cannot be made for real
+    here: tempfile falls back to /tmp, /var/tmp and the working folder)."""
+    import errno
+    import tempfile
+
+    from wrappers import tsbatch
+
+    made: list[str] = []
+    real = tempfile.NamedTemporaryFile
+
+    def full(*args, **kwargs):
+        f = real(*args, dir=tmp_path, **kwargs)
+        made.append(f.name)
+
+        def write(_text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        f.write = write
+        return f
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", full)
+    monkeypatch.setattr(tsbatch, "_sbatch", lambda *a, **k: pytest.fail("sbatch called"))
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\npython train.py\n")
+    with pytest.raises(SystemExit) as exit_:
+        tsbatch.main(["-p", "gpu", "-G", "1", f"--checkpoint-dir={tmp_path}", str(script)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tsbatch: error: cannot write the job's batch script to ") and "nothing was submitted" in err
+    assert "\n" not in err and made and not any(Path(m).exists() for m in made)
+
+
 CHILD = """#!{python}
 import pathlib, signal, sys, time
 d = pathlib.Path(sys.argv[1])
