@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 
 from wrappers import protocol
+from wrappers.hooks import children, usage
 from wrappers.hooks import state as st
-from wrappers.hooks import usage
 from wrappers.hooks.checkpoint import (
     FORMAT,
     CheckpointDirUnusable,
@@ -146,6 +146,7 @@ class Runtime:
             return
         for signum in SIGNAL_STOP:
             signal.signal(signum, self._on_signal)
+        children.install()  # the programs we start must not die of these signals before their own hooks
         atexit.register(ignore_job_signals)  # runs late: atexit calls handlers last-in first-out
         # Time-slicing (scontrol suspend): park at the next step boundary. A process
         # that trains nothing (torchrun's agent) or waits to be requeued stops at once.
