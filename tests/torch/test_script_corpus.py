@@ -41,6 +41,8 @@ class Case:
 CASES = [
     Case("lightning_style.py", 6),
     Case("hf_style.py", 6),
+    Case("hf_max_steps.py", 6),
+    Case("step_schedule.py", 12),
     Case("accumulate_no_sync.py", 6),
     Case("ema.py", 6),
     Case("augment_workers.py", 6),
