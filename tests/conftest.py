@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 # A sleep job that answers the preemption signal like a tsbatch job: on USR1 it
 # writes its Ack (unless ACK=0) and keeps waiting to be requeued. JOBBASE is the
@@ -45,10 +47,31 @@ def poll(what: str, cond: Callable[[], Any], timeout: float = 30.0, every: float
         time.sleep(every)
 
 
-@pytest.fixture(scope="module")
+def side_by_side(*calls: Callable[[], T]) -> list[T]:
+    """Run independent jobs at the same time and return their results in order (the
+    first failure is raised). A job of the torch tests is mostly a Python starting
+    and importing torch, one core at a time: two side by side use the second core."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(c) for c in calls]
+        return [f.result() for f in futures]
+
+
+def selected_tests(request: pytest.FixtureRequest) -> set[str]:
+    """Names (with their parameters) of the tests this session runs from the
+    requesting module: a module's jobs started ahead are only those of its selected tests."""
+    module = request.module.__name__
+    return {
+        item.name
+        for item in request.session.items
+        if getattr(item, "module", None) is not None and item.module.__name__ == module
+    }
+
+
+@pytest.fixture(scope="session")
 def reference(tmp_path_factory) -> Path:
-    """Final weights of tests/fixtures/train_scripts/train_plain.py run once,
-    uninterrupted, without any hook: what every resumed run must equal bitwise."""
+    """Final weights of tests/fixtures/train_scripts/train_plain.py run once per session,
+    uninterrupted, without any hook: what every resumed run must equal bitwise (read
+    only; five test files share it, each had its own run)."""
     from tests.torch.jobs import plain_env, run
 
     out = tmp_path_factory.mktemp("ref") / "ref.pt"

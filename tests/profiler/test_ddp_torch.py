@@ -23,6 +23,7 @@ from profiler.aggregate import Profile, aggregate_dir
 from profiler.env import ProfileWindow, profile_dir
 from profiler.packlimit import DEFAULT_PACKLIMIT, should_consolidate
 from profiler.records import FileState, read_record_file, record_files
+from tests.conftest import side_by_side
 from tests.profiler.conftest import FIXTURES, profiled_env, torchrun
 
 pytestmark = pytest.mark.torch
@@ -42,14 +43,24 @@ WINDOW_ITERS = {"vgg_tiny": 0, "resnet_tiny": 15}
 
 
 @pytest.fixture(scope="module")
-def vgg_tiny(tmp_path_factory):
-    return job(tmp_path_factory.mktemp("vgg"), "vgg", "tiny", 20)
+def tiny_jobs(tmp_path_factory):
+    """Both tiny-bucket jobs, side by side (each compares its period with its own steps)."""
+    vgg, resnet = tmp_path_factory.mktemp("vgg"), tmp_path_factory.mktemp("resnet")
+    return side_by_side(
+        lambda: job(vgg, "vgg", "tiny", 20),
+        # Also exercises the iteration window: recording stops after 15 marks.
+        lambda: job(resnet, "resnet", "tiny", 22, window_iters=WINDOW_ITERS["resnet_tiny"]),
+    )
 
 
 @pytest.fixture(scope="module")
-def resnet_tiny(tmp_path_factory):
-    # Also exercises the iteration window: recording stops after 15 marks.
-    return job(tmp_path_factory.mktemp("resnet"), "resnet", "tiny", 22, window_iters=WINDOW_ITERS["resnet_tiny"])
+def vgg_tiny(tiny_jobs):
+    return tiny_jobs[0]
+
+
+@pytest.fixture(scope="module")
+def resnet_tiny(tiny_jobs):
+    return tiny_jobs[1]
 
 
 @pytest.mark.parametrize("run", ["vgg_tiny", "resnet_tiny"])
@@ -88,21 +99,24 @@ def test_iteration_window_stops_recording(resnet_tiny) -> None:
 
 
 def test_small_model_under_default_buckets(tmp_path: Path) -> None:
-    p, truth, _ = job(tmp_path, "vgg", "default", 12)
+    (p, truth, _), (short, _, _) = side_by_side(
+        lambda: job(tmp_path, "vgg", "default", 12), lambda: job(tmp_path / "short", "vgg", "default", 2)
+    )
     # 0.7 MiB fits DDP's 1 MiB first bucket: one all-reduce per iteration.
     assert p.valid and p.bucketed and p.skew_source == "traffic" and p.collectives_per_iteration == 1
     assert p.skew == pytest.approx(1.0) and p.model_bucket_skew == pytest.approx(1.0) and p.agrees
     assert p.model_skew == pytest.approx(truth["true_ratio"], rel=1e-9)
     # The traffic cannot tell when too few iterations were recorded: the
     # model's tensors in DDP's buckets give the same quantity.
-    short, _, _ = job(tmp_path / "short", "vgg", "default", 2)
     assert short.valid and short.skew_source == "model" and short.skew == pytest.approx(1.0)
     assert any("too few iterations" in n for n in short.notes), short.notes
 
 
 def test_real_size_models_fall_on_both_sides_of_packlimit(tmp_path: Path) -> None:
-    vgg16, t_vgg, _ = job(tmp_path / "vgg16", "vgg16", "default", 5)
-    resnet50, t_res, _ = job(tmp_path / "resnet50", "resnet50", "default", 6)
+    (vgg16, t_vgg, _), (resnet50, t_res, _) = side_by_side(
+        lambda: job(tmp_path / "vgg16", "vgg16", "default", 5),
+        lambda: job(tmp_path / "resnet50", "resnet50", "default", 6),
+    )
     for p in (vgg16, resnet50):
         assert p.valid and p.bucketed and p.skew_source == "traffic", p
         # The model hook lays the tensors out in DDP's buckets: same skew.

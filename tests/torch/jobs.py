@@ -122,14 +122,16 @@ def preempt(proc: subprocess.Popen, log: Path, jobdir: Path, at_step: int, timeo
     return ack
 
 
-def batch_script(tmp: Path, base: Path, command: str) -> Path:
+def batch_script(tmp: Path, base: Path, command: str, key: str = "") -> Path:
     """The batch script tsbatch would submit for a job running ``command``
     (wrappers/batchscript.py, hooks on), written to ``tmp/batch.sh``: run it with
-    ``start_batch`` as slurmstepd runs it, outside Slurm."""
+    ``start_batch`` as slurmstepd runs it, outside Slurm. ``key``: the incarnation
+    key tsbatch gives every job (its shell makes the job directory at its first
+    signal); "" is the layout before keys."""
     from wrappers.batchscript import JobSetup, render
 
     path = tmp / "batch.sh"
-    path.write_text(render(f"#!/bin/bash\n{command}\n", JobSetup(str(HOOK_SITE), str(base), 0, False, 90)))
+    path.write_text(render(f"#!/bin/bash\n{command}\n", JobSetup(str(HOOK_SITE), str(base), 0, False, 90, key=key)))
     return path
 
 

@@ -9,7 +9,10 @@ not bit for bit. BatchNorm is the documented exception (docs/sjf-bsbf.md).
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -28,14 +31,17 @@ def _close(a: dict, b: dict, tol: float) -> bool:
     return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=tol) for k in a)
 
 
-def _train(tmp: Path, name: str, job_id: int, steps: int | None, ddp: bool = False, **extra: str):
+Result = tuple[dict[str, torch.Tensor], list[int], list[str]]
+
+
+def _train(tmp: Path, job_id: int, steps: int | None, ddp: bool = False, **extra: str) -> Result:
     base = tmp / "jobs"
     if steps is not None:
         jd = job_dir(base, job_id)
         jd.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_accumulate(jd, Accumulate(steps, 16 // steps))
-    env = job_env(base, job_id, **extra)
-    out = tmp / f"{name}.pt"
+    env = job_env(base, job_id, **extra) if extra.pop("PLAIN", "") != "1" else plain_env(**extra)
+    out = tmp / "out.pt"
     if ddp:
         r = subprocess.run(
             [
@@ -60,20 +66,38 @@ def _train(tmp: Path, name: str, job_id: int, steps: int | None, ddp: bool = Fal
     return _weights(out), sizes, lrs
 
 
-def test_hooks_without_accumulate_json_change_nothing(tmp_path) -> None:
-    out = tmp_path / "plain.pt"
-    r = run("train_accumulate.py", [str(out)], plain_env(), timeout=180)
-    assert r.returncode == 0, r.stderr
-    hooked, sizes, _ = _train(tmp_path, "hooked", 61, None)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Iterator[Callable[..., list[Result]]]:
+    """Training runs by their settings, each made once per module (the full-batch run
+    serves three tests) and a test's runs side by side: each is mostly Python starting
+    and importing torch, which leaves the other core idle."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    made: dict[tuple[Any, ...], Future[Result]] = {}
+
+    def get(*wanted: tuple[int | None, bool, dict[str, str]]) -> list[Result]:
+        for steps, ddp, extra in wanted:
+            key = (steps, ddp, tuple(sorted(extra.items())))
+            if key not in made:
+                job = 61 + len(made)
+                made[key] = pool.submit(_train, tmp_path_factory.mktemp("run"), job, steps, ddp, **extra)
+        return [made[(s, d, tuple(sorted(e.items())))].result(timeout=500) for s, d, e in wanted]
+
+    yield get
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+FULL = (None, False, {})
+
+
+def test_hooks_without_accumulate_json_change_nothing(runs) -> None:
+    (plain, _, _), (hooked, sizes, _) = runs((None, False, {"PLAIN": "1"}), FULL)
     assert set(sizes) == {16}
-    plain = _weights(out)
     assert all(torch.equal(plain[k], hooked[k]) for k in plain)
 
 
 @pytest.mark.parametrize("steps", [2, 4])
-def test_one_process_accumulation_equals_full_batches(tmp_path, steps) -> None:
-    full, full_sizes, full_lrs = _train(tmp_path, "full", 62, None)
-    acc, sizes, lrs = _train(tmp_path, "acc", 63, steps)
+def test_one_process_accumulation_equals_full_batches(runs, steps) -> None:
+    (full, full_sizes, full_lrs), (acc, sizes, lrs) = runs(FULL, (steps, False, {}))
     # The loop really saw micro-batches, s per full batch, and the schedulers counted full batches.
     assert set(sizes) == {16 // steps} and len(sizes) == steps * len(full_sizes)
     assert lrs == full_lrs
@@ -83,16 +107,14 @@ def test_one_process_accumulation_equals_full_batches(tmp_path, steps) -> None:
     assert not torch.allclose(full["0.weight"].float(), init.weight, atol=1e-2)
 
 
-def test_ddp_two_ranks_accumulation_equals_full_batches(tmp_path) -> None:
-    full, full_sizes, _ = _train(tmp_path, "full", 64, None, ddp=True)
-    acc, sizes, _ = _train(tmp_path, "acc", 65, 4, ddp=True)
+def test_ddp_two_ranks_accumulation_equals_full_batches(runs) -> None:
+    (full, full_sizes, _), (acc, sizes, _) = runs((None, True, {}), (4, True, {}))
     assert set(full_sizes) == {16} and set(sizes) == {4} and len(sizes) == 4 * len(full_sizes)
     assert _close(full, acc, 1e-10)
 
 
-def test_batchnorm_is_the_known_exception(tmp_path) -> None:
+def test_batchnorm_is_the_known_exception(runs) -> None:
     """BatchNorm normalizes each micro-batch with its own statistics: not the same model."""
-    full, _, _ = _train(tmp_path, "full", 66, None, TRAIN_BN="1")
-    acc, sizes, _ = _train(tmp_path, "acc", 67, 4, TRAIN_BN="1")
+    (full, _, _), (acc, sizes, _) = runs((None, False, {"TRAIN_BN": "1"}), (4, False, {"TRAIN_BN": "1"}))
     assert set(sizes) == {4}
     assert not _close(full, acc, 1e-6)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,31 @@ def _trajectory(*logs: Path) -> dict[int, float]:
     return out
 
 
+def _fixed_run(tmp: Path, samples: str) -> tuple[Path, Path]:
+    """The uninterrupted 2-rank run of an elastic 1-2 job (its log and weights)."""
+    log, out = tmp / "fixed.log", tmp / "fixed.pt"
+    env = job_env(tmp / "jobs", 90, TEIRESIAS_ELASTIC="1-2", TRAIN_SAMPLES=samples)
+    p = _torchrun(2, out, env, log)
+    assert p.wait(timeout=300) == 0, log.read_text()[-3000:]
+    return log, out
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory) -> Iterator[Callable[[str], Future[tuple[Path, Path]]]]:
+    """The fixed-size runs by data set size, each made once (two tests compare with the
+    same one) and beside the test's own runs: ask early, take the result at the end."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    made: dict[str, Future[tuple[Path, Path]]] = {}
+
+    def get(samples: str) -> Future[tuple[Path, Path]]:
+        if samples not in made:
+            made[samples] = pool.submit(_fixed_run, tmp_path_factory.mktemp(f"fixed{samples}"), samples)
+        return made[samples]
+
+    yield get
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _preempt_at(proc: subprocess.Popen, log: Path, jobdir: Path, step: int) -> int:
     poll(f"step {step}", lambda: last_step(log) >= step, timeout=120)
     (jobdir / "ack.json").unlink(missing_ok=True)
@@ -64,14 +91,9 @@ def _preempt_at(proc: subprocess.Popen, log: Path, jobdir: Path, step: int) -> i
     return int(ack["step"])  # type: ignore[index]
 
 
-def test_two_ranks_to_one_and_back_match_the_fixed_two_rank_run(tmp_path) -> None:
+def test_two_ranks_to_one_and_back_match_the_fixed_two_rank_run(tmp_path, fixed) -> None:
     base = tmp_path / "jobs"
-    fixed_log, fixed_out = tmp_path / "fixed.log", tmp_path / "fixed.pt"
-    p = _torchrun(2, fixed_out, job_env(base, 91, TEIRESIAS_ELASTIC="1-2"), fixed_log)
-    assert p.wait(timeout=300) == 0, fixed_log.read_text()[-3000:]
-    fixed = _trajectory(fixed_log)
-    assert sorted(fixed) == list(range(1, STEPS + 1))
-
+    reference = fixed("256")
     jobdir = job_dir(base, 92)
     out = tmp_path / "elastic.pt"
     logs = [tmp_path / f"run{i}.log" for i in range(3)]
@@ -81,6 +103,9 @@ def test_two_ranks_to_one_and_back_match_the_fixed_two_rank_run(tmp_path) -> Non
     last = _torchrun(2, out, job_env(base, 92, restart=2, **pause), logs[2])
     assert last.wait(timeout=300) == 0, logs[2].read_text()[-3000:]
     assert first < second < STEPS
+    fixed_log, fixed_out = reference.result(timeout=300)
+    fixed = _trajectory(fixed_log)
+    assert sorted(fixed) == list(range(1, STEPS + 1))
 
     # The 1-rank run really grouped: two loader batches (two lines) per optimizer step.
     one_rank = [int(line.split()[1]) for line in logs[1].read_text().splitlines() if line.startswith("step ")]
@@ -98,16 +123,12 @@ def test_two_ranks_to_one_and_back_match_the_fixed_two_rank_run(tmp_path) -> Non
     assert fixed[STEPS] < 0.5 * fixed[1]
 
 
-def test_resized_at_an_epochs_end_matches_the_fixed_two_rank_run(tmp_path) -> None:
+def test_resized_at_an_epochs_end_matches_the_fixed_two_rank_run(tmp_path, fixed) -> None:
     """Shrunk right at the end of an epoch (step 8 of 8 per epoch): the checkpoint's data
     position is the exhausted iterator's, and the resumed run must begin the next epoch
     with the same learning-rate schedule and sampler epoch as the fixed-size run."""
     base = tmp_path / "jobs"
-    fixed_log, fixed_out = tmp_path / "fixed.log", tmp_path / "fixed.pt"
-    p = _torchrun(2, fixed_out, job_env(base, 93, TEIRESIAS_ELASTIC="1-2"), fixed_log)
-    assert p.wait(timeout=300) == 0, fixed_log.read_text()[-3000:]
-    fixed = _trajectory(fixed_log)
-
+    reference = fixed("256")
     jobdir = job_dir(base, 94)
     out = tmp_path / "elastic.pt"
     logs = [tmp_path / f"run{i}.log" for i in range(2)]
@@ -118,13 +139,14 @@ def test_resized_at_an_epochs_end_matches_the_fixed_two_rank_run(tmp_path) -> No
     assert first == 8, f"checkpoint at step {first}, not at the epoch's end"
     last = _torchrun(1, out, job_env(base, 94, restart=1, TEIRESIAS_ELASTIC="1-2"), logs[1])
     assert last.wait(timeout=300) == 0, logs[1].read_text()[-3000:]
+    fixed = _trajectory(reference.result(timeout=300)[0])
     elastic = _trajectory(*logs)
     assert sorted(elastic) == list(range(1, STEPS + 1))
     for k in fixed:
         assert elastic[k] == pytest.approx(fixed[k], rel=1e-9, abs=1e-12), f"loss after step {k}"
 
 
-def test_a_data_set_no_multiple_of_the_batch_takes_the_same_steps(tmp_path) -> None:
+def test_a_data_set_no_multiple_of_the_batch_takes_the_same_steps(tmp_path, fixed) -> None:
     """216 samples, a job batch of 32 (issue 23 item 4): each epoch ends with a short
     step of 24 samples (12 per rank at 2 ranks; at 1 rank one batch of 16 and one of 8,
     weighed by their samples). At 1 rank the short group used to be dropped (fewer
@@ -135,12 +157,7 @@ def test_a_data_set_no_multiple_of_the_batch_takes_the_same_steps(tmp_path) -> N
     base = tmp_path / "jobs"
     steps = 3 * 7
     env = {"TEIRESIAS_ELASTIC": "1-2", "TRAIN_SAMPLES": "216"}
-    fixed_log, fixed_out = tmp_path / "fixed.log", tmp_path / "fixed.pt"
-    p = _torchrun(2, fixed_out, job_env(base, 95, **env), fixed_log)
-    assert p.wait(timeout=300) == 0, fixed_log.read_text()[-3000:]
-    fixed = _trajectory(fixed_log)
-    assert sorted(fixed) == list(range(1, steps + 1))
-
+    reference = fixed("216")
     jobdir = job_dir(base, 96)
     out = tmp_path / "elastic.pt"
     logs = [tmp_path / f"run{i}.log" for i in range(3)]
@@ -154,6 +171,8 @@ def test_a_data_set_no_multiple_of_the_batch_takes_the_same_steps(tmp_path) -> N
     last = _torchrun(2, out, job_env(base, 96, restart=2, **env), logs[2])
     assert last.wait(timeout=300) == 0, logs[2].read_text()[-3000:]
     assert first < second
+    fixed = _trajectory(reference.result(timeout=300)[0])
+    assert sorted(fixed) == list(range(1, steps + 1))
     elastic = _trajectory(*logs)
     assert sorted(elastic) == list(range(1, steps + 1))
     for k in fixed:

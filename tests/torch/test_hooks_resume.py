@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import side_by_side
 from tests.torch.jobs import (
     job_env,
     last_step,
@@ -84,12 +85,13 @@ def test_dataloader_workers_resume_bitwise_equal(tmp_path, reference, persistent
     each epoch (a different draw order from the loader's generator)."""
     base, out, log = tmp_path / "jobs", tmp_path / "out.pt", tmp_path / "run.log"
     env = dict(TRAIN_WORKERS="2", TRAIN_PERSISTENT="1" if persistent else "0")
-    if persistent:
-        reference = tmp_path / "ref.pt"
-        r = run("train_plain.py", [str(reference)], plain_env(**env))
-        assert r.returncode == 0, r.stderr
     proc = start("train_plain.py", [str(out)], job_env(base, 6, TRAIN_STEP_SLEEP="0.03", **env), log)
+    if persistent:  # its own uninterrupted run, beside the preempted one
+        reference = tmp_path / "ref.pt"
+        plain = start("train_plain.py", [str(reference)], plain_env(**env), tmp_path / "ref.log")
     preempt(proc, log, base / "6", 15)  # in the second epoch: the iterator was reset once
+    if persistent:
+        assert plain.wait(timeout=120) == 0, (tmp_path / "ref.log").read_text()[-2000:]
     r = run("train_plain.py", [str(out)], job_env(base, 6, 1, **env))
     assert r.returncode == 0, r.stderr
     assert same_weights(reference, out)
@@ -206,9 +208,12 @@ def test_resume_after_early_break_is_bitwise_equal(tmp_path, persistent):
     """Checkpoint at step 10, where the script's next data request makes a new
     epoch's iterator (the previous one was left with ``break``)."""
     ref, out, base = tmp_path / "ref.pt", tmp_path / "out.pt", tmp_path / "jobs"
-    assert run("train_break.py", [str(ref)], plain_env(TRAIN_PERSISTENT=persistent)).returncode == 0
     env = job_env(base, 30, TRAIN_PERSISTENT=persistent, TEIRESIAS_CHECKPOINT_EVERY="10", TEIRESIAS_CHECKPOINT_KEEP="1")
-    r = run("train_break.py", [str(tmp_path / "first.pt")], env)
+    plain, r = side_by_side(  # the uninterrupted run beside the checkpointed one
+        lambda: run("train_break.py", [str(ref)], plain_env(TRAIN_PERSISTENT=persistent)),
+        lambda: run("train_break.py", [str(tmp_path / "first.pt")], env),
+    )
+    assert plain.returncode == 0, plain.stderr
     assert r.returncode == 0, r.stderr
     (ck,) = (base / "30" / "checkpoints").iterdir()
     assert ck.name.endswith("-step10.pt")

@@ -122,10 +122,9 @@ def test_torchrun_ranks_all_park_and_resume_to_the_same_weights(tmp_path) -> Non
                 stderr=subprocess.STDOUT,
             )
 
-    plain = torchrun(84, tmp_path / "plain.pt", tmp_path / "plain.log")
-    assert plain.wait(timeout=300) == 0, (tmp_path / "plain.log").read_text()[-3000:]
     log = tmp_path / "sliced.log"
     proc = torchrun(85, tmp_path / "sliced.pt", log)
+    plain = torchrun(84, tmp_path / "plain.pt", tmp_path / "plain.log")  # beside it
     try:
         poll("step 4", lambda: last_step(log) >= 4, timeout=120)
         tree = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
@@ -133,9 +132,11 @@ def test_torchrun_ranks_all_park_and_resume_to_the_same_weights(tmp_path) -> Non
         poll("every process of the job stopped", lambda: all(_state(p) == "T" for p in tree), timeout=30)
         signal_tree(proc.pid, signal.SIGCONT)
         assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+        assert plain.wait(timeout=300) == 0, (tmp_path / "plain.log").read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        for p in (proc, plain):
+            if p.poll() is None:
+                p.kill()
     [rec] = read_slices(job_dir(tmp_path / "jobs", 85))
     assert rec.parked > 0  # rank 0 stopped itself at a step boundary
     a, b = torch.load(tmp_path / "plain.pt", weights_only=True), torch.load(tmp_path / "sliced.pt", weights_only=True)

@@ -94,25 +94,33 @@ def test_cpu_and_memory_of_the_whole_process_tree(tmp_path):
     )
     try:
         root = psutil.Process(shell.pid)
-        deadline = time.monotonic() + 10
-        while len(root.children(recursive=True)) < 2:
-            assert time.monotonic() < deadline, "children did not start"
-            time.sleep(0.05)
+
+        def started() -> list[psutil.Process]:
+            kids = root.children(recursive=True)
+            python = [p for p in kids if "python" in p.name() or "python" in " ".join(p.cmdline())]
+            return python if len(kids) == 2 else []
+
+        busy = poll("the busy and the idle child", started, timeout=10)[0]
         s = usage.Sampler(tmp_path, 9, 0, "n1", [], root)
+        # What the busy child really got, read independently around the sampler's window:
+        # on a loaded machine it is far from a whole core (39% on 2 cores at load 7).
+        cpu0, wall0 = sum(busy.cpu_times()[:2]), time.monotonic()
         s.sample()  # starts the CPU measurement
         time.sleep(0.5)
         first = s.sample()
+        got = 100 * (sum(busy.cpu_times()[:2]) - cpu0) / (time.monotonic() - wall0)
         assert first.processes == 3
-        assert first.cpu_percent > 40.0  # the busy child (one core = 100)
+        assert got > 5.0, f"the busy child got {got:.1f}% of a core: the machine is too loaded to tell"
+        # The busy child's share (one core = 100), give or take the clock ticks and the windows' edges.
+        assert abs(first.cpu_percent - got) <= max(10.0, 0.25 * got), (first.cpu_percent, got)
         assert first.rss_bytes >= sum(p.memory_info().rss for p in root.children(recursive=True))
         assert first.gpu_util is None and first.gpu_note == "no GPU assigned to the job on this node"
-        busy = [p for p in root.children() if "python" in p.name() or "python" in " ".join(p.cmdline())][0]
         busy.kill()
         busy.wait(5)
         time.sleep(0.3)
         second = s.sample()
         assert second.processes == 2
-        assert second.cpu_percent < 20.0
+        assert second.cpu_percent < min(20.0, first.cpu_percent / 2)  # bash and sleep, both waiting
     finally:
         os.killpg(shell.pid, 9)
         shell.wait(5)

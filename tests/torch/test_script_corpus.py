@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 import signal
 import subprocess
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,8 @@ class Case:
 CASES = [
     Case("lightning_style.py", 6),
     Case("hf_style.py", 6),
+    Case("hf_max_steps.py", 6),
+    Case("step_schedule.py", 12),
     Case("accumulate_no_sync.py", 6),
     Case("ema.py", 6),
     Case("augment_workers.py", 6),
@@ -90,8 +94,9 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.script[:-3] + ("-" + "-".join(c.env) if c.env else ""))
-def test_script_preempted_three_times_is_bitwise_or_refused(tmp_path, case):
+def _chain(case: Case, tmp_path: Path) -> None:
+    """One script's whole life: three preemptions and the run to its end beside its
+    uninterrupted run, or its refusal. Raises AssertionError naming what went wrong."""
     import torch
 
     base, ref, out = tmp_path / "jobs", tmp_path / "ref" / "out.pt", tmp_path / "job" / "out.pt"
@@ -142,3 +147,37 @@ def test_script_preempted_three_times_is_bitwise_or_refused(tmp_path, case):
     finally:
         if reference is not None and reference.poll() is None:
             reference.kill()
+
+
+def _case_id(c: Case) -> str:
+    return c.script[:-3] + ("-" + "-".join(c.env) if c.env else "")
+
+
+# Scripts run side by side, this many at a time: each chain is four processes one after
+# the other, mostly starting Python and importing torch (2 s of CPU each) or sleeping
+# between steps, so one chain alone leaves a 2-core machine half idle.
+AT_ONCE = 3
+
+
+@pytest.fixture(scope="module")
+def chains(request, tmp_path_factory) -> Iterator[dict[str, Future[None]]]:
+    """Every selected case's chain, started at once on AT_ONCE threads (the work is in
+    the subprocesses); each test waits for its own and reports its own failure."""
+    wanted = {
+        _case_id(item.callspec.params["case"])
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_script_preempted_three_times_is_bitwise_or_refused"
+    }
+    pool = ThreadPoolExecutor(max_workers=AT_ONCE)
+    futures = {
+        _case_id(c): pool.submit(_chain, c, tmp_path_factory.mktemp(_case_id(c)))
+        for c in CASES
+        if _case_id(c) in wanted
+    }
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_script_preempted_three_times_is_bitwise_or_refused(chains, case):
+    chains[_case_id(case)].result(timeout=560)

@@ -8,7 +8,9 @@ module level, so a script without torch pays one meta-path lookup per import.
 Modules: runtime (signals, stop agreement, save/act/resume), state (what is
 saved, found without the script's help), positions (DataLoader positions and
 replay), checkpoint (atomic files, secure loading), patches (the torch
-patches), api (explicit API for scripts that want control).
+patches), children (the programs a hooked process starts keep the job's
+signals held until their own first line), api (explicit API for scripts that
+want control).
 """
 
 from __future__ import annotations

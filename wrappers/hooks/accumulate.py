@@ -136,8 +136,9 @@ def _grouped_batches(acc: Accumulator, it: Iterator[Any]) -> Iterator[Any]:
     # run steps after its short last batch, each batch weighed by its samples.
     length, first = _length(it), getattr(it, "_num_yielded", 0)
     sizes = _batch_sizes(it, length)
-    for k, batch in enumerate(it):
-        i = first + k  # the batch's index in the epoch
+    i = first - 1
+    for batch in it:  # no enumerate(it): scriptvars.fix_enumerate counts on every enumerate around it
+        i += 1  # the batch's index in the epoch
         start = i - i % acc.steps
         count = acc.steps if length is None else min(acc.steps, length - start)
         acc.begin(i - start, count)
@@ -211,7 +212,15 @@ class _MicroIter:
 
     def __init__(self, acc: Accumulator, inner: Any, group: bool = False) -> None:
         self._inner = inner
+        self._steps = 1 if group else acc.steps
         self._gen = _grouped_batches(acc, inner) if group else _micro_batches(acc, inner)
+
+    def teiresias_per_batch(self) -> int:
+        """Items the script gets per loader batch (scriptvars.fix_enumerate): s micro-batches
+        of a batch split in s (a full one: a resumed iterator skips only whole batches; one
+        smaller than s is not split), one per batch when batches are grouped."""
+        size = getattr(getattr(self._inner, "_index_sampler", None), "batch_size", None)
+        return self._steps if size is None or size >= self._steps else 1
 
     def __iter__(self) -> _MicroIter:
         return self

@@ -434,6 +434,14 @@ def _check_checkpoint(data: Any) -> None:
             raise _Defect(f"{where}.point.kind is {point['kind']!r}")
         for key in ("ord", "n", "pos"):
             _get(point, key, int, where + ".point")
+        if "script_vars" in local:  # (checkpoints written before the script's own values had none)
+            sv = _get(local, "script_vars", dict, where)
+            frames = _get(sv, "frames", list, where + ".script_vars")
+            for i, entry in enumerate(_get(sv, "entries", list, where + ".script_vars")):
+                if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)):
+                    raise _Defect(f"{where}.script_vars.entries[{i}] is malformed")
+                if not 0 <= entry[0] < len(frames) or not isinstance(entry[1], list) or not entry[1]:
+                    raise _Defect(f"{where}.script_vars.entries[{i}] names no frame or place")
 
 
 def _original(fn: Callable[..., Any]) -> Callable[..., Any]:

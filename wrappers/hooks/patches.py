@@ -134,7 +134,7 @@ def install(rt: Runtime) -> None:
         rec = self.__dict__.get("_teiresias_rec")
         if rec is None:
             return orig_next(self)
-        if not rt.on_next(rec):
+        if not rt.on_next(rec, self):
             raise StopIteration
         t0 = time.perf_counter()
         try:

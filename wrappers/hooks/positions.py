@@ -43,6 +43,7 @@ class IterRecord:
 
     worker_rng: bool = False  # its loader's workers drew random numbers (set at save)
     length: int = -1  # items in the iteration (-1: unknown): pos == length is its end
+    renumber: int = 0  # batches a rebuilt iterator skipped: an enumerate() around it counts on from there
 
     def to_plain(self) -> dict[str, Any]:
         return {

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 
 from wrappers import protocol
+from wrappers.hooks import children, usage
 from wrappers.hooks import state as st
-from wrappers.hooks import usage
 from wrappers.hooks.checkpoint import (
     FORMAT,
     CheckpointDirUnusable,
@@ -55,6 +55,7 @@ from wrappers.hooks.device import DeviceSwitch
 from wrappers.hooks.positions import Consumed, IterRecord, Positions, generators_of
 from wrappers.hooks.ranks import Ranks
 from wrappers.hooks.replay import Replay, ResumeError
+from wrappers.hooks.scriptvars import RestoreError, ScriptVars, fix_enumerate
 from wrappers.hooks.signals import (
     SIGNAL_STOP,
     Stop,
@@ -101,6 +102,7 @@ class Runtime:
         self.enabled = True
         self.tracked = st.Tracked()
         self.positions = Positions()
+        self.script_vars = ScriptVars()  # the script's own Python values training changes (scriptvars.py)
         self.signal_stop = Stop.NONE
         self.pending = Stop.NONE  # agreed at a step boundary, saved at the next data request
         self.waiting = False  # Ack written, waiting to be requeued
@@ -146,6 +148,7 @@ class Runtime:
             return
         for signum in SIGNAL_STOP:
             signal.signal(signum, self._on_signal)
+        children.install()  # the programs we start must not die of these signals before their own hooks
         atexit.register(ignore_job_signals)  # runs late: atexit calls handlers last-in first-out
         # Time-slicing (scontrol suspend): park at the next step boundary. A process
         # that trains nothing (torchrun's agent) or waits to be requeued stops at once.
@@ -270,10 +273,19 @@ class Runtime:
         self.positions.restore_generator_states(local["loader_gens"])
         for opt, n in zip(self.tracked.live_optimizers(), data["optimizer_steps"]):
             opt._teiresias_steps = n  # type: ignore[attr-defined]
+        try:
+            values = self.script_vars.restore(local.get("script_vars"), sys._getframe())
+        except RestoreError as exc:
+            self.refuse(
+                f"cannot resume from {path}: the script's own values (a step counter it keeps) cannot be "
+                f"put back: {exc}"
+            )
         self.step = data["step"]
         self.resumed_from = data["step"]
         if self.rank() == 0:
-            say(f"resumed from {path.name} at step {self.step}")
+            # The line ends "resumed from NAME at step N", as it did before the script's values were carried.
+            put = f"put back {values} of the script's own values ({_names(local)}); " if values else ""
+            say(f"{put}resumed from {path.name} at step {self.step}")
 
     # ------------------------------------------------------------------ hooks
     def on_iter(self, owner: Any, kind: str, make: Callable[[int, Any], Any]) -> tuple[Any, IterRecord | None]:
@@ -283,6 +295,7 @@ class Runtime:
         self.ensure_loaded()
         if not self.enabled:
             return make(0, None), None
+        self.script_vars.sight(sys._getframe())
         ord_, n = self.positions.peek(owner)
         if n == 0 and kind == "loader" and self.env.get(protocol.ENV_ELASTIC):
             from wrappers.hooks.accumulate import elastic_mismatch
@@ -330,16 +343,18 @@ class Runtime:
             it = make(skip, at_start)
         finally:
             self.fetch_skipped = False
-        rec.pos = skip
+        rec.pos = rec.renumber = skip
         return it, rec
 
-    def on_next(self, rec: IterRecord) -> bool:
+    def on_next(self, rec: IterRecord, iterator: Any = None) -> bool:
         """Before ``next(iterator)`` hands out an item; False: end this iteration now.
 
         Before the resume point no data may flow (it would be trained on): an
         iterator asked for an item then ends, e.g. one the original run left
         early with ``break``. An iterator rebuilt at its position is consumed
-        only after the resume point, as in the original run."""
+        only after the resume point, as in the original run; the ``enumerate``
+        around it then numbers on from there (scriptvars.fix_enumerate)."""
+        self.script_vars.sight(sys._getframe())
         if self.pending:
             self._save_and_act({"kind": "next", "ord": rec.ord, "n": rec.n, "pos": rec.pos})
         if self.replaying:
@@ -347,10 +362,18 @@ class Runtime:
                 self.positions.finished(rec)
                 return False
             self.restore()
+        if rec.renumber:
+            skipped, rec.renumber = rec.renumber, 0
+            if iterator is not None and not fix_enumerate(iterator, skipped):
+                self.refuse(
+                    "the enumerate() around a resumed DataLoader cannot be set to count on from "
+                    f"batch {skipped} in this Python; it would number the batches from 0 again"
+                )
         return True
 
     def on_step(self, optimizer: Any) -> None:
         """After every ``optimizer.step()``: count, and decide (with all ranks) whether to stop."""
+        self.script_vars.sight(sys._getframe())
         self.tracked.training_started()
         n = getattr(optimizer, "_teiresias_steps", 0) + 1
         optimizer._teiresias_steps = n
@@ -481,6 +504,7 @@ class Runtime:
             "iterators": [r.to_plain() for r in self.positions.live],
             "loader_gens": self.positions.generator_states(),
             "point": point,
+            "script_vars": self.script_vars.capture(sys._getframe()),
         }
 
     def _save_and_act(self, point: dict[str, Any]) -> None:
@@ -595,6 +619,13 @@ class Runtime:
         }.get(stop, "training goes on (further failures of periodic checkpoints are not reported)")
         reason = f"{exc.strerror} ({exc.filename or self.jobdir})" if isinstance(exc, OSError) and exc.strerror else exc
         say(f"error: checkpoint at step {self.step} not written: {reason}; {kept}; {then}")
+
+
+def _names(local: dict[str, Any]) -> str:
+    """The first few restored values by name (self.state.global_step, completed_steps)."""
+    entries = local["script_vars"]["entries"]
+    names = [".".join(str(name) for _, name in path) for _, path, _ in entries[:4]]
+    return ", ".join(names) + (", ..." if len(entries) > 4 else "")
 
 
 def _persistent(owner: Any, n: int) -> bool:

@@ -2,7 +2,8 @@
 
 Four things, all cheap until the script imports torch:
 0. when ``TEIRESIAS_CHECKPOINT=1``, ignore USR1/USR2 if their action is the
-   default one (to die), as tsbatch starts the job's processes;
+   default one (to die), as tsbatch starts the job's processes, and unblock
+   them (a hooked parent starts its children with them blocked);
 1. run the ``sitecustomize`` this file shadows (the next one on sys.path), so
    site-wide customisation keeps working;
 2. when ``TEIRESIAS_CHECKPOINT=1``, arm the checkpoint/resume hooks
@@ -55,12 +56,17 @@ def _load_wrappers_package() -> None:
 def _ignore_job_signals() -> None:
     """USR1/USR2 ignored from the start, as tsbatch starts the job's processes: a
     process exec'd by one that had the hooks' handlers (torchrun's workers) starts
-    with their default action, which is to die, until its own hooks are installed."""
+    with their default action, which is to die, until its own hooks are installed.
+    Such a process starts with them blocked (wrappers/hooks/children.py), so one
+    that came before this line is pending: ignoring drops it, then they are unblocked."""
     import signal
 
-    for name in ("SIGUSR1", "SIGUSR2"):
-        if signal.getsignal(getattr(signal, name)) == signal.SIG_DFL:
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    sigs = [signal.SIGUSR1, signal.SIGUSR2]
+    for sig in sigs:
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
 
 
 if os.environ.get("TEIRESIAS_CHECKPOINT") == "1":
