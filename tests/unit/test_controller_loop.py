@@ -18,7 +18,8 @@ from tests.unit.round_support import NoBackend, held_job
 DRAINED = [SlurmNode("node1", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",))]
 
 
-def make(tmp_path: Path) -> Controller:
+def make(tmp_path: Path, dry_run: bool = False) -> Controller:
+    """A las controller (one threshold at 10 GPU-s) on its own state and audit, no Slurm."""
     cfg = parse_config(
         {
             "state_db": str(tmp_path / "s.db"),
@@ -26,7 +27,7 @@ def make(tmp_path: Path) -> Controller:
             "policy": {"name": "las", "queues": [10]},
         }
     )
-    return Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log))
+    return Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log), dry_run=dry_run)
 
 
 def test_vanished_job_is_one_line_and_its_record_is_closed(tmp_path, caplog):
@@ -150,14 +151,7 @@ def test_no_gpus_wait_idle_for_a_no_requeue_jobs_preemption(tmp_path):
     starts on the free node at once."""
     from dataclasses import replace
 
-    cfg = parse_config(
-        {
-            "state_db": str(tmp_path / "s.db"),
-            "audit_log": str(tmp_path / "a.jsonl"),
-            "policy": {"name": "las", "queues": [10]},
-        }
-    )
-    ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log), dry_run=True)
+    ctl = make(tmp_path, dry_run=True)
     nodes = [
         SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 4, ("gpu",)),
         SlurmNode("node2", frozenset({"IDLE"}), 4, 0, ("gpu",)),
@@ -174,14 +168,7 @@ def test_a_job_asked_per_node_is_planned_in_its_own_shape(tmp_path):
     8 GPUs as 4 + 4 on two free nodes, which the start cannot use (it keeps the job's shape:
     4 nodes x 2), so they sat promised and idle (and a job was preempted for it). The
     policy now places such a job in its shape or not at all: the 2-GPU job behind it runs."""
-    cfg = parse_config(
-        {
-            "state_db": str(tmp_path / "s.db"),
-            "audit_log": str(tmp_path / "a.jsonl"),
-            "policy": {"name": "las", "queues": [10]},
-        }
-    )
-    ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log), dry_run=True)
+    ctl = make(tmp_path, dry_run=True)
     nodes = [
         SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 4, ("gpu",)),
         SlurmNode("node2", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",)),
