@@ -22,6 +22,7 @@ them with this command line.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import time
 from pathlib import Path
@@ -63,6 +64,8 @@ class TimedPolicy:
             self.quiet_until = inner.quiet_until
         if callable(getattr(inner, "rank_keys", None)):
             self.rank_keys = inner.rank_keys
+        if callable(getattr(inner, "decide_kept", None)):
+            self.decide_kept = self._decide_kept
         self.seconds = 0.0
         self.calls = 0
 
@@ -72,6 +75,18 @@ class TimedPolicy:
         self.seconds += time.perf_counter() - t
         self.calls += 1
         return plan
+
+    def _decide_kept(self, snapshot, kept):
+        t = time.perf_counter()
+        plan = self.inner.decide_kept(snapshot, kept)
+        self.seconds += time.perf_counter() - t
+        self.calls += 1
+        return plan
+
+
+def records_hash(records) -> str:
+    """A short hash of a replay's job records: equal hashes, equal decisions (old vs new trees)."""
+    return hashlib.sha1(repr(sorted(records, key=lambda r: r.job_id)).encode()).hexdigest()[:12]
 
 
 def speed(
@@ -106,7 +121,7 @@ def speed(
     )
     print(
         f"{'jobs':>7} {'policy':>12} {'mode':>6} {'wall s':>8} {'CPU s':>8} {'jobs/s':>8} {'rounds':>8} "
-        f"{'pruned':>8} {'ms/round':>9} {'in policy':>9} {'avg JCT':>9} {'avg queue':>9}"
+        f"{'pruned':>8} {'ms/round':>9} {'in policy':>9} {'avg JCT':>9} {'avg queue':>9} {'records':>12}"
     )
     modes = (
         [("full", {"prune_rounds": False, "skip_quiet_ticks": False}), ("fast", {})] if compare_full else [("fast", {})]
@@ -134,7 +149,8 @@ def speed(
                 print(
                     f"{n:>7} {name:>12} {mode:>6} {wall:>8.2f} {cpu:>8.2f} {n / cpu:>8.0f} {s.rounds:>8} "
                     f"{sim.pruned_rounds + sim.extended_rounds:>8} {1000 * cpu / max(s.rounds, 1):>9.3f} "
-                    f"{100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} {s.avg_queue_delay:>9.0f}",
+                    f"{100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} {s.avg_queue_delay:>9.0f} "
+                    f"{records_hash(res.records):>12}",
                     flush=True,
                 )
             if len(records) == 2 and records[0] != records[1]:
