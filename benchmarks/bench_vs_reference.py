@@ -99,6 +99,9 @@ POLICIES = {
     "srsf": "shortest-gpu",
 }
 MUST_MATCH = ("fifo", "best-effort")
+# What runs without -w / -p: the two speed figures (las on 600 GPUs, gittins overloaded
+# on 192) and the JCT check of the policies the reference implements as we do.
+DEFAULT_RUNS = (("w600", ("las",)), ("w192", ("gittins", "las")), ("check", ("fifo", "best-effort", "srsf")))
 
 # The reference imports lp.py, which imports cplex; scheme ``count`` never calls it.
 _CPLEX_STUB = {
@@ -279,18 +282,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "-w",
         "--workloads",
-        default="w600,w192",
-        help=f"comma-separated, of: {', '.join(f'{k} ({v.jobs} jobs, {v.gpus} GPUs, load {v.load})' for k, v in WORKLOADS.items())}",
+        help="comma-separated, of: "
+        + ", ".join(f"{k} ({v.jobs} jobs, {v.gpus} GPUs, load {v.load})" for k, v in WORKLOADS.items())
+        + "; default: "
+        + "; ".join(f"{w} with {','.join(ps)}" for w, ps in DEFAULT_RUNS),
     )
-    ap.add_argument("-p", "--policies", default="las,gittins", help=f"comma-separated, of: {', '.join(POLICIES)}")
+    ap.add_argument("-p", "--policies", help=f"comma-separated, of: {', '.join(POLICIES)} (default: las,gittins)")
     ap.add_argument("-n", "--repeat", type=int, default=1, help="replays per side, alternating (median reported)")
     ap.add_argument("-j", "--json", type=Path, help="also write the rows as JSON")
     ap.add_argument("-k", "--keep", type=Path, help="keep traces and logs in this folder (default: a temporary one)")
     args = ap.parse_args(argv)
     try:
         sim = reference_dir(args.reference.expanduser())
-        workloads = [WORKLOADS[w] for w in _names(args.workloads, WORKLOADS, "workload")]
-        policies = _names(args.policies, POLICIES, "policy")
+        if args.workloads is None and args.policies is None:
+            runs = [(WORKLOADS[w], list(ps)) for w, ps in DEFAULT_RUNS]
+        else:
+            policies = _names(args.policies or "las,gittins", POLICIES, "policy")
+            runs = [(WORKLOADS[w], policies) for w in _names(args.workloads or "w600,w192", WORKLOADS, "workload")]
         if args.repeat < 1:
             raise BadInput(f"--repeat {args.repeat}: give 1 or more")
         python2 = shlex.split(args.python2)
@@ -316,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     mismatch = False
     try:
-        for w in workloads:
+        for w, policies in runs:
             trace, spec = make_trace(w, work), cluster_spec(w, work)
             for policy in policies:
                 schedule = POLICIES[policy]

@@ -385,11 +385,23 @@ def _place_with_eviction(job: Job, st: Offer, placement: PlacementPolicy) -> Pla
             victims.append(next(source))
         return victims[:m]
 
+    # Idle plus the first ``grown[0]`` victims: galloping only adds victims, so each probe adds
+    # to the last one's map (placements never change the map they are given).
+    grown: list = [0, dict(st.idle)]
+
     def attempt(m: int) -> Placement | None:
-        cand = dict(st.idle)
-        for v in first(m):
-            for a in v.placement.allocations:
-                cand[a.node] += a.gpus
+        if m >= grown[0]:
+            cand = grown[1]
+            first(m)
+            for v in victims[grown[0] : m]:
+                for a in v.placement.allocations:
+                    cand[a.node] += a.gpus
+            grown[0] = m
+        else:
+            cand = dict(st.idle)
+            for v in victims[:m]:
+                for a in v.placement.allocations:
+                    cand[a.node] += a.gpus
         return placement.place(job, cand, st.cluster)
 
     # Below ``lo`` victims the GPU count alone cannot suffice; with all of them

@@ -239,6 +239,8 @@ def _best_single_node(need: int, free: Mapping[str, int], topo: _Topology) -> Pl
     Written with list operations that run in C: placements are tried for
     every waiting job of every round, and most fail on the first ``max``.
     """
+    if not free or max(free.values()) < need:
+        return None  # (free's values in any order: no node holds that many)
     names = topo.names
     vals = _free_in_node_order(free, names)
     top = max(vals) if vals else 0
