@@ -16,7 +16,7 @@ them with this command line.
     .venv/bin/python benchmarks/bench_simulator.py --policies las,fifo,gittins --compare-full \\
         --skip-round --skip-compare --skip-testbed          # old (full rounds) vs new, side by side
     .venv/bin/python benchmarks/bench_simulator.py --sizes 15000 --nodes 75 --policies las,gittins \\
-        --max-duration 604800 --compare-keyed --skip-round --skip-compare --skip-testbed   # keyed rounds off vs on
+        --max-duration 604800 --compare-keyed --skip-round --skip-compare --skip-testbed   # kept rounds off vs on
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def speed(
     """Replay speed; with ``compare_full`` each replay also runs with every round seeing every job
     and every tick run (``prune_rounds`` / ``skip_quiet_ticks`` off: the engine before they
     existed, same policy code), side by side, and the two results must agree. With
-    ``compare_keyed`` the "before" replay has only ``keyed_rounds`` off (contended rounds see
+    ``compare_keyed`` the "before" replay has only ``keyed_rounds`` off (no kept rounds: contended rounds see
     every running job, as before the engine kept rank keys)."""
     cluster = cluster or Cluster.from_tiresias_spec(8, 32, 8)  # n256g8
     params = params or PolicyParams(distribution=ServiceDistribution(samples))
@@ -117,7 +117,7 @@ def speed(
         "(CPU s = this process's CPU time: on a shared machine it is the figure to compare;\n"
         " jobs/s and ms/round are per CPU second; 'in policy' = share of wall time inside decide();\n"
         " pruned = rounds the policy saw only pending jobs (all, or the newcomers); mode full = no pruning,\n"
-        " no tick skipping; mode unkeyed = no keyed rounds (contended rounds see every running job))"
+        " no tick skipping; mode unkeyed = no kept rounds (contended rounds see every running job))"
     )
     print(
         f"{'jobs':>7} {'policy':>12} {'mode':>6} {'wall s':>8} {'CPU s':>8} {'jobs/s':>8} {'rounds':>8} "
@@ -279,7 +279,7 @@ def main() -> None:
     ap.add_argument(
         "--compare-keyed",
         action="store_true",
-        help="also replay with keyed rounds off, side by side (before rank keys were kept)",
+        help="also replay with kept rounds off, side by side (every contended round sees every running job)",
     )
     ap.add_argument("--nodes", type=int, default=256, help="speed: nodes of 8 GPUs [256]")
     ap.add_argument("--last-queue", default="fifo", help="speed: gittins' last queue order [fifo]")

@@ -73,16 +73,18 @@ class KeptRanking:
         self.waiting_jobs: list[Job] = []
         self._waiting_key_of: dict[JobId, tuple[Any, ...]] = {}
         # What the last walk learned, for the next (``walk_kept``): shape -> the key of the
-        # waiting job where it failed with every lower-ranked GPU on offer; the smallest key
-        # of a running job that gave GPUs back or moved down since (None: none did); the
+        # waiting job where it failed with every lower-ranked GPU on offer; running jobs that
+        # gave GPUs back or moved down since, as (key before, key after; None: stopped); the
         # waiting keys of the jobs it started; and what it was walked with.
         self.failed: dict[object, tuple[Any, ...]] = {}
-        self._released: tuple[Any, ...] | None = None
+        self._released: list[tuple[tuple[Any, ...], tuple[Any, ...] | None]] = []
         self._started: dict[JobId, tuple[Any, ...]] = {}
         self._failed_with: tuple[object, dict[str, int]] | None = None
         # Both in node order with every node (maps of the cluster's nodes are summed in C).
         self.free: dict[str, int] = {n.name: n.gpus for n in cluster.nodes}
         self.held: dict[str, int] = {n.name: 0 for n in cluster.nodes}
+        self.free_total = cluster.total_gpus  # sum of ``free``
+        self.overdrawn = 0  # nodes whose kept jobs hold more GPUs than they have
         self.foreign = 0  # kept allocations on nodes the cluster does not have
 
     def __len__(self) -> int:
@@ -107,7 +109,7 @@ class KeptRanking:
             raise ValueError(f"job {job.job_id}: only a running job not kept yet can be added")
         started_at = self._started.pop(job.job_id, None)
         if started_at is not None and key > started_at:
-            self._release(started_at)  # started above some failure, now ranked lower
+            self._gave_back(started_at, key)  # started above some failure, now ranked lower
         i = bisect.bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.jobs.insert(i, job)
@@ -116,8 +118,12 @@ class KeptRanking:
         for a in p.allocations:
             size += a.gpus
             if a.node in free:
-                free[a.node] -= a.gpus
+                f = free[a.node]
+                free[a.node] = f - a.gpus
                 held[a.node] += a.gpus
+                self.free_total -= a.gpus
+                if f >= 0 > f - a.gpus:
+                    self.overdrawn += 1
             else:
                 self.foreign += 1
         self.sizes.insert(i, size)
@@ -130,8 +136,8 @@ class KeptRanking:
         old = self._key_of[job_id]
         if old == key:
             return
-        if key > old:
-            self._release(old)
+        if key > old and self.failed:
+            self._gave_back(old, key)
         keys = self.keys
         i = bisect.bisect_left(keys, old)
         self._key_of[job_id] = key
@@ -151,9 +157,10 @@ class KeptRanking:
         key = self._key_of.pop(job_id, None)
         if key is None:
             if started_at is not None:
-                self._release(started_at)  # started by the last walk, stopped before it was kept
+                self._gave_back(started_at, None)  # started by the last walk, stopped before it was kept
             return False
-        self._release(key)
+        if self.failed:
+            self._gave_back(key, None)
         i = bisect.bisect_left(self.keys, key)
         job = self.jobs[i]
         self.total -= self.sizes[i]
@@ -162,8 +169,12 @@ class KeptRanking:
         assert job.placement is not None  # set while kept (add checked it)
         for a in job.placement.allocations:
             if a.node in free:
-                free[a.node] += a.gpus
+                f = free[a.node]
+                free[a.node] = f + a.gpus
                 held[a.node] -= a.gpus
+                self.free_total += a.gpus
+                if f < 0 <= f + a.gpus:
+                    self.overdrawn -= 1
             else:
                 self.foreign -= 1
         return True
@@ -177,10 +188,13 @@ class KeptRanking:
         del self.waiting_keys[i], self.waiting_jobs[i]
         return True
 
-    def _release(self, key: tuple[Any, ...]) -> None:
-        """A running job ranked at ``key`` holds GPUs there no longer."""
-        if self._released is None or key < self._released:
-            self._released = key
+    def _gave_back(self, old: tuple[Any, ...], new: tuple[Any, ...] | None) -> None:
+        """A running job ranked at ``old`` holds its GPUs there no longer: it is ranked at ``new``
+        now, or stopped (None)."""
+        if len(self._released) >= 256:
+            self.failed, self._released = {}, []  # many changes: forget the failures instead
+        else:
+            self._released.append((old, new))
 
     def failures_for(self, placement: PlacementPolicy, unavailable: Mapping[str, int]) -> dict[object, tuple[Any, ...]]:
         """The last walk's failures that still hold, and a fresh start for the next.
@@ -188,17 +202,21 @@ class KeptRanking:
         A shape failed at key k with every GPU not held above k on offer (idle
         ones and those of lower-ranked running jobs), and a monotone placement
         could not place it there. If since then no running job ranked above k
-        gave GPUs back or moved below k (``_release``; a start above k only
+        gave GPUs back or moved below k (``_released``; a start above k only
         takes more), no more GPUs are on offer at k now, nor further down the
         ranking: every job of that shape ranked at or below k fails again.
         """
         failed = self.failed
         if self._failed_with is None or self._failed_with[0] is not placement or self._failed_with[1] != unavailable:
             failed = {}
-        elif self._released is not None:
+        elif self._released and failed:
             released = self._released
-            failed = {shape: k for shape, k in failed.items() if k < released}
-        self._released = None
+            failed = {
+                shape: k
+                for shape, k in failed.items()
+                if not any(old < k and (new is None or k < new) for old, new in released)
+            }
+        self._released = []
         self._started = {}
         self._failed_with = (placement, dict(unavailable))
         self.failed = failed
@@ -216,13 +234,17 @@ class _KeptState:
     def __init__(self, snapshot: Snapshot, kept: KeptRanking) -> None:
         self.cluster = snapshot.cluster
         idle = dict(kept.free)
-        for name, u in snapshot.unavailable.items():
-            if name in idle:
-                idle[name] -= u
         # Over-committed nodes (the plain walk pins their jobs) or foreign nodes: not handled here.
-        self.exact = kept.foreign == 0 and (not idle or min(idle.values()) >= 0)
+        if snapshot.unavailable:
+            for name, u in snapshot.unavailable.items():
+                if name in idle:
+                    idle[name] -= u
+            self.exact = kept.foreign == 0 and (not idle or min(idle.values()) >= 0)
+            self.idle_total = sum(idle.values())
+        else:
+            self.exact = kept.foreign == 0 and kept.overdrawn == 0
+            self.idle_total = kept.free_total
         self.idle = idle
-        self.idle_total = sum(idle.values())
         self.version = 0
         self._kept = kept
         self._jobs = kept.jobs

@@ -11,16 +11,22 @@ drifting: a new option of las or gittins goes into ``VARIANTS``.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, event, given, settings
+from dataclasses import fields
+
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
+from teiresias.errors import ConfigError
 from teiresias.policy.base import walks_kept
 from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.kept import KeptRanking
 from teiresias.policy.registry import PolicyParams, build_policy
 
 DIST = ServiceDistribution([30, 50, 120, 200, 400, 800, 2000, 5000, 9000])
+# Every on/off knob of the policies (PolicyParams' bool fields, ``continuous`` and any added
+# later), drawn on top of each variant, so a new option is compared without editing this file.
+SWITCHES = [f.name for f in fields(PolicyParams) if f.type in ("bool", bool)]
 VARIANTS = {
     "las": ("las", {}),
     "las-continuous": ("las", {"continuous": True}),
@@ -99,12 +105,18 @@ def _snapshot(rows, switches, nodes, gpn, unavailable_seed):
     shape=st.sampled_from([(1, 1, 8), (1, 3, 4), (2, 2, 4), (2, 3, 8), (1, 5, 2)]),
     unavailable_seed=st.integers(0, 12),
     keep_waiting=st.lists(st.booleans(), min_size=40, max_size=40),
+    switches=st.fixed_dictionaries({name: st.booleans() for name in SWITCHES}),
 )
 def test_walk_over_a_kept_ranking_decides_as_the_plain_walk(
-    rows, variant, placement, queues, promote, shape, unavailable_seed, keep_waiting
+    rows, variant, placement, queues, promote, shape, unavailable_seed, keep_waiting, switches
 ):
     name, knobs = VARIANTS[variant]
-    params = PolicyParams(queues=queues, promote_knob=promote, distribution=DIST, placement=placement, **knobs)
+    try:
+        params = PolicyParams(
+            queues=queues, promote_knob=promote, distribution=DIST, placement=placement, **{**switches, **knobs}
+        )
+    except ConfigError:
+        assume(False)  # knobs that do not go together
     policy = build_policy(name, params)
     assert walks_kept(policy)
     cluster, jobs, unavailable = _snapshot(rows, *shape, unavailable_seed)
@@ -153,7 +165,7 @@ def test_kept_ranking_tracks_free_gpus_and_refuses_a_job_without_gpus():
     kept.add((1, 0.0, JobId(2)), b)
     kept.add((0, 5.0, JobId(1)), a)
     assert [j.job_id for j in kept.jobs] == [1, 2]
-    assert kept.free == {"s0n0": 2, "s0n1": 2}
+    assert kept.free == {"s0n0": 2, "s0n1": 2} and kept.free_total == 4 and kept.overdrawn == 0
     assert kept.sizes == [3, 1] and kept.total == 4
     assert kept.discard(JobId(1)) and not kept.discard(JobId(1))
     w = Job(JobId(4), 2, 0.0)
@@ -161,6 +173,11 @@ def test_kept_ranking_tracks_free_gpus_and_refuses_a_job_without_gpus():
     assert JobId(4) in kept and kept.waiting_jobs == [w]
     assert not kept.discard(JobId(4)) and kept.discard_waiting(JobId(4)) and JobId(4) not in kept
     assert kept.free == {"s0n0": 4, "s0n1": 3} and kept.sizes == [1] and kept.total == 1
+    big = Job(JobId(5), 4, 0.0, state=JobState.RUNNING, placement=Placement.of({"s0n1": 4}))
+    kept.add((2, 0.0, JobId(5)), big)  # 5 GPUs held on a 4-GPU node: over-committed
+    assert kept.free["s0n1"] == -1 and kept.overdrawn == 1 and kept.free_total == 3
+    kept.discard(JobId(5))
+    assert kept.overdrawn == 0 and kept.free_total == 7
     try:
         kept.add((0, 0.0, JobId(3)), Job(JobId(3), 1, 0.0))
     except ValueError as e:
