@@ -151,6 +151,55 @@ class KeptRanking:
         self.jobs.insert(i, job)
         self.sizes.insert(i, size)
 
+    def rekey_many(self, items: Sequence[tuple[JobId, tuple[Any, ...]]]) -> None:
+        """``rekey`` of many kept running jobs at once (an index that moves with attained
+        service asks every round): the stretch of the ranking they occupy is sorted again in
+        one go, and only a job whose new key leaves that stretch is moved by bisection."""
+        if len(items) < 8:
+            for jid, key in items:
+                self.rekey(jid, key)
+            return
+        key_of, keys, jobs, sizes = self._key_of, self.keys, self.jobs, self.sizes
+        moved: dict[JobId, tuple[Any, ...]] = {}
+        lowest = highest = None
+        for jid, key in items:
+            old = key_of[jid]
+            if old == key:
+                continue
+            moved[jid] = key
+            key_of[jid] = key
+            if key > old and self.failed:
+                self._gave_back(old, key)
+            if lowest is None or old < lowest:
+                lowest = old
+            if highest is None or old > highest:
+                highest = old
+        if lowest is None or highest is None:
+            return
+        lo, hi = bisect.bisect_left(keys, lowest), bisect.bisect_right(keys, highest)
+        left = keys[lo - 1] if lo > 0 else None
+        right = keys[hi] if hi < len(keys) else None
+        stay: list[tuple[tuple[Any, ...], Job, int]] = []
+        out: list[tuple[tuple[Any, ...], Job, int]] = []
+        for i in range(lo, hi):
+            j = jobs[i]
+            k = moved.get(j.job_id)
+            if k is None:
+                stay.append((keys[i], j, sizes[i]))
+            elif (left is None or left < k) and (right is None or k < right):
+                stay.append((k, j, sizes[i]))
+            else:
+                out.append((k, j, sizes[i]))
+        stay.sort(key=itemgetter(0))  # keys are unique: jobs are never compared
+        keys[lo:hi] = [t[0] for t in stay]
+        jobs[lo:hi] = [t[1] for t in stay]
+        sizes[lo:hi] = [t[2] for t in stay]
+        for k, j, size in out:
+            i = bisect.bisect_left(keys, k)
+            keys.insert(i, k)
+            jobs.insert(i, j)
+            sizes.insert(i, size)
+
     def discard(self, job_id: JobId) -> bool:
         """Stop keeping a running job (it stopped running); whether it was kept."""
         started_at = self._started.pop(job_id, None)

@@ -534,11 +534,11 @@ class Simulator:
                 stale.append(running[jid])
         if stale:
             by_id = {j.job_id: j for j in stale}
-            for k, until in rank_keys(stale, now):
+            asked = rank_keys(stale, now)
+            kept.rekey_many([(k[-1], k) for k, _ in asked if k[-1] in kept])
+            for k, until in asked:
                 jid = k[-1]
-                if jid in kept:
-                    kept.rekey(jid, k)
-                else:
+                if jid not in kept:
                     kept.add(k, by_id[jid])
                 if until <= limit:
                     self._rvolatile.add(jid)  # no promise: ask again next round

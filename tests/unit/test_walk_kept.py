@@ -213,3 +213,30 @@ def test_quiet_until_is_the_soonest_key_promise(rows, variant, queues, promote):
     for k, until in keys:
         if now < until < float("inf"):
             assert abs(alone[k[-1]] - until) < 1e-6
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(0, 30),
+    moves=st.lists(st.tuples(st.integers(0, 29), st.integers(0, 3), st.floats(0, 100)), max_size=30),
+)
+def test_rekey_many_keeps_the_ranking_sorted_with_jobs_and_sizes_aligned(n, moves):
+    cluster = Cluster.from_tiresias_spec(1, 4, 64)
+    kept = KeptRanking(cluster)
+    jobs = {
+        JobId(i): Job(
+            JobId(i), 1 + i % 3, 0.0, state=JobState.RUNNING, placement=Placement.of({f"s0n{i % 4}": 1 + i % 3})
+        )
+        for i in range(n)
+    }
+    for i, j in jobs.items():
+        kept.add((i % 2, float(i), i), j)
+    batch = {JobId(i): (q, x, JobId(i)) for i, q, x in moves if i < n}
+    kept.rekey_many(list(batch.items()))
+    assert kept.keys == sorted(kept.keys)
+    assert [k[-1] for k in kept.keys] == [j.job_id for j in kept.jobs]
+    assert kept.sizes == [j.num_gpus for j in kept.jobs] and len(kept) == n
+    for jid, key in batch.items():
+        assert key in kept.keys
+        kept.discard(jid)  # found under its new key
+    assert len(kept) == n - len(batch)
