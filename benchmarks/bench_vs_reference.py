@@ -31,9 +31,11 @@ as the reference's (the JCT column says ``same`` or how many differ). srsf's
 differ where preemption happens: the reference walks the ranking giving GPUs
 to each job that fits the free count and preempts any running job that no
 longer fits (so it may preempt a higher-ranked large job and keep a
-lower-ranked small one), where teiresias evicts the fewest lowest-ranked jobs
-(Tiresias Pseudocode 2). las and gittins differ by design (docs/policies.md:
-ticks, the ordering inside a queue, the Gittins index).
+lower-ranked small one), where teiresias evicts running jobs lowest-ranked
+first until the waiting job fits (Tiresias Pseudocode 2): 4 GPUs held by B
+(1 GPU), A (2), C (1) in that rank order, D (2) arrives first-ranked: the
+reference preempts A, teiresias C then A. las and gittins differ by design
+(docs/policies.md: ticks, the ordering inside a queue, the Gittins index).
 
 The reference is not part of teiresias: give a checkout of
 https://github.com/SymbioticLab/Tiresias with ``--reference`` and a Python 2.7
@@ -169,33 +171,9 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> float:
 
 def make_trace(w: Workload, work: Path) -> Path:
     trace = work / f"{w.name}.csv"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "teiresias",
-            "trace",
-            "synth",
-            "-k",
-            "philly",
-            "-n",
-            str(w.jobs),
-            "-S",
-            str(SAMPLES_TRACE),
-            "-G",
-            str(w.gpus),
-            "-l",
-            str(w.load),
-            "--max-duration",
-            str(w.max_duration),
-            "-s",
-            str(w.seed),
-            "-o",
-            str(trace),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    synth = f"-m teiresias trace synth -k philly -n {w.jobs} -G {w.gpus} -l {w.load} -s {w.seed}".split()
+    more = ["-S", str(SAMPLES_TRACE), "--max-duration", str(w.max_duration), "-o", str(trace)]
+    subprocess.run([sys.executable, *synth, *more], check=True, capture_output=True)
     return trace
 
 
@@ -230,29 +208,9 @@ def run_reference(
 def run_ours(trace: Path, spec: Path, policy: str, work: Path) -> tuple[float, Path]:
     """CPU seconds of one ``teiresias simulate`` replay, and its per-job CSV."""
     jobs_csv = work / f"ours-{trace.stem}-{policy}.csv"
-    cmd = [
-        sys.executable,
-        "-m",
-        "teiresias",
-        "simulate",
-        "-t",
-        str(trace),
-        "-c",
-        str(spec),
-        "-p",
-        policy,
-        "-P",
-        "spread",
-        "--slowdown",
-        "none",
-        "-q",
-        str(QUEUE_LIMIT),
-        "-g",
-        str(SAMPLES_GITTINS),
-        "--no-progress",
-        "--jobs-csv",
-        str(jobs_csv),
-    ]
+    settings = f"-p {policy} -P spread --slowdown none -q {QUEUE_LIMIT} --no-progress".split()
+    files = ["-t", str(trace), "-c", str(spec), "-g", str(SAMPLES_GITTINS), "--jobs-csv", str(jobs_csv)]
+    cmd = [sys.executable, "-m", "teiresias", "simulate", *settings, *files]
     cpu = timed(cmd, ROOT, dict(os.environ, PYTHONPATH=str(ROOT)), work / f"{jobs_csv.stem}.log")
     return cpu, jobs_csv
 

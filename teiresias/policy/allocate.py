@@ -333,12 +333,7 @@ class _State:
                 victim = node_holders.pop()
                 if victim.job_id not in self.evicted:
                     self._evict(victim, job_id)
-        avail = self._avail
-        for a in placement.allocations:
-            idle[a.node] -= a.gpus
-            self.idle_total -= a.gpus
-            if avail is not None:
-                avail[a.node] -= a.gpus
+        self.idle_total -= hand_out(placement, idle, self._avail)
 
     def _holders_on(self, node: str) -> list[_Placed]:
         if self._holders is None:
@@ -362,6 +357,18 @@ class _State:
         self._evicted_gpus[victim.job_id] = size
         self.n_evicted_unvisited += 1
         self._evicted_unvisited_gpus += size
+
+
+def hand_out(placement: Placement, idle: dict[str, int], avail: dict[str, int] | None) -> int:
+    """Take a started job's GPUs out of a walk's idle map (and its available map once built);
+    how many it took."""
+    taken = 0
+    for a in placement.allocations:
+        idle[a.node] -= a.gpus
+        taken += a.gpus
+        if avail is not None:
+            avail[a.node] -= a.gpus
+    return taken
 
 
 def _place_with_eviction(job: Job, st: Offer, placement: PlacementPolicy) -> Placement | None:

@@ -41,7 +41,7 @@ from operator import add, itemgetter
 from typing import Any
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Snapshot
-from teiresias.policy.allocate import FailureMemo, Walk, place_pending, walk
+from teiresias.policy.allocate import FailureMemo, Walk, hand_out, place_pending, walk
 from teiresias.policy.base import PlacementPolicy
 
 _PENDING = JobState.PENDING
@@ -377,12 +377,7 @@ class _KeptState:
         for a in placement.allocations:
             while idle[a.node] < a.gpus:
                 self._evict(self._lowest_holder(a.node), job_id)
-        avail = self._avail
-        for a in placement.allocations:
-            idle[a.node] -= a.gpus
-            self.idle_total -= a.gpus
-            if avail is not None:
-                avail[a.node] -= a.gpus
+        self.idle_total -= hand_out(placement, idle, self._avail)
 
     def _lowest_holder(self, node: str) -> int:
         """The position of the lowest-ranked running job on ``node`` not evicted yet.
