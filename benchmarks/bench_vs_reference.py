@@ -88,7 +88,7 @@ class Workload:
 
 
 WORKLOADS = {
-    "w600": Workload("w600", 15_000, 75, 1.5, 604_800, 1),
+    "w600": Workload("w600", 15_000, 75, 2.0, 86_400, 1),
     "w192": Workload("w192", 2_000, 24, 4.5, 86_400, 2),
     "check": Workload("check", 1_500, 8, 2.0, 86_400, 3),
 }
