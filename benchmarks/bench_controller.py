@@ -127,6 +127,15 @@ def scontrol_text(squeue_doc: str) -> str:
     return "\n".join(out) + "\n"
 
 
+class _NoSlurm:
+    """No Slurm: the rounds get its data injected and, as a dry run, act on nothing. The
+    one read a round makes (a running job's batch script, to tell whether it checkpoints
+    itself: minimum run times) answers a plain script, once per job."""
+
+    def batch_script(self, job_id: object) -> str:
+        return "#!/bin/sh\n"
+
+
 def bench(n_jobs: int, rounds: int, policy: str, poll: str = "json") -> dict[str, float]:
     sq, si = documents(n_jobs)
     if poll == "scontrol":
@@ -141,7 +150,7 @@ def bench(n_jobs: int, rounds: int, policy: str, poll: str = "json") -> dict[str
             {"state_db": f"{tmp}/state.db", "policy": {"name": policy, "queues": [3600]}, "partitions": ["gpu"]}
         )
         store = StateStore(cfg.state_db)
-        ctl = Controller(cfg, None, store, AuditLog(None), dry_run=True)  # type: ignore[arg-type]
+        ctl = Controller(cfg, _NoSlurm(), store, AuditLog(None), dry_run=True)  # type: ignore[arg-type]
         times: list[dict[str, float]] = []
         for _ in range(rounds + 1):  # round 0 creates the records (cold); the others are steady state
             t0 = time.perf_counter()

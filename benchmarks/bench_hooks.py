@@ -127,8 +127,9 @@ def child_ckpt(size_mb: int, rounds: int) -> None:
     rt.usable()
     for _ in range(rounds):
         t = time.perf_counter()
-        written = rt.save(Stop.PERIODIC, point)
+        written, _ = rt.save(Stop.PERIODIC, point)
         save_s.append(time.perf_counter() - t)
+        assert written is not None, "the benchmark's checkpoint was not written"
         write_s.append(written.seconds)
         sizes.append(written.bytes)
         fd = os.open(written.path, os.O_RDONLY)

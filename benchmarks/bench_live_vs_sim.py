@@ -39,11 +39,10 @@ from slurm_plugin.backends.cli import CliBackend  # noqa: E402
 from slurm_plugin.config import load_config  # noqa: E402
 from slurm_plugin.controller.accounting import total_executed  # noqa: E402
 from slurm_plugin.controller.audit import read_audit, timelines  # noqa: E402
-from slurm_plugin.controller.demo import DEMO_JOB, DemoJob, demo_cluster, run_overhead, simulate  # noqa: E402
+from slurm_plugin.controller.demo import DemoJob, demo_cluster, run_overhead, simulate, submit_demo_job  # noqa: E402
 from slurm_plugin.controller.runtime import make_controller  # noqa: E402
 from slurm_plugin.controller.state import StateStore  # noqa: E402
 from slurm_plugin.localcluster import ClusterConfig, LocalCluster  # noqa: E402
-from wrappers.protocol import format_comment  # noqa: E402
 
 LUA = Path(__file__).resolve().parent.parent / "etc" / "job_submit.lua"
 
@@ -164,7 +163,8 @@ def run_once(a: argparse.Namespace, cluster: LocalCluster) -> dict[str, Any] | N
         "policy": {"name": a.policy, "queues": a.queues},
         "placement": "consolidate",
         "poll_interval": a.poll,
-        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20},
+        # min_run_seconds 0: the paper's rule, as in the simulator it is compared with.
+        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20, "min_run_seconds": 0},
         "state_db": str(work / "state.db"),
         "audit_log": str(work / "audit.jsonl"),
         "backend": "cli",
@@ -190,19 +190,7 @@ def run_once(a: argparse.Namespace, cluster: LocalCluster) -> dict[str, Any] | N
             el = time.time() - t0
             for j in jobs:
                 if j.index not in ids and el >= j.offset:
-                    ids[j.index] = backend.submit(
-                        DEMO_JOB,
-                        "-p",
-                        "gpu",
-                        f"--gpus={j.gpus}",
-                        "-t",
-                        "30",
-                        f"--job-name=b{j.index:02d}",
-                        f"--chdir={base}",
-                        f"--output={base}/b-%j.out",
-                        f"--comment={format_comment({'dir': str(base)})}",
-                        f"--export=ALL,JOBBASE={base},WORK={int(j.work)}",
-                    )
+                    ids[j.index] = submit_demo_job(backend, j, base, f"b{j.index:02d}")
             if len(ids) == len(jobs):
                 store = StateStore(cfg.state_db, readonly_copy=True)
                 recs = store.jobs(active_only=False)

@@ -11,7 +11,10 @@ the traces, the other is the "history" gittins learns its distribution from,
 so no policy is shown the very jobs it schedules (srsf, the oracle, reads
 their exact sizes; it is the yardstick).
 
-Rows: each policy variant, at each preemption overhead (seconds charged when a
+Rows (the paper's FIFO order inside queues in every row, and gittins' paper
+last queue unless ``+lq``: the figures below predate the defaults of
+docs/policies.md, "Defaults"; benchmarks/bench_shapes.py measures those):
+each policy variant, at each preemption overhead (seconds charged when a
 preempted job resumes: checkpoint restore). ``gittins+lq`` is gittins with
 ``--last-queue gittins``; ``gittins+lq+c`` adds ``--preempt-cost`` equal to
 the overhead; ``+auto`` rows use queue thresholds fitted to the history
@@ -51,30 +54,48 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "srsf": ("srsf", {}),
     "fifo": ("fifo", {}),
     "las": ("las", {}),
-    "gittins": ("gittins", {}),
-    "gittins+lq": ("gittins", {"last_queue": "gittins"}),
+    "gittins": ("gittins", {"queue_order": "fifo", "last_queue": "fifo"}),
+    "gittins+lq": ("gittins", {"queue_order": "fifo", "last_queue": "gittins"}),
     # ... and preemption-cost aware: its cost is the replay's preemption overhead.
-    "gittins+lq+c": ("gittins", {"last_queue": "gittins", "preempt_cost": None}),
+    "gittins+lq+c": ("gittins", {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": None}),
     # Queue thresholds fitted to the history (--queues auto; teiresias/policy/thresholds.py).
     "las+auto": ("las", {"queues": "auto"}),
-    "gittins+auto": ("gittins", {"queues": "auto"}),
-    "gittins+lq+auto": ("gittins", {"last_queue": "gittins", "queues": "auto"}),
-    "gittins+lq+c+auto": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "queues": "auto"}),
+    "gittins+auto": ("gittins", {"queue_order": "fifo", "last_queue": "fifo", "queues": "auto"}),
+    "gittins+lq+auto": ("gittins", {"queue_order": "fifo", "last_queue": "gittins", "queues": "auto"}),
+    "gittins+lq+c+auto": (
+        "gittins",
+        {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": None, "queues": "auto"},
+    ),
     # Levers tried against the load-4.5 gap, each on its own (docs/benchmarks.md, "Quality"):
     # finer index resolution in the last queue (32 / 64 quantile points instead of 16) ...
-    "gittins+lq+c/32": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "last_queue_points": 32}),
-    "gittins+lq+c/64": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "last_queue_points": 64}),
+    "gittins+lq+c/32": (
+        "gittins",
+        {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": None, "last_queue_points": 32},
+    ),
+    "gittins+lq+c/64": (
+        "gittins",
+        {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": None, "last_queue_points": 64},
+    ),
     # ... hysteresis: a preemption priced at ten times what it costs ...
-    "gittins+lq+c10": ("gittins", {"last_queue": "gittins", "preempt_cost": 10.0}),
+    "gittins+lq+c10": ("gittins", {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": 10.0}),
     # ... a finer first queue: half an hour instead of an hour.
-    "gittins+lq+c/q1800": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "queues": (1800.0,)}),
+    "gittins+lq+c/q1800": (
+        "gittins",
+        {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": None, "queues": (1800.0,)},
+    ),
     # ... and the paper's own remedy for starving jobs: promotion back to Q0 once a job has
     # waited PROMOTEKNOB times its executed time (the gap is mid-sized jobs waiting).
-    "gittins+lq+c+p8": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "promote_knob": 8.0}),
+    "gittins+lq+c+p8": (
+        "gittins",
+        {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": None, "promote_knob": 8.0},
+    ),
     "las+p8": ("las", {"promote_knob": 8.0}),
     # Bounds, not policies: the index from the trace's OWN GPU-times (a perfect history),
     # and continuous LAS (attained service re-ranked every round, no overhead model).
-    "bound:own-dist": ("gittins", {"last_queue": "gittins", "preempt_cost": None, "history": "own"}),
+    "bound:own-dist": (
+        "gittins",
+        {"queue_order": "fifo", "last_queue": "gittins", "preempt_cost": None, "history": "own"},
+    ),
     "bound:las-cont": ("las", {"continuous": True}),
 }
 

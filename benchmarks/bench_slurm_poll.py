@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The real Slurm poll: ``squeue --json`` (+ parse) with N jobs in the queue
-of the local cluster, and ``sinfo --json`` beside it. Prints figures; no
+of the local cluster, ``sinfo --json`` beside it, and the other polls of the CLI
+backend (``scontrol``; ``fields``, the controller's default) on the same jobs. Prints figures; no
 thresholds (goal of issue 3: <= 100 ms for 1,000 jobs for a whole round).
 
     .venv/bin/python benchmarks/bench_slurm_poll.py --jobs 1000 --repeat 10
@@ -134,6 +135,12 @@ def main() -> int:
         fast = CliBackend(env=cluster.env, timeout=120, poll="scontrol")
         scontrol_total = timed(fast.jobs, args.repeat)
         same = {j.job_id: j for j in fast.jobs()} == {j.job_id: j for j in backend.jobs()}
+        # The controller's default poll (backends/fields.py); its first poll reads every
+        # job's detail once (scontrol), the later ones only squeue -O and -o %x.
+        by_fields = CliBackend(env=cluster.env, timeout=120, poll="fields")
+        fields_first = timed(by_fields.jobs, 1)
+        fields_total = timed(by_fields.jobs, args.repeat)
+        fields_same = {j.job_id: j for j in by_fields.jobs()} == {j.job_id: j for j in backend.jobs()}
         sinfo_cmd = timed(sinfo, args.repeat)
         sinfo_parse = timed(lambda: parse_sinfo_json(raw["sinfo"]), args.repeat)
         in_output = len(parse_squeue_json(raw["squeue"]))
@@ -148,6 +155,10 @@ def main() -> int:
             "jobs_poll_total": summary(poll_total),
             "scontrol_poll_total": summary(scontrol_total),
             "scontrol_poll_same_jobs": same,
+            "fields_poll_first": summary(fields_first),
+            "fields_poll_total": summary(fields_total),
+            "fields_poll_same_jobs": fields_same,
+            "json_vs_fields_ratio": round(statistics.median(poll_total) / statistics.median(fields_total), 1),
             "json_vs_scontrol_ratio": round(statistics.median(poll_total) / statistics.median(scontrol_total), 1),
             "sinfo_json_cmd": summary(sinfo_cmd),
             "sinfo_parse": summary(sinfo_parse),
@@ -175,6 +186,8 @@ def main() -> int:
         ("squeue_json_loads", "  of which json.loads"),
         ("jobs_poll_total", "CliBackend.jobs() total"),
         ("scontrol_poll_total", "jobs() with poll=scontrol"),
+        ("fields_poll_first", "jobs() poll=fields, first"),
+        ("fields_poll_total", "jobs() poll=fields, later"),
         ("sinfo_json_cmd", "sinfo --json (command)"),
         ("sinfo_parse", "sinfo parse"),
     ):
@@ -183,6 +196,10 @@ def main() -> int:
     print(
         f"  poll=scontrol is {fig['json_vs_scontrol_ratio']}x faster than squeue --json "
         f"(same jobs read: {fig['scontrol_poll_same_jobs']})"
+    )
+    print(
+        f"  poll=fields is {fig['json_vs_fields_ratio']}x faster than squeue --json "
+        f"(same jobs read: {fig['fields_poll_same_jobs']})"
     )
     print(
         f"  parse is {fig['parse_share_of_poll'] * 100:.0f}% of a poll; setup: up {fig['cluster_up_s']} s, "

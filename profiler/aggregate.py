@@ -354,6 +354,7 @@ class ModelFile:
 
     sizes: tuple[int, ...]
     bucket_cap_mb: float | None = None
+    sparse: tuple[str, ...] = ()  # parameters with sparse gradients (embeddings with sparse=True)
 
     @property
     def gradient_bytes(self) -> int:
@@ -369,10 +370,11 @@ def read_model_file(profile_dir: Path) -> ModelFile | None:
             sizes = tuple(int(b) for _, b in data["tensors"])
             cap = data.get("bucket_cap_mb")
             cap = None if cap is None else float(cap)
+            sparse = tuple(str(n) for n in data.get("sparse", []))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if sizes and sum(sizes) > 0:
-            return ModelFile(sizes=sizes, bucket_cap_mb=cap)
+            return ModelFile(sizes=sizes, bucket_cap_mb=cap, sparse=sparse)
     return None
 
 
@@ -413,6 +415,17 @@ def aggregate_dir(
     """Aggregate every rank's record file in ``profile_dir`` into one Profile."""
     d = Path(profile_dir)
     model = read_model_file(d) if d.is_dir() else None
+    if model is not None and model.sparse:
+        # DDP reduces sparse gradients one by one, outside its buckets, in collectives
+        # sized by each batch's rows: no repeating pattern, no fixed bytes per
+        # iteration (it said "too few iterations" and 0.00 MiB per iteration).
+        return Profile.none(
+            f"the model has sparse gradients ({', '.join(model.sparse[:3])}"
+            f"{', ...' if len(model.sparse) > 3 else ''}): DDP reduces them outside its buckets in "
+            "collectives sized by each batch's rows, so the job has no fixed traffic per iteration to "
+            "profile; it is placed without a profile",
+            model_tensors=len(model.sizes),
+        )
     if model is not None and model.bucket_cap_mb is not None:
         bucket_cap_bytes = max(int(model.bucket_cap_mb * 2**20), 1)
     traffic = _aggregate_traffic(d, bucket_cap_bytes, min_iterations, model)

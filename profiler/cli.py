@@ -30,8 +30,8 @@ def _from_dir(d: Path) -> Profile:
 
 
 def store_root(store: str | None, config_path: str | None) -> Path | None:
-    """--store, else $TEIRESIAS_PROFILE_STORE, else the controller config's
-    profile store (``--config``, $TEIRESIAS_CONFIG, etc/teiresias.yaml)."""
+    """--store, else $TEIRESIAS_PROFILE_STORE, else the site config's profile
+    store (``--config``, $TEIRESIAS_CONFIG, /etc/teiresias/teiresias.yaml)."""
     try:
         return profile_store_root(os.environ, store, config_path)
     except TeiresiasError:
@@ -41,7 +41,9 @@ def store_root(store: str | None, config_path: str | None) -> Path | None:
 
 
 def find_profile(job_id: str, jobdir: str | None, store: Path | None, job_base: str) -> tuple[Profile, str]:
-    """(profile, where it came from): --dir, then the store, then <job base>/<id>."""
+    """(profile, where it came from): --dir, then the store, then <job base>/<cluster>/<id>
+    (or <job base>/<id>). A spool's control folder holds the profile of a site's job: the
+    controller aggregates it into the store."""
     if jobdir:
         d = Path(os.path.expanduser(jobdir))
         if not d.is_dir():
@@ -51,9 +53,12 @@ def find_profile(job_id: str, jobdir: str | None, store: Path | None, job_base: 
         stored = ProfileStore(store).for_job(job_id)
         if stored is not None:
             return stored, f"store {store}"
-    d = Path(os.path.expanduser(job_base)) / job_id
-    if profile_dir(d).is_dir():
-        return _from_dir(d), str(d)
+    base = Path(os.path.expanduser(job_base))
+    # <base>/<cluster>/<id> (tsbatch's job directories), or <base>/<id> (older ones)
+    for d in [*sorted(base.glob(f"*/{job_id}")), base / job_id]:
+        if profile_dir(d).is_dir():
+            return _from_dir(d), str(d)
+    d = base / job_id
     raise NoProfile(
         f"no profile for job {job_id}: not in the profile store ({store or 'none configured'}) "
         f"and no {profile_dir(d)}; use --dir JOBDIR or --store DIR"
@@ -138,7 +143,7 @@ def profile() -> None:
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Controller config naming the profile store (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
+    help="The site's config, naming the profile store (default: $TEIRESIAS_CONFIG, else /etc/teiresias/teiresias.yaml).",
 )
 @click.option(
     "-b",

@@ -65,12 +65,19 @@ def write_model_file(
     tensors = [
         [name, int(p.numel()) * int(p.element_size())] for name, p in module.named_parameters() if p.requires_grad
     ]
+    # Embeddings with sparse gradients: DDP reduces them outside its buckets, in
+    # collectives sized by each batch's rows (profiler.aggregate refuses to guess).
+    sparse = [
+        f"{prefix}.weight" if prefix else "weight"
+        for prefix, m in module.named_modules()
+        if getattr(m, "sparse", False) is True and getattr(m, "weight", None) is not None
+    ]
     path = model_file(profile_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"rank": rank, "bucket_cap_mb": bucket_cap_mb, "tensors": tensors}, f)
+            json.dump({"rank": rank, "bucket_cap_mb": bucket_cap_mb, "tensors": tensors, "sparse": sparse}, f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

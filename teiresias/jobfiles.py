@@ -9,26 +9,45 @@ re-exports it under its old name for job-side code written against it.
 
 Where a job's files live
     ``tsbatch`` chooses a *job base directory* (``--checkpoint-dir``, default
-    ``DEFAULT_BASE``) and records it in the Slurm job comment as
-    ``teiresias:dir=<base>`` (plus ``;profile=0|1`` and other ``;key=value``
-    items; ``JobComment`` is the parsed form). At run time the job's own
-    directory is ``<base>/<SLURM_JOB_ID>`` (the id survives requeues), mode
-    0700, owned by the job's user:
+    ``DEFAULT_BASE``) and an *incarnation key* (``new_key()``: random, one per
+    submission, kept across requeues), and records both in the Slurm job
+    comment as ``teiresias:dir=<base>;key=<key>`` (plus ``;profile=0|1`` and
+    other ``;name=value`` items; ``JobComment`` is the parsed form).
+
+    The job's own directory (checkpoints; private) is
+    ``<base>/<ClusterName>/<SLURM_JOB_ID>`` (``job_dir``), mode 0700, owned by
+    the job's user, with the key that owns it in ``<jobdir>/key``: a folder
+    left by an earlier job with the same id (a reset cluster) carries another
+    key and is set aside by the batch shell before anything reads it, and a
+    second cluster sharing the home has its own level (issue 20 B11).
+
+    The *control folder* holds what the job and the controller tell each
+    other (``ENV_CONTROL_DIR`` in the job; docs/admin.md "The control
+    channel"). With a site spool (``spool_dir`` in teiresias.yaml) it is
+    ``<spool>/<ClusterName>/<SLURM_JOB_ID>.<key>`` (``spool_folder``): made by
+    the job, mode 2770, its group the controller's (inherited from the setgid
+    cluster folder), so the controller reads it without root and without
+    seeing the user's home; what the controller writes for the job goes to
+    ``<that>.in`` (``ENV_CONTROL_IN``), owned by the controller. Without a
+    spool both are the job directory itself (a controller that runs as root
+    or as the jobs' user). Files in a control folder are written mode 0644:
+    the folder decides who reaches them (``SHARED_FILE_MODE``).
 
     ``<jobdir>/checkpoints/``   checkpoints (last K kept), written by rank 0
-    ``<jobdir>/ack.json``       preemption acknowledgement (below)
-    ``<jobdir>/checkpoints.jsonl``  one line per checkpoint written: step, bytes, seconds
-    ``<jobdir>/runs.jsonl``     each run's measured iteration time (``RunRecord``), rank 0
-    ``<jobdir>/profile/``       communication profiler records (``profile_dir``; profiler/)
-    ``<jobdir>/usage.<node>.json``  the latest resource sample of the job on that node (``UsageSample``)
-    ``<jobdir>/accumulate.json``  sub-batch + gradient accumulation for GPU sharing (``Accumulate``)
-    ``<jobdir>/slices.jsonl``   one line per time slice the job was suspended for (``SliceRecord``), rank 0
+    ``<control>/ack.json``       preemption acknowledgement (below)
+    ``<control>/checkpoints.jsonl``  one line per checkpoint written: step, bytes, seconds
+    ``<control>/runs.jsonl``     each run's measured iteration time (``RunRecord``), rank 0
+    ``<control>/profile/``       communication profiler records (``profile_dir``; profiler/)
+    ``<control>/usage.<node>.json``  the latest resource sample of the job on that node (``UsageSample``)
+    ``<control in>/accumulate.json``  sub-batch + gradient accumulation for GPU sharing (``Accumulate``)
+    ``<control>/slices.jsonl``   one line per time slice the job was suspended for (``SliceRecord``), rank 0
 
 Preemption (two-phase; Tiresias §4 preempts by checkpoint and restart)
     1. The controller sends ``PREEMPT_SIGNAL`` to the whole job
        (``scancel --signal=USR1 --full``) and notes the time.
     2. The job finishes its current optimizer step, saves, writes ``ack.json``
-       (an ``Ack`` with ``restart_count`` = its ``SLURM_RESTART_COUNT``) and
+       (an ``Ack`` with ``restart_count`` = its ``SLURM_RESTART_COUNT`` and its
+       incarnation ``key``) and
        then *waits* to be requeued: it must not exit, since a job that ends is
        COMPLETED and can no longer be requeued.
     3. The controller requeues when an Ack for the current run appears, or when
@@ -36,8 +55,8 @@ Preemption (two-phase; Tiresias §4 preempts by checkpoint and restart)
 
     A signal that comes before the job's hooks are ready (torch not imported
     yet, e.g. right after a requeue) is not lost: the batch shell traps USR1
-    from its first line, records ``preempt-requested.<restart>`` in the job
-    directory and, unless a process of this run has marked
+    from its first line, records ``preempt-requested.<restart>`` in the control
+    folder and, unless a process of this run has marked
     ``started.<restart>.<pid>`` (it is about to use its training state), writes
     the Ack itself with ``saved=False``: nothing new to save, the next run
     resumes from the newest checkpoint (``path`` empty, ``step`` that
@@ -69,8 +88,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable
+import re
+import stat
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -96,15 +116,63 @@ ENV_USAGE_EVERY = "TEIRESIAS_USAGE_EVERY"  # seconds between usage samples (defa
 # Where tsbatch and `teiresias profile` find the controller's profile store
 # (teiresias/config.py profile_store_root): named here so that reading them
 # does not import the controller's configuration at tsbatch's start.
-ENV_CONFIG = "TEIRESIAS_CONFIG"  # the controller config file
+ENV_CONFIG = "TEIRESIAS_CONFIG"  # the site's config file, for every command
+DEFAULT_CONFIG = "/etc/teiresias/teiresias.yaml"  # ... when $TEIRESIAS_CONFIG is unset (docs/admin.md)
 ENV_PROFILE_STORE = "TEIRESIAS_PROFILE_STORE"  # overrides the config's profile store
 ENV_ELASTIC = "TEIRESIAS_ELASTIC"  # "MIN-MAX" (tsbatch --elastic): GPU counts the job may run at
+# Set by the batch shell at run time (wrappers/batchscript.py): the incarnation key,
+# the job directory and the two control folders (module docstring).
+ENV_JOB_KEY = "TEIRESIAS_JOB_KEY"
+ENV_JOB_DIR = "TEIRESIAS_JOB_DIR"
+ENV_CONTROL_DIR = "TEIRESIAS_CONTROL_DIR"  # job -> controller
+ENV_CONTROL_IN = "TEIRESIAS_CONTROL_IN"  # controller -> job
 
 CHECKPOINT_RECORDS = "checkpoints.jsonl"
 RUN_RECORDS = "runs.jsonl"
 PREEMPT_REQUEST = "preempt-requested.{restart}"  # written by the batch shell (wrappers/batchscript.py)
 RUN_STARTED = "started.{restart}.{pid}"  # written by the hooks before a process touches its state
-PROFILE_SUBDIR = "profile"  # <jobdir>/profile/: the profiler's record files
+PROFILE_SUBDIR = "profile"  # <control>/profile/: the profiler's record files
+KEY_FILE = "key"  # <jobdir>/key: the incarnation that owns the job directory
+CONTROL_IN_SUFFIX = ".in"  # <spool>/<cluster>/<id>.<key>.in: the controller's folder for the job
+# Files the job and the controller exchange: readable by whoever reaches the folder
+# (the spool folder is 2770 + the controller's group; a job directory is 0700).
+SHARED_FILE_MODE = 0o644
+_KEY = re.compile(r"[0-9a-f]{8,64}")
+
+
+def config_path(env: Mapping[str, str]) -> Path:
+    """The site's one configuration file: ``$TEIRESIAS_CONFIG``, else ``DEFAULT_CONFIG``."""
+    return Path(env.get(ENV_CONFIG) or DEFAULT_CONFIG)
+
+
+def site_spool(env: Mapping[str, str]) -> str:
+    """``spool_dir`` of the site's config (``config_path``) for tsbatch, "" when it names
+    none or the file cannot be read (the job's own directory is then its control
+    folder). Read without validating the rest: a submission must not pay for, or
+    fail on, the controller's knobs. A relative path is the file's folder's."""
+    import yaml
+
+    path = config_path(env)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ""
+    value = data.get("spool_dir") if isinstance(data, dict) else None
+    if not isinstance(value, str) or not value:
+        return ""
+    return str(path.resolve().parent / os.path.expanduser(value))
+
+
+def new_key() -> str:
+    """A fresh incarnation key (tsbatch, one per submission)."""
+    import secrets  # here: every command imports this module, few make keys (hmac, hashlib: ~5 ms)
+
+    return secrets.token_hex(8)
+
+
+def valid_key(key: str) -> bool:
+    """Lower-case hex, 8-64 digits: a key from a comment is part of a path, so nothing else passes."""
+    return bool(_KEY.fullmatch(key))
 
 
 @dataclass(frozen=True)
@@ -118,9 +186,14 @@ class Ack:
     bytes: int
     seconds: float
     time: float
-    # False: written by the batch shell for a run that had not started training;
-    # nothing was saved, the next run resumes from the newest checkpoint.
+    # False: nothing was saved, the next run resumes from the newest checkpoint
+    # (``step`` its step, or 0; ``path`` empty). Written by the batch shell for a run
+    # that had not started training, or by the hooks when the checkpoint could not
+    # be written (a full disk, a file-size limit, a read-only folder).
     saved: bool = True
+    # The job's incarnation key ("" from writers that predate it): an Ack of an
+    # earlier job with the same id is never taken for this one's.
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -166,7 +239,8 @@ class JobComment:
     tsbatch: no job files to read); ``profile`` whether its first run is
     profiled; ``app`` the Themis app (``tsbatch --app``, Themis §3.1);
     ``iterations`` the total optimizer steps it declared (0: not declared);
-    ``items`` every item, also those this class does not name.
+    ``key`` its incarnation key ("" when absent or not a valid key: such a job
+    has no spool folder); ``items`` every item, also those this class does not name.
     """
 
     dir: str = ""
@@ -174,10 +248,14 @@ class JobComment:
     app: str = ""
     iterations: int = 0
     items: tuple[tuple[str, str], ...] = ()
+    key: str = ""
 
-    def job_dir(self, job_id: int | str) -> Path | None:
-        """``<dir>/<job_id>``, or None for a job without job files."""
-        return job_dir(self.dir, job_id) if self.dir else None
+    def job_dir(self, job_id: int | str, cluster: str = "") -> Path | None:
+        """The job directory (``job_dir``), or None for a job without job files. A job
+        without a key (written by hand, or by a tsbatch before keys) keeps ``<dir>/<job_id>``."""
+        if not self.dir:
+            return None
+        return job_dir(self.dir, job_id, cluster if self.key else "")
 
 
 @lru_cache(maxsize=4096)
@@ -186,17 +264,51 @@ def job_comment(comment: str) -> JobComment:
     job's comment every round; the result is frozen, so sharing it is safe)."""
     items = parse_comment(comment)
     iters = items.get("iters", "")
+    key = items.get("key", "")
     return JobComment(
         dir=items.get("dir", ""),
         profile=items.get("profile") == "1",
         app=items.get("app", ""),
         iterations=int(iters) if iters.isdigit() else 0,
         items=tuple(items.items()),
+        key=key if valid_key(key) else "",
     )
 
 
-def job_dir(base: str | os.PathLike[str], job_id: int | str) -> Path:
-    return Path(os.path.expanduser(str(base))) / str(job_id)
+def job_dir(base: str | os.PathLike[str], job_id: int | str, cluster: str = "") -> Path:
+    """``<base>/<cluster>/<job_id>``; ``<base>/<job_id>`` without a cluster (outside Slurm, old jobs)."""
+    root = Path(os.path.expanduser(str(base)))
+    return (root / cluster if cluster else root) / str(job_id)
+
+
+def spool_folder(spool: str | os.PathLike[str], cluster: str, job_id: int | str, key: str) -> Path:
+    """A job's control folder in the site spool: ``<spool>/<cluster>/<job_id>.<key>``."""
+    return Path(spool) / cluster / f"{job_id}.{key}"
+
+
+def spool_in_folder(spool: str | os.PathLike[str], cluster: str, job_id: int | str, key: str) -> Path:
+    """What the controller writes for the job: ``<spool>/<cluster>/<job_id>.<key>.in``."""
+    return Path(spool) / cluster / f"{job_id}.{key}{CONTROL_IN_SUFFIX}"
+
+
+def controller_folder(path: Path) -> bool:
+    """A ``.in`` folder is trusted when the owner of the cluster folder above it
+    (the controller's user, who made the spool) owns it too."""
+    try:
+        owner = os.lstat(path.parent).st_uid
+    except OSError:
+        return False
+    return owned_folder(path, owner)
+
+
+def owned_folder(path: Path, uid: int) -> bool:
+    """``path`` is a real folder (not a link) owned by ``uid``: the test both sides
+    make before trusting a spool folder (anyone may create a name in the spool)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid
 
 
 def profile_dir(jobdir: str | os.PathLike[str]) -> Path:
@@ -210,9 +322,13 @@ def ack_path(jobdir: Path) -> Path:
 
 def replace_json(path: Path, payload: object, fsync: bool) -> None:
     """Temporary file in the same (existing) folder, then rename: readers never
-    see half a file. ``fsync`` first when the file must survive a crash."""
+    see half a file. ``fsync`` first when the file must survive a crash. Mode
+    ``SHARED_FILE_MODE`` whatever the umask: the reader may be the other side."""
+    import tempfile  # here: every command imports this module, few write files (shutil, random)
+
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, SHARED_FILE_MODE)
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f)
             if fsync:
@@ -267,8 +383,11 @@ def records_path(jobdir: Path) -> Path:
 
 
 def _append_line(path: Path, record: Any, fsync: bool) -> None:
-    """One JSON line per record, appended; ``fsync`` when a lost line would cost more than a delay."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    """One JSON line per record, appended; ``fsync`` when a lost line would cost more than a delay.
+    Mode ``SHARED_FILE_MODE`` (the controller reads them), whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, SHARED_FILE_MODE)
+    if os.fstat(fd).st_mode & 0o777 != SHARED_FILE_MODE:
+        os.fchmod(fd, SHARED_FILE_MODE)
     with os.fdopen(fd, "a") as f:
         f.write(json.dumps(asdict(record)) + "\n")
         if fsync:
@@ -319,6 +438,9 @@ class RunRecord:
     median_step_s: float
     nodes: int
     time: float
+    # Mean percent of those steps' wall time spent outside the DataLoader (computing rather
+    # than waiting for input; wrappers/hooks/steptime.py). None: not measured (older hooks).
+    busy: float | None = None
 
 
 def runs_path(jobdir: Path) -> Path:
@@ -468,6 +590,70 @@ def append_slice(jobdir: Path, record: SliceRecord) -> None:
 def read_slices(jobdir: Path) -> list[SliceRecord]:
     """Every suspension recorded by the job, oldest first; torn lines are skipped."""
     return _read_lines(jobdir / SLICE_RECORDS, SliceRecord)
+
+
+# Server-wide time-slicing (Gandiva §4.1 Figure 9, docs/gandiva.md): a 1-GPU job bound
+# to several GPUs of its node (a shard of each) runs on the one the controller names in
+# ``gpu.json``; the hooks read it when the run starts, at every resume and at mini-batch
+# boundaries, and append one DeviceRecord per GPU they switch to.
+DEVICE = "gpu.json"
+DEVICE_RECORDS = "devices.jsonl"
+
+
+@dataclass(frozen=True)
+class Device:
+    """``gpu``: the GPU to run on, by Slurm's index on the node (as in SLURM_JOB_GPUS);
+    ``since``: when the controller chose it (wall clock)."""
+
+    gpu: int
+    since: float
+
+
+class DeviceInvalid(ValueError):
+    """gpu.json exists but is not a valid ``Device``."""
+
+
+def write_device(jobdir: Path, device: Device) -> None:
+    """Whole file or nothing (rename)."""
+    replace_json(jobdir / DEVICE, asdict(device), fsync=False)
+
+
+def read_device(jobdir: Path) -> Device | None:
+    """The GPU the controller chose; None without the file; DeviceInvalid naming the problem."""
+    path = jobdir / DEVICE
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:
+        raise DeviceInvalid(f"{path}: unreadable ({exc})") from None
+    gpu, since = raw.get("gpu") if isinstance(raw, dict) else None, raw.get("since") if isinstance(raw, dict) else None
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0 or not isinstance(since, int | float):
+        raise DeviceInvalid(f'{path}: expected {{"gpu": N, "since": T}}')
+    return Device(gpu, float(since))
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """The job ran on GPU ``gpu`` (Slurm's index) from ``time`` on, after optimizer step
+    ``step`` of run ``restart_count``; ``local``: that GPU's CUDA index inside the job
+    (its place in CUDA_VISIBLE_DEVICES), -1 where there is no CUDA device (CPU runs)."""
+
+    job_id: int
+    restart_count: int
+    step: int
+    gpu: int
+    local: int
+    time: float
+
+
+def append_device(jobdir: Path, record: DeviceRecord) -> None:
+    _append_line(jobdir / DEVICE_RECORDS, record, fsync=False)
+
+
+def read_devices(jobdir: Path) -> list[DeviceRecord]:
+    """Every GPU switch the job recorded, oldest first; torn lines are skipped."""
+    return _read_lines(jobdir / DEVICE_RECORDS, DeviceRecord)
 
 
 @dataclass(frozen=True)

@@ -5,33 +5,19 @@ tests/slurm/test_readme_commands.py)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+from tests.doc_blocks import README, ROOT, fenced_blocks
+
+__all__ = ["README", "ROOT", "SETUP", "bash_blocks", "subcommand", "table_commands"]
 # The set-up block, kept exactly: its commands install everything and run the
 # demo and the whole suite, which have their own tests (test_demo.py, CI).
 SETUP = ("scripts/demo", "scripts/test")
 
 
-def bash_blocks(text: str | None = None) -> list[list[str]]:
-    """Each fenced bash block as its commands: comments and blank lines
-    dropped, backslash-continued lines joined."""
-    text = README.read_text(encoding="utf-8") if text is None else text
-    blocks = []
-    for body in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
-        cmds: list[str] = []
-        pending = ""
-        for line in body.splitlines():
-            if not pending and (not line.strip() or line.lstrip().startswith("#")):
-                continue
-            if line.endswith("\\"):
-                pending += line[:-1]
-                continue
-            cmds.append((pending + line).strip())
-            pending = ""
-        blocks.append(cmds)
-    return blocks
+def bash_blocks() -> list[list[str]]:
+    """Each fenced bash block as its commands (tests/doc_blocks.py reads them):
+    comments and blank lines dropped, backslash-continued lines joined."""
+    return [b.commands() for b in fenced_blocks(README) if b.lang == "bash"]
 
 
 def table_commands(text: str | None = None) -> list[str]:

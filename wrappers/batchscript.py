@@ -18,7 +18,7 @@ shell itself only has to stay alive:
   model) gets the communication profiler on its *first run only*
   (``SLURM_RESTART_COUNT`` unset or 0; Tiresias §3.3.1 profiles a job once):
   the interposer appended to ``LD_PRELOAD``, ``TEIRESIAS_PROFILE_DIR`` =
-  ``<base>/<SLURM_JOB_ID>/profile`` (wrappers/protocol.py; the job id is only
+  ``<control folder>/profile`` (teiresias/jobfiles.py; the job id is only
   known at run time) and the window settings. A library missing on the node
   costs one warning line, never the job.
 - On SIGTERM (cancel, requeue, time limit) the shell keeps waiting, until the
@@ -56,6 +56,8 @@ class JobSetup:
     profile_lib: str | None = None  # the interposer (profiler.library_path()); needed when profile
     window: ProfileWindow = field(default_factory=ProfileWindow)
     elastic: str = ""  # "MIN-MAX" (tsbatch --elastic): exported for the hooks' accumulation
+    key: str = ""  # the incarnation key (jobfiles.new_key(); "" only in tests of the old layout)
+    spool: str = ""  # the site's spool_dir (teiresias.yaml); "": the job directory is the control folder
 
 
 def header_lines(script: str) -> list[str]:
@@ -83,7 +85,7 @@ def profiling_lines(setup: JobSetup) -> list[str]:
     if not setup.profile_lib:
         raise ValueError("a profiled JobSetup needs profile_lib (profiler.library_path())")
     lib = shlex.quote(setup.profile_lib)
-    pdir = shlex.quote(setup.base) + '"/${SLURM_JOB_ID:-0}/' + PROFILE_SUBDIR + '"'
+    pdir = f'"$TEIRESIAS_CONTROL_DIR/{PROFILE_SUBDIR}"'
     w = setup.window
     return [
         "# the first run only: the communication profiler (docs/profiler.md)",
@@ -108,12 +110,67 @@ def profiling_lines(setup: JobSetup) -> list[str]:
     ]
 
 
+def dir_lines(setup: JobSetup) -> list[str]:
+    """``__ts_dirs``: this incarnation's folders, named once (teiresias/jobfiles.py,
+    "Where a job's files live"), by the first of the USR1 trap and the script's
+    own call. The job directory is ``<base>/<cluster>/<id>`` with the key that
+    owns it in ``key``: a folder of an earlier job with the same id is set aside
+    whole, so none of its checkpoints or markers is ever read (issue 20 B11).
+    With a spool the control folder is made there (umask 007: group rwx, the
+    setgid cluster folder gives it the controller's group) and must be ours;
+    else the job directory serves."""
+    base, key = shlex.quote(setup.base), shlex.quote(setup.key)
+    lines = [
+        "__ts_dirs_done=0",
+        "__ts_dirs() {  # this incarnation's folders (teiresias/jobfiles.py); once",
+        '  [ "$__ts_dirs_done" = 1 ] && return 0',
+        "  __ts_dirs_done=1",
+        '  local c="${SLURM_CLUSTER_NAME:-}" id="${SLURM_JOB_ID:-0}" d',
+    ]
+    if not setup.key:  # the layout before keys: <base>/<id>, no incarnation check
+        return lines + [
+            f'  export TEIRESIAS_JOB_DIR={base}"/$id"',
+            '  export TEIRESIAS_CONTROL_DIR="$TEIRESIAS_JOB_DIR" TEIRESIAS_CONTROL_IN="$TEIRESIAS_JOB_DIR"',
+            "}",
+        ]
+    lines += [
+        f"  export TEIRESIAS_JOB_KEY={key}",
+        f'  export TEIRESIAS_JOB_DIR={base}"${{c:+/$c}}/$id"',
+        '  d="$TEIRESIAS_JOB_DIR"',
+        '  if [ -e "$d" ] && [ "$(cat "$d/key" 2>/dev/null)" != "$TEIRESIAS_JOB_KEY" ]; then',
+        "    # an earlier job with this id (a reset cluster): its checkpoints and markers are not ours",
+        '    mv "$d" "$d.stale.$(date +%s).$$" 2>/dev/null &&',
+        '      echo "teiresias: $d held an earlier job with this id; set aside as $d.stale.*" >&2',
+        "  fi",
+        '  (umask 077 && mkdir -p "$d" && { [ -f "$d/key" ] || printf \'%s\\n\' "$TEIRESIAS_JOB_KEY" > "$d/key"; }) 2>/dev/null',
+    ]
+    if not setup.spool:
+        return lines + [
+            '  export TEIRESIAS_CONTROL_DIR="$d" TEIRESIAS_CONTROL_IN="$d"',
+            "}",
+        ]
+    spool = shlex.quote(setup.spool)
+    sub = f'"$TEIRESIAS_CONTROL_DIR/{PROFILE_SUBDIR}"' if setup.profile else ""
+    return lines + [
+        f'  export TEIRESIAS_CONTROL_DIR={spool}"/$c/$id.$TEIRESIAS_JOB_KEY"',
+        '  export TEIRESIAS_CONTROL_IN="$TEIRESIAS_CONTROL_DIR.in"',
+        f'  [ -n "$c" ] && (umask 007 && mkdir "$TEIRESIAS_CONTROL_DIR" {sub}) 2>/dev/null',
+        '  if [ -z "$c" ] || [ -L "$TEIRESIAS_CONTROL_DIR" ] || [ ! -d "$TEIRESIAS_CONTROL_DIR" ] || [ ! -O "$TEIRESIAS_CONTROL_DIR" ]; then',
+        '    echo "teiresias: warning: control folder $TEIRESIAS_CONTROL_DIR unusable (missing spool on $(hostname),'
+        " or not made by this job); the controller will not see this job's checkpoint answers\" >&2",
+        '    export TEIRESIAS_CONTROL_DIR="$d" TEIRESIAS_CONTROL_IN="$d"',
+        "  fi",
+        "}",
+    ]
+
+
 def signal_lines(setup: JobSetup) -> list[str]:
     """The USR1/USR2 traps, first thing in the script: a signal that comes
     before the child (or its hooks) is ready must neither kill this shell nor
     be lost. With the hooks armed, USR1 is recorded for them and, when no
     process of this run has started training yet, acknowledged at once with
-    "nothing new to save" (wrappers/protocol.py, module docstring)."""
+    "nothing new to save" (teiresias/jobfiles.py, module docstring), in the
+    control folder (``dir_lines``)."""
     lines = [
         "__ts_forward() {  # signal every descendant of this shell (not the shell: its trap would loop)",
         "  local kids",
@@ -122,23 +179,25 @@ def signal_lines(setup: JobSetup) -> list[str]:
         '  [ -n "$kids" ] && kill -s "$1" $kids 2>/dev/null',
         "  return 0",
         "}",
+        *dir_lines(setup),
     ]
     if setup.hook_site is None:
         return lines + ["trap '__ts_forward USR1' USR1", "trap '__ts_forward USR2' USR2"]
     return lines + [
         "__ts_preempt() {  # record the request, pass it on, ack it if no process of this run has started",
-        f'  local dir={shlex.quote(setup.base)}"/${{SLURM_JOB_ID:-0}}" rc="${{SLURM_RESTART_COUNT:-0}}" f step=0 started=0 ok=0',
-        '  mkdir -p -m 700 "$dir" 2>/dev/null && : 2>/dev/null > "$dir/preempt-requested.$rc" && ok=1',
+        "  __ts_dirs",
+        '  local dir="$TEIRESIAS_CONTROL_DIR" rc="${SLURM_RESTART_COUNT:-0}" f step=0 started=0 ok=0',
+        '  : 2>/dev/null > "$dir/preempt-requested.$rc" && ok=1',
         "  __ts_forward USR1",
         '  [ "$ok" = 1 ] || return 0',
         '  for f in "$dir/started.$rc".*; do [ -e "$f" ] && started=1; done',
         '  [ "$started" = 0 ] || return 0',
-        '  for f in "$dir"/checkpoints/ckpt-*-step*.pt; do [ -e "$f" ] && step=${f##*-step} && step=${step%.pt}; done',
+        '  for f in "$TEIRESIAS_JOB_DIR"/checkpoints/ckpt-*-step*.pt; do [ -e "$f" ] && step=${f##*-step} && step=${step%.pt}; done',
         "  case $step in ''|*[!0-9]*) step=0 ;; esac",
         '  printf \'{"job_id": %s, "restart_count": %s, "step": %s, "path": "", "bytes": 0, '
-        '"seconds": 0.0, "time": %s, "saved": false}\\n\' \\',
-        '    "${SLURM_JOB_ID:-0}" "$rc" "$step" "$(date +%s.%N)" > "$dir/.ack.json.$$.tmp" 2>/dev/null &&',
-        '    mv -f "$dir/.ack.json.$$.tmp" "$dir/ack.json"',
+        '"seconds": 0.0, "time": %s, "saved": false, "key": "%s"}\\n\' \\',
+        '    "${SLURM_JOB_ID:-0}" "$rc" "$step" "$(date +%s.%N)" "${TEIRESIAS_JOB_KEY:-}" > "$dir/.ack.json.$$.tmp" 2>/dev/null &&',
+        '    chmod 644 "$dir/.ack.json.$$.tmp" && mv -f "$dir/.ack.json.$$.tmp" "$dir/ack.json"',
         "  return 0",
         "}",
         "trap '__ts_preempt' USR1",
@@ -159,6 +218,7 @@ def render(script: str, setup: JobSetup) -> str:
         "# --- generated by tsbatch (teiresias): the submitted script, unchanged, runs",
         "# --- below as a child; this shell survives and forwards the teiresias signals.",
         *signal_lines(setup),
+        "__ts_dirs",
         f"export TEIRESIAS_CHECKPOINT={0 if setup.hook_site is None else 1}",
         f"export TEIRESIAS_JOB_BASE={shlex.quote(setup.base)}",
         f"export TEIRESIAS_CHECKPOINT_EVERY={setup.every}",
@@ -171,18 +231,29 @@ def render(script: str, setup: JobSetup) -> str:
     if setup.profile:
         lines += profiling_lines(setup)
     lines += [
-        '__ts_script=$(mktemp "${TMPDIR:-/tmp}/tsbatch-${SLURM_JOB_ID:-0}.XXXXXX") || exit 1',
+        "# A helper killed by a job signal (scancel --full reaches this shell's process group,",
+        "# and a trapped signal is not ignored in children) is run again, whole.",
+        '__ts_retry() { local i; for i in 1 2 3 4 5 6 7 8; do "$@" && return 0; [ $? -gt 128 ] || return 1; done; return 1; }',
+        '__ts_mktemp() { __ts_script=$(mktemp "${TMPDIR:-/tmp}/tsbatch-${SLURM_JOB_ID:-0}.XXXXXX"); }',
+        "__ts_retry __ts_mktemp || exit 1",
         "trap 'rm -f \"$__ts_script\"' EXIT",
-        f"cat > \"$__ts_script\" <<'{delim}'",
+        "__ts_write() {  # the here-document is read anew at each call",
+        f"  cat > \"$__ts_script\" <<'{delim}'",
         body + delim,
-        'chmod 700 "$__ts_script"',
-        "trap ':' TERM",
+        "}",
+        "__ts_retry __ts_write || exit 1",
+        '__ts_retry chmod 700 "$__ts_script" || exit 1',
+        "trap '__ts_forward TERM' TERM  # scancel --signal=TERM --full does not reach the child's own session",
         '( trap \'\' USR1 USR2; exec setsid "$__ts_script" "$@" ) &',
         "__ts_child=$!",
         "while :; do",
         '  wait "$__ts_child"; __ts_rc=$?',
         '  kill -0 "$__ts_child" 2>/dev/null || break  # else a trapped signal interrupted wait',
         "done",
+        "# The child ended: if a trap interrupted the last wait just before (its status 128+signal),",
+        "# bash still holds the child's own status for another wait (an older bash says 127: none).",
+        'wait "$__ts_child" 2>/dev/null; __ts_last=$?',
+        '[ "$__ts_last" = 127 ] || __ts_rc=$__ts_last',
         "# what is left of the child's process group (e.g. a python still saving)",
         "while ps -e -o pgid= -o stat= | awk -v g=\"$__ts_child\" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; do",
         "  sleep 0.2",

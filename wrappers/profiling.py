@@ -7,8 +7,9 @@ name, as the controller's SkewBook keys it) has no profile in the
 controller's ProfileStore; off otherwise. ``--profile``/``--no-profile`` win.
 
 The store is found at submit time: ``$TEIRESIAS_PROFILE_STORE``, else the
-``profile_store`` of the controller config (``$TEIRESIAS_CONFIG``, else
-``/etc/teiresias.yaml``) when that file is readable. A store or config that
+``profile_store`` of the site's config (``$TEIRESIAS_CONFIG``, else
+``/etc/teiresias/teiresias.yaml``: teiresias/jobfiles.py ``config_path``) when
+that file is readable. A store or config that
 cannot be read means "not profiled before": profiling once more costs a few
 seconds of recording, a wrong "known" would cost the job its placement.
 """
@@ -23,10 +24,10 @@ from pathlib import Path
 
 from profiler.env import ENV_ITERS, ENV_MAX_BYTES, ENV_SECONDS, ProfileWindow
 from teiresias.errors import ConfigError, TeiresiasError
-from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE
+from teiresias.jobfiles import ENV_CONFIG, ENV_PROFILE_STORE, config_path
 
 ENV_STORE = ENV_PROFILE_STORE
-SITE_CONFIG = "/etc/teiresias.yaml"
+__all__ = ["ENV_CONFIG", "ENV_STORE", "Decision", "decide", "profiled_before", "store_root", "window_from_env"]
 # Window settings a user may give at submit time are profiler.env's variables
 # (ENV_SECONDS, ENV_ITERS, ENV_MAX_BYTES), imported above.
 
@@ -41,7 +42,7 @@ class Decision:
 
 def store_root(env: Mapping[str, str]) -> Path | None:
     """The controller's ProfileStore folder, or None when it cannot be found or read."""
-    config = env.get(ENV_CONFIG) or SITE_CONFIG
+    config = config_path(env)
     if not env.get(ENV_STORE) and not os.access(config, os.R_OK):
         return None
     # Imported here: the controller's configuration (and the policies it names)

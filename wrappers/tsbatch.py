@@ -2,8 +2,8 @@
 
 Every sbatch option, the script and its arguments (or ``--wrap``) pass
 through unchanged; tsbatch adds ``--requeue``, the time-limit warning
-``--signal=B:USR2@<grace>``, the job comment ``teiresias:dir=<base>;...``
-(the controller's way to find the job directory, wrappers/protocol.py; a
+``--signal=B:USR2@<grace>``, the job comment ``teiresias:dir=<base>;key=<key>;...``
+(the job's incarnation key names its control folder, teiresias/jobfiles.py; a
 user comment is kept in it as ``note=``) and a batch script that arms the
 in-job hooks (wrappers/batchscript.py). sbatch's own stdout, stderr and exit
 code come back as they are.
@@ -24,7 +24,7 @@ from urllib.parse import quote
 from teiresias.errors import ConfigError, TeiresiasError
 from wrappers import profiling, protocol
 from wrappers.batchscript import JobSetup, NotABatchScript, header_lines, render, wrap_script
-from wrappers.gpu_count import requested_gpus
+from wrappers.gpu_count import gpu_request, requested_gpus
 from wrappers.sbatch_args import Parsed, parse
 
 HOOK_SITE = Path(__file__).resolve().parent / "hooks" / "site"
@@ -40,8 +40,9 @@ bitwise where it stopped after the requeue, without changing the script.
 Everything else is sbatch: options, script, output and exit codes.
 
 tsbatch options (before the script; they have no short forms):
-      --checkpoint-dir=DIR    job base directory; the job's files go to
-                              DIR/<jobid>, mode 0700 (default {protocol.DEFAULT_BASE})
+      --checkpoint-dir=DIR    job base directory; the job's checkpoints go to
+                              DIR/<cluster>/<jobid>, mode 0700 (default {protocol.DEFAULT_BASE});
+                              DIR, or the folder the job makes it in, must exist
       --checkpoint-every=N    also checkpoint every N optimizer steps (default 0: only
                               on preemption, time limit and SIGTERM)
       --no-checkpoint         submit through teiresias without the in-job hooks
@@ -63,9 +64,10 @@ tsbatch options (before the script; they have no short forms):
 
 tsbatch adds to sbatch: --requeue, --signal=B:{protocol.TIMELIMIT_SIGNAL}@<grace> (unless you
 give --signal; grace from ${protocol.ENV_GRACE}, default {DEFAULT_GRACE} s) and
---comment=teiresias:dir=<DIR>;... (your --comment is kept in it as note=...).
-The profiling default asks the controller's profile store: $TEIRESIAS_PROFILE_STORE,
-else the profile_store of $TEIRESIAS_CONFIG (else /etc/teiresias.yaml); the
+--comment=teiresias:dir=<DIR>;key=<KEY>;... (your --comment is kept in it as note=...).
+The site's config ($TEIRESIAS_CONFIG, else {protocol.DEFAULT_CONFIG}) names the
+spool where the job and the controller talk (spool_dir; docs/admin.md) and the
+profile store the profiling default asks ($TEIRESIAS_PROFILE_STORE wins); the
 choice is in the job comment as profile=1|0. Details: docs/profiler.md
 Environment in the job: TEIRESIAS_START_FRESH=1 starts over when a checkpoint
 is refused (corrupt or not yours). Details: docs/checkpointing.md
@@ -112,6 +114,8 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     base = os.path.abspath(os.path.expanduser(base))
     if ";" in base or "\n" in base:
         raise ConfigError(f"--checkpoint-dir {base!r} must not contain ';' or a newline; choose another path")
+    if "checkpoint-dir" in p.own:
+        _check_base(base)
     every_text = p.own.get("checkpoint-every", "0")
     if not every_text.isdigit():
         raise ConfigError(f"--checkpoint-every needs a whole number of steps >= 0, not {every_text!r}")
@@ -122,6 +126,13 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
     _app(p)
     _iterations(p)
     elastic = _elastic(p)
+    site = protocol.config_path(env)
+    if site.exists() and not os.access(site, os.R_OK):
+        print(
+            f"tsbatch: warning: cannot read the site's config {site}: the job runs without its spool, so the"
+            " controller will not see its checkpoint answers; ask the admin to make it readable (mode 0644)",
+            file=sys.stderr,
+        )
     return JobSetup(
         hook_site=None if "no-checkpoint" in p.own else str(HOOK_SITE),
         base=base,
@@ -130,7 +141,53 @@ def _setup(p: Parsed, env: dict[str, str]) -> JobSetup:
         grace=int(grace_text),
         window=profiling.window_from_env(env),
         elastic=elastic,
+        key=protocol.new_key(),
+        spool=protocol.site_spool(env),
     )
+
+
+def _check_base(base: str) -> None:
+    """``--checkpoint-dir`` checked at submission, not found unusable by the job (which
+    would then run without checkpoints): an existing folder we can write in, or a new
+    one (the job creates it) inside an existing folder we can write in, not at the top
+    of the file system. A missing parent, or a new top-level folder, is a typo or a
+    shared file system that is not mounted here; the job must not create it."""
+    path = Path(base)
+    if path.exists():
+        if not path.is_dir():
+            raise ConfigError(f"--checkpoint-dir {base}: is not a folder; give a folder for the job files")
+        folder = path
+    else:
+        folder = path.parent
+        if folder == path or folder.parent == folder or not folder.is_dir():
+            where = "a new top-level folder" if folder.parent == folder else f"its folder {folder} does not exist"
+            raise ConfigError(
+                f"--checkpoint-dir {base}: does not exist and {where} (a typo, or a file system not mounted "
+                "here?); create it first, on a file system the compute nodes share"
+            )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"--checkpoint-dir {base}: {folder} is not writable by you; choose another folder")
+
+
+def _refuse_zero_gpus(header: list[str], opts: list[str], env: dict[str, str]) -> None:
+    """``-G 0`` (or ``--gres=gpu:0``, ``--gpus-per-node=0``, ...) with no other GPUs: sbatch
+    takes it as a job without GPUs, which teiresias would then schedule as a GPU job."""
+    req = gpu_request(header, opts, env)
+    zeros = [
+        name
+        for name, value in (
+            ("-G 0", req.gpus),
+            ("--gres=gpu:0", req.gres_per_node),
+            ("--gpus-per-node=0", req.per_node),
+            ("--gpus-per-task=0", req.per_task),
+            ("--gpus-per-socket=0", req.per_socket),
+        )
+        if value == 0
+    ]
+    if zeros and req.total == 0:
+        raise ConfigError(
+            f"{zeros[0]} asks for no GPUs; give at least 1 (e.g. -G 1), or submit a job without GPUs with plain sbatch"
+        )
 
 
 def _app(p: Parsed) -> str:
@@ -165,6 +222,8 @@ def _elastic(p: Parsed) -> str:
 
 def build_comment(setup: JobSetup, user_comment: str | None, app: str = "", iterations: int = 0) -> str:
     items = {"dir": setup.base, "profile": "1" if setup.profile else "0"}
+    if setup.key:
+        items["key"] = setup.key  # the incarnation (teiresias/jobfiles.py): names its control folder
     if setup.every:
         items["every"] = str(setup.every)
     if app:
@@ -309,6 +368,7 @@ def submit(argv: list[str], env: dict[str, str] | None = None) -> int:
         except OSError:
             return _sbatch(p.passthrough)  # sbatch's own "Unable to open file" message
     header = _header_words(text)
+    _refuse_zero_gpus(header, p.sbatch_opts, env)
     job_name = _job_name(p, header, env)
     profile, lib = _profiling(p, env, header, job_name)
     setup = replace(setup, profile=profile, profile_lib=lib)

@@ -324,9 +324,12 @@ static void create_file(void) {
     char path[sizeof(g_dir) + 128];
     sys_mkdirs(g_dir);
     snprintf(path, sizeof(path), "%s/rank%d-%s-%d.tprof", g_dir, rank, host, (int)getpid());
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     void *map = MAP_FAILED;
     if (fd >= 0) {
+        /* 0644 whatever the umask: in a spool control folder the controller reads
+         * it through the folder's group (teiresias/jobfiles.py, SHARED_FILE_MODE). */
+        syscall(SYS_fchmod, fd, 0644);
         if (syscall(SYS_ftruncate, fd, (off_t)len) == 0)
             map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         syscall(SYS_close, fd);  /* not close(): that is ours */

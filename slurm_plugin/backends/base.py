@@ -84,6 +84,24 @@ class SlurmJob:
     array_tasks: str = ""
     admin_comment: str = ""
     dependency: str = ""  # ``afterok:12(unfulfilled)``; "" when none is left
+    # A heterogeneous job's component: the leader's id (``sbatch A : B``); None otherwise.
+    het_job_id: int | None = None
+    # What the job asked of its nodes, kept by the controller's placement: the GPU type
+    # (``--gres=gpu:a100:2``; "" untyped), the nodes it excluded (``-x``), its
+    # ``--constraint`` expression, and an array's limit on running tasks (``%N``; 0: none).
+    # ``required_nodes`` is ``-w`` until the controller pins a start (JobRecord.user_nodes).
+    gpu_type: str = ""
+    excluded_nodes: tuple[str, ...] = ()
+    features: str = ""
+    array_max_tasks: int = 0
+    # GPU indices the job holds on each of its nodes (``gres_detail``'s IDX; running jobs).
+    gpu_ids: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # The per-GPU types its shard request names (``shard:g2:1`` -> (2,); backends/gputypes.py):
+    # Slurm starts it only on those GPU indices, on whatever node. (): untyped, or no shards.
+    shard_gpus: tuple[int, ...] = ()
+
+    def gpu_ids_on(self, node: str) -> tuple[int, ...]:
+        return next((ids for n, ids in self.gpu_ids if n == node), ())
 
     @property
     def target(self) -> str:
@@ -96,14 +114,40 @@ class SlurmJob:
     @property
     def held_by_teiresias(self) -> bool:
         """Held, and the hold is the project's own (job_submit.lua's or the
-        controller's: both leave HOLD_MARK in AdminComment); any other hold is
-        the user's or an admin's and is never released by the controller."""
-        return self.held and HOLD_MARK in self.admin_comment.split(";")
+        controller's: both leave HOLD_MARK in AdminComment) and no person's
+        (``person_hold``); any other hold is the user's or an admin's and is
+        never released by the controller."""
+        return self.held and HOLD_MARK in self.admin_comment.split(";") and self.person_hold is None
+
+    @property
+    def person_hold(self) -> str | None:
+        """The uid whose hold job_submit.lua wrote into the comment (PERSON_HOLD): a
+        hold placed on a job the controller already held, which Slurm itself
+        shows nowhere; None when there is none."""
+        for item in self.comment.split(";"):
+            item = item.strip()
+            if item.startswith(PERSON_HOLD) and len(item) > len(PERSON_HOLD):
+                return item[len(PERSON_HOLD) :]
+        return None
 
 
 # AdminComment of a job held by job_submit.lua or by the controller (etc/job_submit.lua
 # writes the same word): how the controller tells its own hold from a user's or an admin's.
 HOLD_MARK = "teiresias:held"
+
+
+def with_hold_mark(admin_comment: str, on: bool) -> str:
+    """``admin_comment`` with HOLD_MARK added (``on``) or taken out, every other item
+    kept: an admin's own text, etc/job_submit.lua's shard stash (backends/gputypes.py).
+    Slurm's update replaces the whole AdminComment, so a mark written alone would drop them."""
+    items = [i for i in (admin_comment or "").split(";") if i and i != HOLD_MARK]
+    return ";".join([*items, *([HOLD_MARK] if on else [])])
+
+
+# The comment item etc/job_submit.lua writes (``teiresias:hold=<uid>``) when a person
+# holds a job the controller holds: an owner's ``scontrol hold`` on such a job changes
+# nothing Slurm shows (it is held already), and an owner may not write AdminComment.
+PERSON_HOLD = "teiresias:hold="
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +159,11 @@ class SlurmNode:
     partitions: tuple[str, ...]
     cpus: int = 0
     mem_mb: int = 0
+    gpu_types: frozenset[str] = frozenset()  # typed GPUs of its Gres (``gpu:a100:4``)
+    features: frozenset[str] = frozenset()  # its active features (``--constraint`` matches them)
+    # The GPU indices whose shards have their own gres Type (``shard:g0:K,...``,
+    # backends/gputypes.py): a shard job can be put on one of them by name. (): untyped.
+    shard_gpus: tuple[int, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -151,6 +200,11 @@ class SlurmBackend(ABC):
     @abstractmethod
     def nodes(self) -> list[SlurmNode]: ...
 
+    def jobs_and_nodes(self) -> tuple[list[SlurmJob], list[SlurmNode]]:
+        """Both reads of a controller round; a backend that can make them at once
+        (the CLI's: two processes) overrides this."""
+        return self.jobs(), self.nodes()
+
     def job(self, job_id: JobTarget) -> SlurmJob:
         """One job as Slurm shows it now (``job_id`` may be an array task's ``A_T``);
         the Enactor reads a requeued job again before restarting it. Backends with
@@ -161,7 +215,12 @@ class SlurmBackend(ABC):
         raise JobVanished(f"Slurm no longer knows job {job_id}")
 
     @abstractmethod
-    def hold(self, job_id: JobTarget) -> None: ...
+    def hold(self, job_id: JobTarget, admin_comment: str | None = None) -> None:
+        """The controller's hold: priority 0 and HOLD_MARK in ONE update, so that
+        etc/job_submit.lua tells it from a person's hold (a hold request without the
+        mark on a marked job is a person's: PERSON_HOLD). The rest of the AdminComment
+        is kept (``with_hold_mark``): ``admin_comment`` is the job's as just read, or
+        None to read it first."""
 
     @abstractmethod
     def release(self, job_id: JobTarget) -> None:
@@ -214,10 +273,10 @@ class SlurmBackend(ABC):
     def cancel(self, job_id: JobTarget) -> None: ...
 
     @abstractmethod
-    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
+    def set_hold_mark(self, job_id: JobTarget, on: bool, admin_comment: str | None = None) -> None:
         """Write (or clear) HOLD_MARK in the job's AdminComment: the sign that
-        a hold is the controller's own. On an array's meta record ``A_T``
-        this also splits task T off into its own job."""
+        a hold is the controller's own; the comment's other items stay (as ``hold``).
+        On an array's meta record ``A_T`` this also splits task T off into its own job."""
 
     def ping(self) -> bool:
         """True when slurmctld answers."""

@@ -12,6 +12,7 @@ import time
 from functools import lru_cache
 from typing import Any
 
+from slurm_plugin.backends import gputypes
 from slurm_plugin.backends.base import JobTarget, SlurmJob, SlurmNode
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 
@@ -32,6 +33,13 @@ FINISHED_STATES = frozenset(
     }
 )
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+
+@lru_cache(maxsize=256)
+def base_state(state: str) -> str:
+    """Slurm may report ``PENDING,REQUEUED`` or ``CANCELLED by 0``: keep the base state."""
+    return state.replace("+", ",").split(",")[0].split(" ")[0].strip().upper()
+
 
 # Slurm's phrases for "slurmctld did not answer" (CLI stderr and restd errors).
 _UNREACHABLE = (
@@ -122,20 +130,52 @@ def gres_count(spec: str, name: str = "gpu") -> int:
     return plain + (tres_total if tres_total is not None else typed)
 
 
+@lru_cache(maxsize=4096)
+def gres_types(spec: str, name: str = "gpu") -> frozenset[str]:
+    """The types of the ``name`` entries of a gres or TRES string: ``gpu:a100:2``,
+    ``gres:gpu:v100:1(S:0)``, ``gres/gpu:a100=2`` -> {"a100"}; untyped entries add none."""
+    out: set[str] = set()
+    for item in _split_top_level(spec or ""):
+        item = re.sub(r"\(.*?\)", "", item).strip()
+        if item.startswith("gres:"):
+            item = item[5:]
+        elif item.startswith("gres/"):
+            item = item[5:].replace("=", ":")
+        fields = item.split(":")
+        if fields[0] == name and len(fields) == 3 and fields[1] and not fields[1].isdigit():
+            out.add(fields[1])
+    return frozenset(out)
+
+
+def job_gpu_type(*specs: str) -> str:
+    """The GPU type a job asked for in its tres_per_* strings ("" untyped)."""
+    for spec in specs:
+        types = gres_types(spec)
+        if types:
+            return min(types)
+    return ""
+
+
 def job_shards(d: dict[str, Any]) -> int:
     """GPU shards per node of one openapi job (``--gres=shard:N``), 0 for a gpu job.
 
     Slurm 22.05 takes all of a job's shards on a node from one GPU, so a shard
     job holds a share of exactly one GPU per node (docs/sjf-bsbf.md §9).
     """
+    typed = gputypes.typed_shards(d.get("tres_per_node") or "")
     detail = [n for x in d.get("gres_detail") or [] if (n := gres_count(x, "shard"))]
     if detail:
-        return max(detail)
+        # A job holding one shard of each of several GPUs (typed, a Gandiva floater) holds
+        # that count per GPU: the per-node sum over-counts it.
+        return max(detail) // max(len(typed), 1)
     per_node = gres_count(d.get("tres_per_node") or "", "shard")
     if per_node:
-        return per_node
+        return per_node // max(len(typed), 1)
     per_job = gres_count(d.get("tres_per_job") or "", "shard")
-    return -(-per_job // int(d.get("node_count") or 1)) if per_job else 0
+    if per_job:
+        return -(-per_job // int(d.get("node_count") or 1))
+    # Held by etc/job_submit.lua with its untyped request kept aside (backends/gputypes.py).
+    return gputypes.stashed_shards(str(d.get("admin_comment") or ""))
 
 
 def job_gpus(d: dict[str, Any]) -> tuple[int, int | None]:
@@ -149,6 +189,8 @@ def job_gpus(d: dict[str, Any]) -> tuple[int, int | None]:
     """
     node_count = int(d.get("node_count") or 1)
     if job_shards(d) and not gres_count(d.get("tres_per_node") or "") and not gres_count(d.get("tres_per_job") or ""):
+        # A shard job is one GPU per node (a floater, holding a shard of several GPUs of its
+        # node, too: it runs on one of them at a time).
         detail = [x for x in d.get("gres_detail") or [] if gres_count(x, "shard")]
         return (len(detail) if detail else node_count), 1
     per_node_req = gres_count(d.get("tres_per_node") or "")
@@ -221,7 +263,24 @@ def parse_job(d: dict[str, Any]) -> SlurmJob:
         array_tasks=str(d.get("array_task_string") or ""),
         admin_comment=str(d.get("admin_comment") or ""),
         dependency=str(d.get("dependency") or ""),
+        het_job_id=int(d.get("het_job_id") or 0) or None,
+        gpu_type=job_gpu_type(*(str(d.get(k) or "") for k in _TRES_PER)),
+        excluded_nodes=expand_hostlist(str(d.get("excluded_nodes") or "")),
+        features=str(d.get("features") or ""),
+        array_max_tasks=int(d.get("array_max_tasks") or 0),
+        gpu_ids=_gpu_ids(ran_on if started else (), d.get("gres_detail") or []),
+        shard_gpus=gputypes.typed_shards(str(d.get("tres_per_node") or "")),
     )
+
+
+_TRES_PER = ("tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket")
+
+
+def _gpu_ids(nodes: tuple[str, ...], detail: list[Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(node, GPU indices) from ``gres_detail``, one entry per node in the job's node order."""
+    if len(detail) != len(nodes):
+        return ()
+    return tuple((n, ids) for n, x in zip(nodes, detail, strict=True) if (ids := gputypes.detail_gpu_ids(str(x))))
 
 
 def _task_id(v: Any) -> int | None:
@@ -263,6 +322,13 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
     return parse_jobs_payload(_loads(text, "squeue --json"))
 
 
+def load_squeue_json(text: str) -> dict[str, Any]:
+    """``squeue --json`` as its openapi document, unparsed (its errors raised)."""
+    payload = _loads(text, "squeue --json")
+    check_payload(payload, "jobs")
+    return payload
+
+
 # ---------------------------------------------------------------- nodes
 def parse_node(d: dict[str, Any]) -> SlurmNode:
     """One node of ``sinfo --json``: state ``mixed`` + flags [DRAIN] ->
@@ -277,6 +343,9 @@ def parse_node(d: dict[str, Any]) -> SlurmNode:
         partitions=tuple(d.get("partitions") or ()),
         cpus=int(d.get("cpus") or 0),
         mem_mb=int(d.get("real_memory") or 0),
+        gpu_types=gres_types(str(d.get("gres") or "")),
+        features=frozenset(f for f in str(d.get("active_features") or "").split(",") if f.strip()),
+        shard_gpus=gputypes.typed_shards(str(d.get("gres") or "")),
     )
 
 
@@ -375,8 +444,11 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         or gres_count(kv.get("TresPerTask", "")) * _int(kv.get("NumTasks"), 1)
     )
     # A shard job: one shared GPU per node, as job_gpus counts it.
-    shards = gres_count(kv.get("TresPerNode", ""), "shard") or -(
-        -gres_count(kv.get("JOB_GRES", "") or kv.get("TresPerJob", ""), "shard") // num_nodes
+    typed = gputypes.typed_shards(kv.get("TresPerNode", ""))
+    shards = (
+        gres_count(kv.get("TresPerNode", ""), "shard") // max(len(typed), 1)
+        or -(-gres_count(kv.get("JOB_GRES", "") or kv.get("TresPerJob", ""), "shard") // num_nodes)
+        or gputypes.stashed_shards(kv.get("AdminComment", ""))
     )
     if shards and not gpus:
         gpus, per_node = num_nodes, 1
@@ -415,7 +487,27 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         array_tasks=kv.get("ArrayTaskId", "") if not kv.get("ArrayTaskId", "0").isdigit() else "",
         admin_comment=kv.get("AdminComment", ""),
         dependency="" if kv.get("Dependency") in null else kv.get("Dependency", ""),
+        het_job_id=_int(kv.get("HetJobId"), 0) or None,
+        gpu_type=job_gpu_type(*(kv.get(k, "") for k in ("TresPerJob", "TresPerNode", "TresPerTask", "TresPerSocket"))),
+        excluded_nodes=expand_hostlist(kv.get("ExcNodeList", "") if kv.get("ExcNodeList") not in null else ""),
+        features="" if kv.get("Features") in null else kv.get("Features", ""),
+        array_max_tasks=_int(kv.get("ArrayTaskThrottle"), 0),
+        shard_gpus=typed,
+        gpu_ids=_scontrol_gpu_ids(line) if started else (),
     )
+
+
+# ``scontrol -d show job``: one ``Nodes=... GRES=...(IDX:...)`` run per node set.
+_NODE_GRES = re.compile(r"\bNodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S+)")
+
+
+def _scontrol_gpu_ids(line: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for m in _NODE_GRES.finditer(line):
+        ids = gputypes.detail_gpu_ids(m.group(2))
+        if ids:
+            out.extend((n, ids) for n in expand_hostlist(m.group(1)))
+    return tuple(out)
 
 
 def parse_scontrol_jobs(text: str) -> list[SlurmJob]:

@@ -29,7 +29,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import JobTarget, SlurmBackend, SlurmJob, SlurmNode, with_hold_mark
 from slurm_plugin.backends.parse import FINISHED_STATES, HELD_REASONS, error_from_message, expand_hostlist, gres_count
 from teiresias.errors import SlurmError
 
@@ -175,12 +175,19 @@ class PyslurmBackend(SlurmBackend):
     def nodes(self) -> list[SlurmNode]:
         return [node_from_pyslurm(n) for n in self._do(None, self.pyslurm.Nodes.load).values()]
 
-    def hold(self, job_id: JobTarget) -> None:
-        self.set_hold_mark(job_id, True)
-        self._do(job_id, self._job(job_id).hold)
+    def hold(self, job_id: JobTarget, admin_comment: str | None = None) -> None:
+        # One update, mark and priority 0 (SlurmBackend.hold); pyslurm passes priority 0
+        # as 0 (JobSubmitDescription: u32(priority, zero_is_noval=False)).
+        self._modify(job_id, admin_comment=self._marked(job_id, admin_comment, True), priority=0)
 
-    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
-        self._modify(job_id, admin_comment=HOLD_MARK if on else "")
+    def set_hold_mark(self, job_id: JobTarget, on: bool, admin_comment: str | None = None) -> None:
+        self._modify(job_id, admin_comment=self._marked(job_id, admin_comment, on))
+
+    def _marked(self, job_id: JobTarget, known: str | None, on: bool) -> str:
+        """The AdminComment with the mark set or taken out, the rest kept (SlurmBackend.hold)."""
+        if known is None:
+            known = str(getattr(self._do(job_id, self.pyslurm.Job.load, int(job_id)), "admin_comment", "") or "")
+        return with_hold_mark(known, on)
 
     def release(self, job_id: JobTarget) -> None:
         self._do(job_id, self._job(job_id).release)

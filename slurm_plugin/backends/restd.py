@@ -120,11 +120,11 @@ class RestdBackend(SlurmBackend):
         return any(p.get("ping") == "UP" for p in payload.get("pings", []))
 
     # ---------------------------------------------------------------- actions
-    def hold(self, job_id: JobTarget) -> None:
+    def hold(self, job_id: JobTarget, admin_comment: str | None = None) -> None:
         """A plain hold, without the controller's mark (see set_hold_mark)."""
         self._update(job_id, {"hold": True})
 
-    def set_hold_mark(self, job_id: JobTarget, on: bool) -> None:
+    def set_hold_mark(self, job_id: JobTarget, on: bool, admin_comment: str | None = None) -> None:
         # v0.0.38 answers 'Unknown key "admin_comment"' (tests/slurm/test_backend_restd.py)
         raise SlurmError(
             f"job {job_id}: slurmrestd's openapi v0.0.38 cannot write AdminComment, where the"

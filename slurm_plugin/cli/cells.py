@@ -19,18 +19,41 @@ from teiresias.errors import ConfigError
 _DEFAULT_CONFIGS = ("etc/cells.yaml", "etc/cells.example.yaml")
 
 
-def _find_config(path: str | None) -> Path:
+def _find_config(path: str | None, controller_config: str | None = None) -> Path:
+    """--config, else $TEIRESIAS_CELLS, else the ``cells:`` of the site's config
+    (``--controller-config``, $TEIRESIAS_CONFIG, /etc/teiresias/teiresias.yaml),
+    else a clone's etc/cells.yaml or etc/cells.example.yaml."""
     if path:
         return Path(path)
     env = os.environ.get("TEIRESIAS_CELLS")
     if env:
         return Path(env)
+    site = _site_config(controller_config)
+    if site is not None and site.cells is not None:
+        return site.cells
     for p in _DEFAULT_CONFIGS:
         if Path(p).exists():
             return Path(p)
     raise ConfigError(
-        "no cells configuration found; pass --config FILE (see etc/cells.example.yaml) or set TEIRESIAS_CELLS"
+        f"no cells configuration found: {_site_path(controller_config)} names none; pass --config FILE"
+        " (see etc/cells.example.yaml) or set TEIRESIAS_CELLS"
     )
+
+
+def _site_path(controller_config: str | None) -> Path:
+    from teiresias.jobfiles import config_path
+
+    return Path(controller_config) if controller_config else config_path(os.environ)
+
+
+def _site_config(controller_config: str | None):
+    """The site's config when it exists (an explicit one must load), else None."""
+    from slurm_plugin.config import load_config
+
+    path = _site_path(controller_config)
+    if controller_config is None and not path.exists():
+        return None
+    return load_config(path)
 
 
 def _load_state(path: str):
@@ -55,7 +78,7 @@ def _load_state(path: str):
     except Exception as exc:  # sqlite3.DatabaseError and friends: not a state database
         raise ConfigError(
             f"--state {path}: not a controller state database ({exc}); "
-            "give the state_db of etc/teiresias.yaml or a .json binding"
+            "give the state_db of the site's teiresias.yaml or a .json binding"
         ) from None
     try:
         text = store.get_meta(META_KEY)
@@ -69,29 +92,22 @@ def _load_state(path: str):
 def _slurm_node_states(controller_config: str | None):
     """Slurm's nodes through the project's backend: (nodes, None), or (None, why not).
 
-    Slurm is found as ``teiresias queue`` finds it: the controller config
-    (``--controller-config``, $TEIRESIAS_CONFIG, etc/teiresias.yaml), else the
-    environment (SLURM_CONF). An explicit config that does not load is bad
-    input; an implicit one is only a reason why node states were not read.
+    Slurm is found as ``teiresias queue`` finds it: the site's config
+    (``--controller-config``, $TEIRESIAS_CONFIG, /etc/teiresias/teiresias.yaml),
+    else the environment (SLURM_CONF). A config that does not load is bad input.
     """
-    from slurm_plugin.config import ENV_CONFIG, load_config
     from slurm_plugin.controller.runtime import make_backend
     from teiresias.errors import SlurmError
 
-    path = controller_config or os.environ.get(ENV_CONFIG)
-    implicit = path is None and Path("etc/teiresias.yaml").exists()
+    site = _site_config(controller_config)
     try:
-        if path is not None or implicit:
-            backend = make_backend(load_config(path))
+        if site is not None:
+            backend = make_backend(site)
         else:
             from slurm_plugin.backends.select import select_backend
 
             backend = select_backend("auto")
         return backend.nodes(), None
-    except ConfigError as exc:
-        if not implicit:
-            raise
-        return None, f"etc/teiresias.yaml: {exc}"
     except (SlurmError, OSError) as exc:
         return None, str(exc)
 
@@ -187,7 +203,8 @@ def format_report(report) -> str:
     "config_path",
     default=None,
     metavar="FILE",
-    help="Cells configuration. [default: $TEIRESIAS_CELLS, etc/cells.yaml, etc/cells.example.yaml]",
+    help="Cells configuration. [default: $TEIRESIAS_CELLS, the site config's cells:, etc/cells.yaml,"
+    " etc/cells.example.yaml]",
 )
 @click.option(
     "-s",
@@ -211,8 +228,8 @@ def format_report(report) -> str:
     "controller_config",
     default=None,
     metavar="FILE",
-    help="Controller config naming the Slurm to read node states from. "
-    "[default: $TEIRESIAS_CONFIG, etc/teiresias.yaml, else $SLURM_CONF]",
+    help="The site's config: its cells file and the Slurm to read node states from. "
+    "[default: $TEIRESIAS_CONFIG, else /etc/teiresias/teiresias.yaml; without one $SLURM_CONF]",
 )
 @click.option("--no-slurm", is_flag=True, help="Do not read node states from Slurm (bad nodes: --down only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -232,15 +249,15 @@ def cells(
     \b
     Examples:
       teiresias cells --config etc/cells.example.yaml
-      teiresias cells -c etc/cells.yaml --state /var/lib/teiresias/state.db --json
-      teiresias cells -c etc/cells.yaml --down node3     # what would VCs lose?
+      teiresias cells -c /etc/teiresias/cells.yaml --state /var/lib/teiresias/state.db --json
+      teiresias cells -c etc/cells.example.yaml --down node3     # what would VCs lose?
     """
     from teiresias.cells import config as cells_config
     from teiresias.cells.faults import bad_nodes_of
     from teiresias.cells.report import build_report
     from teiresias.cells.world import World
 
-    cfg = cells_config.load(_find_config(config_path))
+    cfg = cells_config.load(_find_config(config_path, controller_config))
     topo = cfg.topology()
     named = [n.strip() for n in down.split(",") if n.strip()]
     unknown = [n for n in named if n not in topo.node_cells]

@@ -102,8 +102,9 @@ def cluster() -> None:
     default=0,
     show_default=True,
     metavar="K",
-    help="GPU sharing: K gres/shard per GPU (GresTypes=gpu,shard, Cores= on the gpu line; "
-    "docs/sjf-bsbf.md); 0 = no shards.",
+    help="GPU sharing: K gres/shard per GPU, one gres Type per GPU (g0, g1, ...) so that the "
+    "controller puts each shard job on the GPU it chose (GresTypes=gpu,shard; docs/gandiva.md); "
+    "0 = no shards.",
 )
 @click.option(
     "-e",
@@ -173,8 +174,22 @@ def up(
     if res.restd_socket:
         click.echo(f"SLURMRESTD_SOCKET={res.restd_socket}")
     if cfg.accounting:
-        click.echo(f"accounting: slurmdbd on 127.0.0.1:{cfg.dbd_port}, MariaDB on 127.0.0.1:{cfg.mysql_port}")
+        click.echo(f"accounting: slurmdbd on {_where(cfg.dbd_port)}, MariaDB on {_where(cfg.mysql_port)}")
     click.echo(f"export SLURM_CONF={res.conf}")
+
+
+def _where(port: int) -> str:
+    """Where ``port`` really listens (the kernel's word, not the configuration's):
+    slurmdbd takes DbdAddr as the address its clients use and listens on every one."""
+    from slurm_plugin.localcluster.procs import listen_addresses
+
+    addrs = listen_addresses(port)
+    if not addrs:
+        return f"port {port} (not listening)"
+    text = ", ".join(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addrs)
+    if any(a in ("0.0.0.0", "::") for a in addrs):
+        text += " (every address: Slurm has no setting to bind it to one; munge authenticates its clients)"
+    return text
 
 
 @cluster.command()

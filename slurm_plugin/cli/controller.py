@@ -14,10 +14,12 @@ from slurm_plugin.cli.options import config_option
 from slurm_plugin.config import ControllerConfig, load_config
 from slurm_plugin.controller.files import FileModes
 from slurm_plugin.controller.lock import ControllerLock
+from slurm_plugin.controller.logs import crashed, set_level, setup_logging
 from slurm_plugin.controller.loop import Controller, RoundResult
-from slurm_plugin.controller.runtime import make_controller, setup_logging
+from slurm_plugin.controller.reload import reload
+from slurm_plugin.controller.runtime import make_controller
 from slurm_plugin.controller.startup import unreachable_line
-from teiresias.errors import ConfigError, SlurmUnreachable
+from teiresias.errors import ConfigError, SlurmUnreachable, TeiresiasError
 
 log = logging.getLogger("teiresias.controller")
 
@@ -56,25 +58,33 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
     Slurm unreachable: one log line, then retries with back-off. One
     controller per state DB: a second one exits 2 naming the first one's pid,
     unless --standby, which waits and takes over within a second of the
-    active one's end (even kill -9), finishing its journal first. Exit codes:
-    0 ok, 2 bad input (config, partitions or cells unknown to Slurm, lock
-    held), 3 Slurm unreachable with --once.
+    active one's end (even kill -9), finishing its journal first. SIGHUP
+    reloads the configuration file after the current round; SIGTERM stops
+    after it. Exit codes: 0 ok, 1 a crash (one line naming the file with its
+    traceback), 2 bad input (config, partitions or cells unknown to Slurm,
+    missing Slurm rights, lock held), 3 Slurm unreachable with --once.
 
     \b
     Examples:
-      teiresias controller run --config etc/teiresias.yaml
+      teiresias controller run          # the site's /etc/teiresias/teiresias.yaml
       teiresias controller run --config etc/teiresias.yaml --standby
       teiresias controller run --config etc/teiresias.yaml --once --json
       teiresias controller run -c etc/teiresias.yaml --dry-run --once
     """
-    setup_logging(verbose)
+    setup_logging("debug" if verbose else "info")
     config = load_config(config_path)
+    # --once prints its round on stdout: its info lines would say the same a second time.
+    set_level("debug" if verbose else ("warning" if once and config.log_level == "info" else config.log_level))
     if standby and dry_run:
         raise ConfigError("--standby and --dry-run exclude each other: a dry run changes nothing and needs no lock")
     stop = threading.Event()
     if not once or standby:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    # SIGHUP (systemctl reload): the configuration again after the current round; it
+    # never ends the controller (its default action would, silently, with a "clean" exit).
+    hup = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: hup.set())
     # A dry run writes nothing (its store is an in-memory copy): it may run beside the controller.
     lock = None if dry_run else ControllerLock(config.state_db, FileModes(config.file_group))
     try:
@@ -89,19 +99,46 @@ def run(config_path: str | None, dry_run: bool, once: bool, as_json: bool, stand
             else:
                 lock.acquire()
         # Built only now: a standby must read the state as the previous controller left it.
-        _run(config, dry_run, once, as_json, stop)
+        _run(config, dry_run, once, as_json, stop, hup, verbose, standby)
+    except (TeiresiasError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crash: one line, its traceback in a file (docs/admin.md "Logs")
+        crashed(exc, config.audit_log.parent)
+        raise SystemExit(1) from None
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, stop: threading.Event) -> None:
-    ctl = make_controller(config, dry_run=dry_run)
+def _run(
+    config: ControllerConfig,
+    dry_run: bool,
+    once: bool,
+    as_json: bool,
+    stop: threading.Event,
+    hup: threading.Event,
+    verbose: bool,
+    standby: bool = False,
+) -> None:
+    # A standby waits for the Slurm cluster's lock too (lock.ClusterLock), taken at the first round.
+    ctl = make_controller(config, dry_run=dry_run, standby=stop if standby else None)
 
     def emit(result: RoundResult) -> None:
+        log.debug(
+            "round %d: %d job(s), %d action(s), %.3f s",
+            result.round,
+            result.jobs,
+            len(result.actions),
+            result.timings.get("total_s", 0.0),
+        )
+        if hup.is_set():
+            hup.clear()
+            reload(ctl, config.path, verbose)
+        # The daemon's decisions are its log lines (one per event); stdout carries only
+        # what was asked for: --json's objects, or --once's round.
         if as_json:
             click.echo(json.dumps(result.to_json()))
-        elif result.actions or once:
+        elif once:
             for a in result.actions:
                 click.echo(
                     f"round {result.round}: job {a.job} {a.action}"
@@ -119,6 +156,8 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
         finally:
             ctl.store.close()
             ctl.audit.close()
+            if ctl.cluster_lock is not None:
+                ctl.cluster_lock.release()
         return
 
     server = None
@@ -139,6 +178,8 @@ def _run(config: ControllerConfig, dry_run: bool, once: bool, as_json: bool, sto
             server.shutdown()
         ctl.store.close()
         ctl.audit.close()
+        if ctl.cluster_lock is not None:
+            ctl.cluster_lock.release()
         log.info("controller stopped")
 
 

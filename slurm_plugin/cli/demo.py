@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -41,7 +42,8 @@ def _controller_config(d: Path, conf: Path, policy: str, queues: list[float], po
         "policy": {"name": policy, "queues": queues},
         "placement": "consolidate",
         "poll_interval": poll,
-        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20},
+        # min_run_seconds 0: the paper's rule, as in the simulator it is compared with.
+        "preemption": {"grace_seconds": 10, "start_timeout_seconds": 20, "min_run_seconds": 0},
         "state_db": str(ctl / "state.db"),
         "audit_log": str(ctl / "audit.jsonl"),
         "backend": "cli",
@@ -201,9 +203,10 @@ def demo(
     in the simulator on the same jobs (charged the start-up/restore cost per
     run measured live).
 
-    Stops the cluster it started unless --keep. About 3 minutes at --scale 1.
-    Every option and the controller's configuration are checked before the
-    cluster starts: bad input exits 2 with nothing started.
+    Stops the cluster it started unless --keep, also when interrupted (Ctrl-C,
+    SIGTERM: exit 130 / 143). About 3 minutes at --scale 1. Every option and
+    the controller's configuration are checked before the cluster starts: bad
+    input exits 2 with nothing started (--dir must be in an existing folder).
 
     \b
     Examples:
@@ -221,6 +224,12 @@ def demo(
     if d.exists() and not d.is_dir():
         raise ConfigError(
             f"--dir {d}: exists and is not a directory; choose another path (or unset TEIRESIAS_CLUSTER_DIR)"
+        )
+    if not d.parent.is_dir():
+        # The demo makes its own folder, not a tree of them: a typo must not grow one (issue 21 item 8).
+        raise ConfigError(
+            f"--dir {d}: its parent folder {d.parent} does not exist; create it or choose another path"
+            " (or unset TEIRESIAS_CLUSTER_DIR)"
         )
     if timeout <= 0:
         raise ConfigError(f"--timeout {timeout:g} must be > 0 seconds")
@@ -241,7 +250,16 @@ def demo(
     before_up = {k: v for k, v in ctl_data.items() if k not in ("slurm_conf", "events")}
     default_policy(parse_config(before_up, f"{d}/controller/teiresias.yaml", d), None)
 
-    up = cluster.up()
+    # SIGTERM cleans up as SIGINT does (jobs, controller, the cluster this demo
+    # started); by default it ended the process and left all three behind.
+    signal.signal(signal.SIGTERM, _terminated)
+    running_before = any(p.alive for p in cluster.status().processes)
+    try:
+        up = cluster.up()
+    except BaseException:
+        if not running_before and not keep:
+            cluster.down()
+        raise
     say(f"Local Slurm cluster up ({up.seconds:.1f}s): SLURM_CONF={up.conf}")
     started_cluster = bool(up.started)
     backend = CliBackend(slurm_conf=cluster.cfg.conf)
@@ -335,6 +353,11 @@ def demo(
         click.echo(json.dumps(report, indent=1))
         return
     click.echo(_format_report(report))
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM: leave through the cleanup (``finally``), exit 128 + 15."""
+    raise SystemExit(128 + signum)
 
 
 def _report(jobs: list[DemoJob], ids: dict[int, int], recs: dict, sims: list, policy: str) -> dict[str, Any]:

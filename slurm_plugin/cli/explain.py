@@ -8,7 +8,7 @@ import time
 import click
 
 from slurm_plugin.cli.options import config_option
-from slurm_plugin.cli.queue import _open_state, _visible, slurm_jobs
+from slurm_plugin.cli.queue import ask_slurm, open_state
 from slurm_plugin.config import load_config
 from slurm_plugin.controller.explain import META_KEY, explain, format_text
 from teiresias.errors import ConfigError
@@ -43,14 +43,13 @@ def explain_cmd(job: str, config_path: str | None, no_slurm: bool, as_json: bool
     """
     job_id = _job_id(job)
     config = load_config(config_path)
-    store = _open_state(config)
-    try:
-        records = store.jobs(active_only=False)
+    live = ask_slurm(config, no_slurm)
+    with open_state(config) as store:
+        # The explanation reads the job and the active ones (ahead of it, running).
+        records = store.jobs(also=(job_id,))
         raw = store.get_meta(META_KEY)
-    finally:
-        store.close()
-    slurm = None if no_slurm else slurm_jobs(config, "teiresias explain", "explaining from the state DB only")
-    visible = _visible(config, slurm)
+    slurm = live.jobs("teiresias explain", "explaining from the state DB only")
+    visible = live.visible("teiresias explain")
     r = records.get(job_id)
     if r is None or not visible(r):
         # Same answer for a job that does not exist and one the caller may not see: no leak.

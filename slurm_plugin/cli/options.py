@@ -10,5 +10,5 @@ config_option = click.option(
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Controller config (default: $TEIRESIAS_CONFIG, else etc/teiresias.yaml).",
+    help="The site's config (default: $TEIRESIAS_CONFIG, else /etc/teiresias/teiresias.yaml).",
 )

@@ -1,24 +1,32 @@
-"""`teiresias queue`: the managed jobs as teiresias sees them (squeue-like)."""
+"""`teiresias queue`: the managed jobs as teiresias sees them (squeue-like).
+
+What it shows, the controller keeps in its state DB (read through a read-only
+connection, stateview.py); from Slurm it needs each job's live state and which
+jobs the caller may see: one small ``squeue``, started first and answered while
+the DB is read (cli/live.py). Modules only some sites need (Themis leases, Gandiva
+slices) are imported when the DB holds their state: a command that prints a table
+should not pay for the controller's loop (docs/benchmarks.md, "queue and explain").
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import pwd
 import sqlite3
 import time
-from collections.abc import Callable
 
 import click
 
-from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.cli.live import LiveRead
 from slurm_plugin.cli.options import config_option
 from slurm_plugin.config import ControllerConfig, load_config
-from slurm_plugin.controller import leases, slicing
-from slurm_plugin.controller.startup import read_site, slurm_env
-from slurm_plugin.controller.state import JobRecord, StateStore
-from slurm_plugin.controller.view import build_rows, format_table
-from teiresias.errors import ConfigError, SlurmError
+from slurm_plugin.controller.startup import slurm_env
+from slurm_plugin.controller.stateview import StateView
+from teiresias.errors import ConfigError
+
+# Meta keys of the state DB read here (controller/leases.py, controller/slicing.py META_KEY).
+THEMIS_KEY = "themis"
+GANDIVA_KEY = "gandiva"
 
 
 def parse_job_ids(items: tuple[str, ...]) -> set[int]:
@@ -35,25 +43,22 @@ def parse_job_ids(items: tuple[str, ...]) -> set[int]:
     return wanted
 
 
-def slurm_jobs(config: ControllerConfig, prog: str, fallback: str) -> dict[int, SlurmJob] | None:
-    """The jobs Slurm knows now by id; None, said in one line on stderr with
-    what ``prog`` does instead (``fallback``), when Slurm does not answer."""
-    try:
-        from slurm_plugin.controller.runtime import make_backend
-
-        return {j.job_id: j for j in make_backend(config).jobs()}
-    except (SlurmError, OSError) as exc:
-        click.echo(f"{prog}: Slurm did not answer ({exc}); {fallback}", err=True)
-        return None
+def ask_slurm(config: ControllerConfig, no_slurm: bool) -> LiveRead:
+    """Start the command's Slurm reads (none with --no-slurm but PrivateData's)."""
+    return LiveRead(slurm_env(config), ask_slurm=not no_slurm)
 
 
-def _open_state(config: ControllerConfig) -> StateStore:
+def open_state(config: ControllerConfig) -> StateView:
+    exists: bool | None
+    folder: bool | None
     try:
         exists = config.state_db.exists()
+        folder = config.state_db.parent.is_dir()
     except PermissionError:
-        exists = None
+        exists = folder = None
     if not exists:
-        if exists is None or not os.access(config.state_db.parent, os.X_OK):
+        # A folder that is missing is no controller yet (issue 21 item 10), one we cannot enter is privacy.
+        if exists is None or (folder and not os.access(config.state_db.parent, os.X_OK)):
             raise ConfigError(
                 f"{config.state_db}: not readable by you (permission denied on its folder);"
                 " the controller's admin can give a group access with file_group"
@@ -63,31 +68,12 @@ def _open_state(config: ControllerConfig) -> StateStore:
             f" --config {config.path or 'FILE'}` first"
         )
     try:
-        return StateStore(config.state_db, readonly_copy=True)
+        return StateView(config.state_db)
     except (OSError, sqlite3.Error) as exc:
         raise ConfigError(
             f"{config.state_db}: cannot read the controller state ({exc}); the controller's"
             " admin can give a group access with file_group"
         ) from None
-
-
-def _visible(config: ControllerConfig, slurm: dict[int, SlurmJob] | None) -> Callable[[JobRecord], bool]:
-    """What ``squeue`` would show the caller under the site's PrivateData: with
-    ``jobs`` in it, a user sees their own jobs and those slurmctld still lists
-    for them (it hides the others' from ``squeue --json`` too, and shows all of
-    them to operators and admins); without it, every job. root sees all."""
-    me = pwd.getpwuid(os.geteuid()).pw_name
-    if os.geteuid() == 0:
-        return lambda r: True
-    try:
-        site = read_site(slurm_env(config))
-    except SlurmError as exc:
-        click.echo(f"teiresias queue: cannot read Slurm's PrivateData ({exc}); showing your own jobs only", err=True)
-        return lambda r: r.user == me
-    if me == site.slurm_user or not site.private_jobs:
-        return lambda r: True
-    listed = set(slurm or ())  # None: Slurm not asked (--no-slurm) or down: own jobs only
-    return lambda r: r.user == me or r.job_id in listed
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -119,16 +105,27 @@ def queue(
     """
     config = load_config(config_path)
     wanted = parse_job_ids(job_ids)
-    store = _open_state(config)
-    try:
+    live = ask_slurm(config, no_slurm)
+    with open_state(config) as store:
         # Named jobs are looked up among finished ones too (squeue -j shows a job that just ended).
-        records = list(store.jobs(active_only=not (show_all or wanted)).values())
-        themis = leases.load(store.get_meta(leases.META_KEY))
-        gandiva = slicing.load(store.get_meta(slicing.META_KEY))
-    finally:
-        store.close()
-    slurm = None if no_slurm else slurm_jobs(config, "teiresias queue", "showing the state DB only")
-    records = [r for r in records if _visible(config, slurm)(r)]
+        records = list(store.jobs(active_only=not show_all, also=wanted).values())
+        raw_themis, raw_gandiva = store.get_meta(THEMIS_KEY), store.get_meta(GANDIVA_KEY)
+    themis, gandiva, app_for = None, None, None
+    if raw_themis:
+        from slurm_plugin.controller import leases
+
+        themis = leases.load(raw_themis)
+    if raw_gandiva:
+        from slurm_plugin.controller import slicing
+
+        gandiva = slicing.load(raw_gandiva)
+    if config.policy.apps or any(r.files.app for r in records):  # else every job's explicit app is ""
+        from slurm_plugin.controller import leases
+
+        app_for = lambda r: leases.record_app(config, r)  # noqa: E731
+    slurm = live.jobs("teiresias queue", "showing the state DB only")
+    visible = live.visible("teiresias queue")
+    records = [r for r in records if visible(r)]
     if wanted:
         unknown = sorted(wanted - {r.job_id for r in records})
         if unknown:
@@ -138,7 +135,9 @@ def queue(
                 " you); `teiresias queue --all` lists the ones you can see"
             )
     records = [r for r in records if (not users or r.user in users) and (not wanted or r.job_id in wanted)]
-    rows = build_rows(records, time.time(), slurm, themis, lambda r: leases.record_app(config, r), gandiva)
+    from slurm_plugin.controller.view import build_rows, format_table
+
+    rows = build_rows(records, time.time(), slurm, themis, app_for, gandiva)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=None))
     else:

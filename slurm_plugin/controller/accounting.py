@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.backends.parse import FINISHED_STATES
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import service
 
@@ -125,6 +126,23 @@ def observe_run(rec: JobRecord, sj: SlurmJob, now: float, running: bool) -> tupl
         if rec.run_start is not None:
             end, source = _end_of_run(rec, sj, now)
             seg = close_run(rec, end, source)
+            if seg:
+                closed.append(seg)
+        elif (
+            sj.start_time
+            and sj.end_time
+            and rc > rec.closed_restart
+            and sj.start_time <= sj.end_time <= now
+            and sj.state.split(" ")[0].split(",")[0].upper() in FINISHED_STATES
+        ):
+            # A run that began and ended between two rounds (a short job, a poll interval
+            # longer than the job, `controller run --once`): never seen running, but an
+            # ended job's StartTime and EndTime are Slurm's own (parse.parse_job keeps them
+            # only then), so its service is counted like any other run's.
+            rec.run_start, rec.run_restart = float(sj.start_time), rc
+            if rec.first_start_time is None:
+                rec.first_start_time = float(sj.start_time)
+            seg = close_run(rec, float(sj.end_time), "slurm")
             if seg:
                 closed.append(seg)
         elif rc - 1 > rec.closed_restart and rec.closed_restart >= 0:

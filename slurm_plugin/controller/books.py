@@ -14,11 +14,14 @@ The Controller calls these in its round's order (controller/loop.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from slurm_plugin.backends.base import SlurmBackend
+from slurm_plugin.backends.base import SlurmBackend, SlurmJob
+from slurm_plugin.backends.parse import FINISHED_STATES, base_state
 from slurm_plugin.config import ControllerConfig
 from slurm_plugin.controller import accounting, usage
 from slurm_plugin.controller.audit import AuditLog
+from slurm_plugin.controller.constraints import waiting_reason
 from slurm_plugin.controller.history import History
 from slurm_plugin.controller.reconcile import Reconciled, same_job
 from slurm_plugin.controller.state import JobRecord, Phase, StateStore
@@ -79,6 +82,31 @@ class Books:
             if r.end_time is not None:
                 self.audit.stage(job_id, "finished", r.end_time, r.restart_count, state=r.final_state)
 
+    def reopen_requeued(self, records: dict[int, JobRecord], managed: Mapping[int, SlurmJob], now: float) -> None:
+        """A job whose record was closed and that is back in Slurm's queue, the same job
+        (reconcile.same_job: requeued since): an admin's `scontrol requeue` of a job that
+        had ended, Slurm's own requeue of one it took for ended across a slurmctld restart.
+        Its record is opened again into ``records``, its service and first start kept
+        (issue 20 B1: a fresh record took it for a new job, its attained GPU-time back to
+        0; the soak, seed 20, j11). A job id another job took (a reset cluster) still gets
+        a fresh record (archive_reused_ids)."""
+        for job_id, sj in managed.items():
+            if job_id in records or base_state(sj.state) in FINISHED_STATES:
+                continue
+            if sj.array_tasks and sj.array_task_id is None:
+                continue  # an array's meta record: no job of its own
+            old = self.store.job(job_id)
+            if old is None or old.active or (old.cluster and old.cluster != self.store.cluster):
+                continue
+            if not same_job(old, sj) or sj.restart_count <= old.restart_count:
+                continue
+            why = f"requeued after its record was closed ({old.final_state}): the same job, its record opened again"
+            old.phase, old.phase_since = Phase.PENDING, now
+            old.final_state, old.end_time = None, None
+            records[job_id] = old
+            log.warning("[job %d] %s", job_id, why)
+            self.audit.write(job_id, "reopened", why)
+
     def archive_reused_ids(self, rec: Reconciled) -> None:
         """A job id seen before belongs to another job now (new or reset cluster):
         the old record is closed and archived whole, the new job gets a fresh one."""
@@ -124,6 +152,7 @@ class Books:
             self.audit.write(job_id, "vanished", "Slurm no longer knows the job")
         promoted = set(plan.promote)
         rank = {j: i for i, j in enumerate(plan.order)}
+        free = rec.snapshot.free_gpus() if rec.constraints else None
         for job_id, r in rec.records.items():
             if job_id in promoted:
                 # Tiresias §3.2.3: t_J and delta_J restart from 0.
@@ -150,6 +179,10 @@ class Books:
                 r.reason = rec.not_waiting.get(job_id) or (
                     plan.reasons.get(jid, "") if r.phase is Phase.PENDING else ""
                 )
+                nodes = rec.constraints.get(job_id)
+                if nodes is not None and r.phase is Phase.PENDING and r.reason.startswith("waiting for"):
+                    # Its -w / -x / --constraint / GPU type are why it waits: say so (issue 20 B6).
+                    r.reason = waiting_reason(r.gpus, nodes, free if free is not None else {})
         for job_id in rec.finished:
             r = rec.records[job_id]
             gpu_s = accounting.attained_gpu_seconds(r, now)
@@ -185,6 +218,24 @@ class Books:
                 self._usage_read[r.job_id] = now
                 usage.set_usage(r, usage.read_for(r))
         self._usage_read = {j: t for j, t in self._usage_read.items() if j in records}
+
+    def hand_back(self, jobs: dict[int, tuple[str, str]]) -> None:
+        """Release to Slurm the jobs the controller holds but no longer manages
+        (reconcile.handed_back): mark cleared first, then released; one log and
+        audit line (``unmanaged``) each. Idempotent: a failure is retried next round."""
+        if self.dry_run:
+            return
+        for job_id, (target, why) in jobs.items():
+            try:
+                self.backend.set_hold_mark(target, False)
+                self.backend.release(target)
+            except SlurmUnreachable:
+                raise
+            except SlurmError as exc:
+                log.warning("[job %d] not released to Slurm: %s; tried again next round", job_id, exc)
+                continue
+            log.warning("[job %d] %s", job_id, why)
+            self.audit.write(job_id, "unmanaged", why)
 
     def split_arrays(self, tasks: list[str], unheld: list[int]) -> None:
         """Split array tasks off their meta record (marking each as held by us), so

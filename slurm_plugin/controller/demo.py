@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from teiresias.domain import Cluster
+from teiresias.jobfiles import format_comment
 
 # The job script. JOBBASE (job directory base, also in the comment) and WORK
 # (seconds of service) come from the environment sbatch exports.
@@ -82,6 +85,26 @@ def workload(scale: float = 1.0) -> list[DemoJob]:
 
 def demo_cluster(node_names: Sequence[str], gpus_per_node: int) -> Cluster:
     return Cluster.from_tiresias_spec(1, len(node_names), gpus_per_node, node_names=list(node_names))
+
+
+def submit_demo_job(backend: Any, job: DemoJob, base: Path, name: str, gres: str | None = None) -> int:
+    """Submit ``job`` as DEMO_JOB to partition gpu: ``--gpus=N``, or ``gres`` (``shard:1``) if
+    given; its job directory (and output) under ``base``. The benchmarks' live runs."""
+    return int(
+        backend.submit(
+            DEMO_JOB,
+            "-p",
+            "gpu",
+            f"--gres={gres}" if gres else f"--gpus={job.gpus}",
+            "-t",
+            "30",
+            f"--job-name={name}",
+            f"--chdir={base}",
+            f"--output={base}/{name[:1]}-%j.out",
+            f"--comment={format_comment({'dir': str(base)})}",
+            f"--export=ALL,JOBBASE={base},WORK={int(job.work)}",
+        )
+    )
 
 
 @dataclass(frozen=True)

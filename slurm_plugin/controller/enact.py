@@ -23,7 +23,7 @@ from typing import Any
 
 from slurm_plugin.backends.base import HOLD_MARK, JobTarget, SlurmBackend, SlurmJob, requeue_settle_wait
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import accounting
+from slurm_plugin.controller import accounting, gpus
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.preemption import RequeueDue
 from slurm_plugin.controller.reconcile import RUNNING_STATES, base_state, same_job
@@ -64,6 +64,8 @@ class Enactor:
         self.actions: list[Action] = []
         # job -> the id scontrol must get (an array task's "A_T"; plain "A" acts on every task)
         self.targets: dict[int, str] = {}
+        # Nodes with one gres Type per GPU: a shard job is released on the GPU the plan chose.
+        self.typed: frozenset[str] = frozenset()
 
     def _t(self, job_id: int) -> JobTarget:
         return self.targets.get(job_id, job_id)
@@ -139,7 +141,7 @@ class Enactor:
         )
 
     def _start_calls(
-        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, now: float
+        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, now: float, bind: tuple[int, ...] = ()
     ) -> Callable[[], None]:
         def calls() -> None:
             t = self._t(rec.job_id)
@@ -158,32 +160,55 @@ class Enactor:
                 # ran is the user's (--begin): such a job is not started at all (reconcile).
                 self.backend.clear_begin_time(t)
             self.backend.set_nodelist(t, placement.nodes)
+            # The request kept aside in the AdminComment (job_submit.lua), given its GPU types.
+            gres = gpus.shard_request(job, placement, all(n in self.typed for n in placement.nodes), bind)
+            if gres is not None:
+                self.backend.set_gres(t, gres)
             if job.held or job.priority == 0:
                 # Unmarked first: a crash between the two leaves a held job without the
                 # mark, whose interrupted start the journal finishes.
                 if HOLD_MARK in job.admin_comment.split(";"):
-                    self.backend.set_hold_mark(t, False)
+                    self.backend.set_hold_mark(t, False, job.admin_comment)
                 self.backend.release(t)
             self.backend.set_priority(t, priority)  # release recomputed it
 
         return calls
 
     def start(
-        self, rec: JobRecord, placement: Placement, priority: int, sj: SlurmJob, reason: str, now: float
+        self,
+        rec: JobRecord,
+        placement: Placement,
+        priority: int,
+        sj: SlurmJob,
+        reason: str,
+        now: float,
+        bind: tuple[int, ...] = (),
     ) -> Action:
+        """Node list, the shard job's GPU types (``bind``: all the GPUs a job that joins an
+        over-subscribed node may run on, controller/gpus.py), release, priority."""
+
         def before() -> None:
             # STARTING is saved with the journal row: a crash mid-start leaves a
             # record that the start-timeout re-holds if Slurm never starts it.
             rec.phase, rec.phase_since = Phase.STARTING, now
             rec.planned = placement
             rec.reason = ""
+            rec.pinned_nodes = ",".join(placement.nodes)  # ReqNodeList from now on (constraints.py)
 
-        detail = {"nodes": list(placement.nodes), "gpus": [a.gpus for a in placement.allocations], "priority": priority}
+        detail: dict[str, Any] = {
+            "nodes": list(placement.nodes),
+            "gpus": [a.gpus for a in placement.allocations],
+            "priority": priority,
+        }
+        if any(a.gpu_ids for a in placement.allocations):
+            detail["gpu_ids"] = [list(a.gpu_ids) for a in placement.allocations]
+        if bind:
+            detail["bind"] = list(bind)  # the journal keeps it for a start a crash interrupts
         act = self._do(
             rec,
             "start",
             reason,
-            self._start_calls(rec, placement, priority, sj, now),
+            self._start_calls(rec, placement, priority, sj, now, bind),
             restart_count=sj.restart_count,
             before=before,
             detail=detail,
@@ -217,7 +242,8 @@ class Enactor:
             self.audit.stage(rec.job_id, "signalled", time.time(), rec.restart_count)
         return act
 
-    def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None) -> None:
+    def _after_requeue(self, rec: JobRecord, when: float, due: RequeueDue | None, lost: float = 0.0) -> None:
+        rec.lost_gpu_seconds += lost
         seg = accounting.close_run(rec, when, "controller")
         if seg is not None:
             self.store.add_segment(rec.job_id, seg.restart_count, seg.start, seg.end, seg.source)
@@ -241,6 +267,9 @@ class Enactor:
         detail: dict[str, Any] = {"acked": due.ack is not None}
         if due.ack is not None:
             detail.update(ckpt_seconds=due.ack.seconds, ckpt_bytes=due.ack.bytes, step=due.ack.step)
+        # Work lost: GPUs x the time since its last checkpoint (issue 20 B12; 0 when it acked).
+        lost = rec.gpus * max(now - due.lost_since, 0.0) if due.lost_since is not None else 0.0
+        detail["lost_gpu_seconds"] = round(lost, 1)
         restart = rec.signal_restart if rec.signal_restart is not None else rec.restart_count
         act = self._do(
             rec,
@@ -248,7 +277,7 @@ class Enactor:
             due.reason,
             calls,
             restart_count=restart,
-            after=lambda: self._after_requeue(rec, now, due),
+            after=lambda: self._after_requeue(rec, now, due, lost),
             detail=detail,
         )
         if act.ok:
@@ -299,7 +328,10 @@ class Enactor:
                 act.reason = "start was interrupted: finishing node list, release, priority"
                 placement = rec.planned
                 if placement is not None:
-                    calls = self._start_calls(rec, placement, int(entry.args.get("priority", PRIORITY_BASE)), sj, now)
+                    bind = tuple(int(i) for i in entry.args.get("bind") or ())
+                    calls = self._start_calls(
+                        rec, placement, int(entry.args.get("priority", PRIORITY_BASE)), sj, now, bind
+                    )
             else:
                 act.reason = f"start already happened (Slurm: {sj.state})"
         elif entry.action == "hold":
@@ -326,19 +358,32 @@ class Enactor:
         return act
 
 
-def fit_shape(placement: Placement, sj: SlurmJob, free: dict[str, int], allowed: list[str]) -> Placement | None:
+def fit_shape(
+    placement: Placement,
+    sj: SlurmJob,
+    free: dict[str, int],
+    allowed: list[str],
+    required: frozenset[str] = frozenset(),
+) -> Placement | None:
     """The plan's placement in the job's own shape, or None when the free GPUs
     cannot give it now. A job that asked per node (--gpus-per-node, --gres)
     gets exactly its node count with that many GPUs on each: the node list the
-    controller sets also sets the node count, and so the job's size. The plan's
-    nodes come first, then the other ``allowed`` nodes, fullest free first.
+    controller sets also sets the node count, and so the job's size. Its
+    ``required`` nodes (-w) come first, then the plan's, then the other
+    ``allowed`` nodes (those its -x / --constraint leave), fullest free first.
     Other jobs keep the plan's placement."""
     per, count = sj.gpus_per_node, sj.num_nodes
-    if not per or (len(placement.allocations) == count and all(a.gpus == per for a in placement.allocations)):
+    if not per or (
+        len(placement.allocations) == count
+        and all(a.gpus == per for a in placement.allocations)
+        and required <= set(placement.nodes)
+    ):
         return placement
+    ok = set(allowed) | required
     others = sorted((n for n in allowed if n not in placement.nodes), key=lambda n: (-free.get(n, 0), n))
-    chosen = [n for n in (*placement.nodes, *others) if free.get(n, 0) >= per][:count]
-    if len(chosen) < count:
+    order = dict.fromkeys([*sorted(required), *(n for n in placement.nodes if n in ok), *others])
+    chosen = [n for n in order if free.get(n, 0) >= per][:count]
+    if len(chosen) < count or not required <= set(chosen):
         return None
     return Placement.of([(n, per) for n in chosen])
 

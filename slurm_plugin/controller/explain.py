@@ -134,6 +134,7 @@ class Explanation:
     plan_time: float | None
     plan_round: int | None
     notes: list[str] = field(default_factory=list)
+    lost_gpu_seconds: float = 0.0  # work its preemptions lost (GPU-s since the last checkpoint at each)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -284,10 +285,16 @@ def explain(
     lease = summary.get("leases", {}).get(str(job_id))
     waiting = None
     if r.phase is Phase.STARTING and r.planned is not None:
+        # The record is the last round's; Slurm, asked now, may have started it since.
+        started = slurm_state == "RUNNING"
         waiting = (
             "released to "
             + ", ".join(f"{a.gpus} GPU(s) on {a.node}" for a in r.planned.allocations)
-            + "; Slurm has not started it yet"
+            + (
+                "; Slurm has started it since the controller's last round"
+                if started
+                else "; Slurm has not started it yet"
+            )
         )
     elif r.phase is Phase.PENDING and start is not None:
         waiting = (
@@ -302,8 +309,9 @@ def explain(
     if r.phase is Phase.FINISHED:
         text = f"job {job_id} has ended ({r.final_state or 'FINISHED'}); nothing waits on it"
     elif r.phase in (Phase.RUNNING, Phase.STARTING):
+        runs = r.phase is Phase.RUNNING or slurm_state == "RUNNING"
         text = (
-            f"job {job_id} {'runs' if r.phase is Phase.RUNNING else 'is starting'} on "
+            f"job {job_id} {'runs' if runs else 'is starting'} on "
             + (", ".join(f"{p['gpus']} GPU(s) on {p['node']}" for p in placement) or "its nodes")
             + f", Q{q + 1}, rank {me + 1 if me is not None else '?'} of {len(order)}"
         )
@@ -314,7 +322,8 @@ def explain(
             + "; it checkpoints and goes back to the queue"
         )
     else:
-        gpus_ahead = sum(a.gpus for a in ahead) + hidden["gpus_held"]
+        # The GPUs the jobs ahead hold now (a pending one holds none), not those they ask for.
+        gpus_ahead = sum(h["gpus"] for a in ahead for h in a.holds) + hidden["gpus_held"]
         text = (
             f"job {job_id} waits in Q{q + 1} at rank {me + 1 if me is not None else '?'} of {len(order)}: "
             f"{r.reason or 'no reason recorded yet'}; {len(ahead) + hidden['jobs']} job(s) ahead"
@@ -346,6 +355,7 @@ def explain(
         reason=r.reason,
         placement=placement,
         preemptions=r.preemptions,
+        lost_gpu_seconds=round(r.lost_gpu_seconds, 1),
         last_preemption=last_preemption,
         ahead=ahead,
         ahead_hidden=hidden,
@@ -397,7 +407,8 @@ def format_text(e: Explanation, now: float) -> str:
         last = e.last_preemption
         row(
             "preempted",
-            f"{e.preemptions} time(s)" + (f", last {_ago(last['time'], now)}: {last['reason']}" if last else ""),
+            f"{e.preemptions} time(s), {e.lost_gpu_seconds:g} GPU-s of work lost"
+            + (f", last {_ago(last['time'], now)}: {last['reason']}" if last else ""),
         )
     if e.ahead or e.ahead_hidden["jobs"]:
         parts = [

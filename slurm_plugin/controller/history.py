@@ -27,7 +27,7 @@ from typing import Any
 
 from profiler.packlimit import PackLimitFit
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import sharing
+from slurm_plugin.controller import channel, sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import (
@@ -167,6 +167,9 @@ class History:
             self._policy = self._factory(config, dist)
             if measured and isinstance(getattr(self._policy, "model", None), SharingModel):
                 self._policy.model = sharing.with_measured(self._policy.model, measured)  # type: ignore[attr-defined]
+            if sharing_policy and self.uses_samples:
+                # Each job's own history for its length (docs/sjf-bsbf.md §9).
+                self._policy.history = sharing.histories(self.store.samples_by_job())  # type: ignore[attr-defined]
             self._policy_key = key
         return self._policy
 
@@ -223,7 +226,7 @@ class History:
             if r.phase is not Phase.RUNNING or not r.run_restart or r.run_start is None:
                 continue
             key = (r.job_id, r.run_restart)
-            jd = r.files.job_dir(r.job_id)
+            jd = channel.folder(r)
             if key in self._costed or jd is None:
                 continue
             try:
@@ -282,7 +285,7 @@ class History:
     def record_runs(self, r: JobRecord) -> None:
         """A run ended: keep its measured iteration time, placement and skew (PACKLIMIT
         history, Tiresias §3.3.2), and xi when it was shared."""
-        jd = r.files.job_dir(r.job_id)
+        jd = channel.folder(r)
         if self.dry_run or jd is None:
             return  # not a tsbatch job: no hooks, no iteration time
         planned = len(r.planned.nodes) if r.planned is not None else 0

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import JobId, Plan, Snapshot
@@ -68,7 +69,7 @@ def work_left(total: int, runs: Mapping[int, RunRecord], checkpoints: Sequence[C
 
 def record_work_left(rec: JobRecord) -> float | None:
     """The job's measured seconds left when it declared ``tsbatch --iterations`` and the hooks timed steps."""
-    total, jobdir = rec.files.iterations, rec.files.job_dir(rec.job_id)
+    total, jobdir = rec.files.iterations, channel.folder(rec)
     if not total or jobdir is None:
         return None
     return work_left(total, read_runs(jobdir), read_records(jobdir))

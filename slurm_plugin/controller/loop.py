@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, SlurmNode
 from slurm_plugin.config import ControllerConfig
-from slurm_plugin.controller import leases, sharing, slicing
+from slurm_plugin.controller import gpus, leases, sharing, slicing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.books import Books
 from slurm_plugin.controller.enact import Action, Enactor
@@ -27,10 +27,11 @@ from slurm_plugin.controller.events import EventSocket, open_events
 from slurm_plugin.controller.explain import META_KEY as EXPLAIN_META_KEY
 from slurm_plugin.controller.explain import round_summary, vc_rows
 from slurm_plugin.controller.history import History, PolicyFactory
+from slurm_plugin.controller.lock import ClusterLock
 from slurm_plugin.controller.metrics import ControllerMetrics
 from slurm_plugin.controller.packlimit import packlimit_json
 from slurm_plugin.controller.preemption import ACK_WATCH_S, Preempter, awaited_acks, first_acked
-from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, reconcile
+from slurm_plugin.controller.reconcile import Reconciled, build_snapshot, managed_jobs, reconcile
 from slurm_plugin.controller.slicing import Slicer
 from slurm_plugin.controller.starts import Starter
 from slurm_plugin.controller.startup import unreachable_line
@@ -46,6 +47,7 @@ from teiresias.policy.base import (
     quiet_until_of,
     uses_slices,
 )
+from teiresias.policy.protect import MinRun, protected_until
 
 if TYPE_CHECKING:  # imported where used: only a gandiva controller needs it
     from teiresias.policy.gandiva.params import GandivaParams
@@ -152,6 +154,9 @@ class Controller:
         self.events: EventSocket | None = None
         # Prometheus metrics (controller/metrics.py), set by `controller run` when served.
         self.metrics: ControllerMetrics | None = None
+        # The lock of the Slurm cluster (lock.ClusterLock), once taken at the first contact;
+        # released with the process (Controller.close).
+        self.cluster_lock: ClusterLock | None = None
         # Run once, at the first round that reaches Slurm, before any record is touched:
         # checks the config against Slurm (ConfigError) and tells the store its cluster
         # (runtime.make_controller; controller/startup.py). Returns notes to log.
@@ -173,6 +178,8 @@ class Controller:
         t0 = time.perf_counter()
         self.next_change = None  # until this round's plan says otherwise
         polled = slurm_jobs is None
+        if slurm_jobs is None and slurm_nodes is None:
+            slurm_jobs, slurm_nodes = self.backend.jobs_and_nodes()
         if slurm_jobs is None:
             slurm_jobs = self.backend.jobs()
         if slurm_nodes is None:
@@ -189,15 +196,17 @@ class Controller:
         self._records = None  # until this round has completed
         self.books.refresh_usage(records, now)
         self.preempter.forget(records)
-        managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
+        managed = managed_jobs(self.config, slurm_jobs)
         enactor.targets = {j: sj.target for j, sj in managed.items()}
         if any(a.ok for a in enactor.recover(records, managed, now)) and polled:
             # A crash's action was finished (a requeue, hold or start): what was read above
             # is stale, and a job requeued just now would still look running (it would be
             # preempted a second time, its signal refused). Rare: only after a crash.
-            slurm_jobs, slurm_nodes = self.backend.jobs(), self.backend.nodes()
-            managed = {sj.job_id: sj for sj in slurm_jobs if sj.gpus > 0 and self.config.manages(sj.partition)}
+            slurm_jobs, slurm_nodes = self.backend.jobs_and_nodes()
+            managed = managed_jobs(self.config, slurm_jobs)
             enactor.targets = {j: sj.target for j, sj in managed.items()}
+        enactor.typed = gpus.typed_nodes(slurm_nodes)
+        self.books.reopen_requeued(records, managed, now)
         rec = reconcile(self.config, records, slurm_jobs, slurm_nodes, now, backoff=self.starter.waits())
         self.starter.observe(rec, slurm_nodes)
         self.books.archive_reused_ids(rec)
@@ -207,6 +216,7 @@ class Controller:
         if any([self.history.known_skew(rec.records[j]) for j in rec.created]):
             # A model profiled before: profile placement can use its skew in this very round.
             rec.snapshot = build_snapshot(rec.snapshot.cluster, rec, slurm_nodes, now)
+        self.protect(rec)
         t2 = time.perf_counter()
         policy = self.policy()
         carry_state = None  # a CarriesState policy's plan.carry, stored for the next round
@@ -230,6 +240,7 @@ class Controller:
             plan = policy.decide(rec.snapshot)
             if leasing and not self.dry_run:
                 lease_state = leases.after(rec.snapshot, plan, carried, self.audit, now)
+        plan = self.starter.gate(rec, plan)
         quiet = quiet_until_of(policy)
         self.next_change = quiet(after_plan(rec.snapshot, plan)) if quiet is not None else None
         t3 = time.perf_counter()
@@ -279,6 +290,24 @@ class Controller:
             )
         return result
 
+    def protect(self, rec: Reconciled) -> None:
+        """Each running job's protection from preemption (Job.protected_until, the one rule
+        in teiresias.policy.protect the simulator applies too): a minimum run time from its
+        run's start (Slurm's StartTime; a job being started counts from its release),
+        longer for a job that cannot checkpoint; a --no-requeue job is never preempted."""
+        pre = self.config.preemption
+        rule = MinRun(pre.min_run_seconds, pre.plain_min_run_seconds)
+        for j in rec.snapshot.jobs:
+            if not j.is_running or j.job_id not in rec.slurm:
+                continue
+            r, sj = rec.records[j.job_id], rec.slurm[j.job_id]
+            if not sj.requeue:
+                j.protected_until = math.inf  # Slurm refuses its requeue: plans must not count on it
+                continue
+            start = r.run_start if r.run_start is not None else r.phase_since
+            keeps_work = rule.plain == rule.checkpointing or self.preempter.checkpoints(r, sj)
+            j.protected_until = protected_until(start, keeps_work, rule)
+
     def _enact(self, enactor: Enactor, rec: Reconciled, plan: Plan, now: float) -> None:
         """The plan's actions in their order; each step's requeues free GPUs for the next."""
         starting = set(plan.start)
@@ -289,6 +318,7 @@ class Controller:
                 if job_id in rec.start_failed:
                     self.starter.back_off(rec.records[job_id], why, now)
         self.books.split_arrays(rec.to_split, rec.unheld_arrays)
+        self.books.hand_back(rec.to_release)
         # 2. Preemptions the plan asks for. 3. Those in progress: requeue on Ack or grace over.
         free = rec.snapshot.free_gpus()
         moves = plan
@@ -298,7 +328,7 @@ class Controller:
             self.slicer.resume_before_preempt(rec, plan, now)
             self.slicer.enact(rec, plan, now)
             moves = self.slicer.moving(plan)
-        self.preempter.preempt(enactor, rec, moves, free, now)
+        self.preempter.preempt(enactor, rec, moves, free, now, frozenset(moves.preempt) - frozenset(plan.preempt))
         self.preempter.requeue_ready(enactor, rec, free, now, self._requeued)
         # 4. Starts whose GPUs are free now; the others wait for preempted jobs to leave.
         self.starter.start(enactor, rec, plan, free, now)
@@ -473,6 +503,8 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
         queues=fitted_queues(config, distribution),
         promote_knob=config.policy.promote_knob,
         last_queue=config.policy.last_queue,
+        queue_order=config.policy.queue_order,
+        time_limits=config.policy.time_limits,
         distribution=distribution,
         placement=config.placement,
         lease=config.policy.lease,
@@ -488,6 +520,8 @@ def default_policy(config: ControllerConfig, distribution: Any) -> SchedulingPol
         # Tiresias Pseudocode 1: without a distribution the priority is LAS's.
         log.info("no GPU-time samples yet (no seed file, no finished job): 2D-LAS until there are")
         name = "las"
+        # ... in gittins' order inside a queue, which the queues alone can follow.
+        params = replace(params, queue_order=params.queue_order or "lifo-resume")
     ranker = build_policy(name, params)
     if config.cells is not None:
         # HiveD VCs (docs/cells.md): the ranker orders jobs inside each VC.

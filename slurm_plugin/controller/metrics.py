@@ -11,7 +11,11 @@ from the controller's thread and read by the HTTP server's thread:
   scrape never sees half a round.
 
 Labels are bounded sets (phase, queue, reason category, action, VC): no job
-id or user name, so the series stay few and the metrics leak no job.
+id or user name, so the series stay few and the metrics leak no job. Every
+known label value is exported from the start, at 0: a series that is absent
+cannot be told from a scrape that failed, and ``rate()`` needs its zeros.
+Beside them: ``teiresias_build_info`` and the process's own metrics
+(``process_*``, ``python_*``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    Summary,
+)
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -45,6 +59,7 @@ METRIC_NAMES = (
     "teiresias_preemptions_total",
     "teiresias_migrations_total",
     "teiresias_requeues_total",
+    "teiresias_lost_gpu_seconds_total",
     "teiresias_round_duration_seconds",
     "teiresias_slurm_poll_seconds",
     "teiresias_failed_actions_total",
@@ -57,7 +72,30 @@ METRIC_NAMES = (
     "teiresias_rounds_total",
     "teiresias_round_failures_total",
     "teiresias_last_round_timestamp_seconds",
+    "teiresias_build_info",
 )
+# The process's own (prometheus_client's collectors), for the usual dashboards.
+PROCESS_NAMES = (
+    "process_virtual_memory_bytes",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "process_cpu_seconds",
+    "process_open_fds",
+    "process_max_fds",
+    "python_info",
+    "python_gc_objects_collected",
+    "python_gc_objects_uncollectable",
+    "python_gc_collections",
+)
+# Label values exported at 0 before they first happen.
+PHASES = ("PENDING", "STARTING", "RUNNING", "PREEMPTING")
+PREEMPTION_REASONS = ("priority", "vc-guarantee", "migration", "lease", "other")
+REQUEUE_REASONS = ("checkpoint", "grace-timeout", "no-checkpoint", "other")
+ACTIONS = ("start", "hold", "signal", "requeue")
+ROUND_FAILURES = ("slurm-unreachable", "slurm-error")
+# Pending connections the /metrics socket queues (listen backlog): socketserver's 5 made
+# 40 of 200 concurrent scrapes time out (issue 21 item 7); the kernel caps it at somaxconn.
+BACKLOG = 1024
 
 
 def preemption_reason(why: str) -> str:
@@ -106,7 +144,9 @@ class _StateCollector(Collector):
             jobs = GaugeMetricFamily(
                 "teiresias_jobs", "Managed jobs at the last round, by phase and queue", labels=["phase", "queue"]
             )
-            for (phase, queue), n in sorted(g.jobs.items()):
+            counts_by = {(p, f"Q{q + 1}"): 0 for p in PHASES for q in range(self.owner.queues)}
+            counts_by.update(g.jobs)
+            for (phase, queue), n in sorted(counts_by.items()):
                 jobs.add_metric([phase, queue], n)
             yield jobs
             counts = [sum(1 for a in g.attained if a <= b) for b in thresholds]
@@ -145,7 +185,9 @@ class ControllerMetrics:
 
     def __init__(self, queue_thresholds: Iterable[float] = ()) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.buckets = tuple(sorted({*ATTAINED_BUCKETS, *(float(t) for t in queue_thresholds)}))
+        thresholds = tuple(float(t) for t in queue_thresholds)
+        self.buckets = tuple(sorted({*ATTAINED_BUCKETS, *thresholds}))
+        self.queues = len(thresholds) + 1  # Q1..QK: teiresias_jobs' queue label values
         self._lock = threading.Lock()
         self._gauges = _Gauges()
         r = self.registry
@@ -159,6 +201,11 @@ class ControllerMetrics:
         )
         self.requeues = Counter(
             "teiresias_requeues", "Requeues of preempted jobs, by what let them go", ["reason"], registry=r
+        )
+        self.lost = Counter(
+            "teiresias_lost_gpu_seconds",
+            "Work lost to preemptions: GPU-seconds since each preempted run's last checkpoint",
+            registry=r,
         )
         self.failed = Counter(
             "teiresias_failed_actions", "Actions Slurm refused or that failed", ["action"], registry=r
@@ -178,6 +225,19 @@ class ControllerMetrics:
         )
         self.rounds = Counter("teiresias_rounds", "Controller rounds completed", registry=r)
         self.round_failures = Counter("teiresias_round_failures", "Rounds that did not complete", ["why"], registry=r)
+        for counter, values in (
+            (self.preemptions, PREEMPTION_REASONS),
+            (self.requeues, REQUEUE_REASONS),
+            (self.failed, ACTIONS),
+            (self.round_failures, ROUND_FAILURES),
+        ):
+            for v in values:
+                counter.labels(v)
+        Info("teiresias_build", "The controller's version", registry=r).info(_build())
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        if GC_COLLECTOR is not None:
+            GCCollector(registry=r)
         r.register(_StateCollector(self))
 
     def observe_round(
@@ -216,6 +276,7 @@ class ControllerMetrics:
                 self.preemptions.labels(preemption_reason(reasons.get(a.job, ""))).inc()  # type: ignore[call-overload]
             if a.action == "requeue":
                 self.requeues.labels(requeue_reason(a.reason)).inc()
+                self.lost.inc(float(a.detail.get("lost_gpu_seconds", 0.0)))
         for r in finished:
             jct = (r.end_time or now) - r.submit_time
             self.jct.observe(jct)
@@ -242,11 +303,37 @@ class ControllerMetrics:
         self.round_failures.labels(why).inc()
 
 
+def _build() -> dict[str, str]:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("teiresias")
+    except PackageNotFoundError:
+        v = "unknown"
+    return {"version": v, "python": platform.python_version()}
+
+
 def serve(metrics: ControllerMetrics, address: str, port: int) -> Any:
-    """Serve /metrics on a daemon thread; returns the server (``shutdown()`` stops it)."""
-    from prometheus_client import disable_created_metrics, start_http_server
+    """Serve /metrics on a daemon thread; returns the server (``shutdown()`` stops it).
+    prometheus_client's start_http_server, with a listen backlog of BACKLOG."""
+    import socket
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import disable_created_metrics, make_wsgi_app
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        request_queue_size = BACKLOG
+        address_family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            pass  # a line per scrape would drown the controller's log
 
     # The *_created series (process start time per counter) only double the series count here.
     disable_created_metrics()
-    server, _thread = start_http_server(port, addr=address, registry=metrics.registry)
+    server = make_server(address, port, make_wsgi_app(metrics.registry), Server, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

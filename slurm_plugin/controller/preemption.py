@@ -19,6 +19,7 @@ why the batch script: docs/job-states.md "Jobs that checkpoint themselves".
 from __future__ import annotations
 
 import logging
+import math
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
@@ -27,12 +28,13 @@ from typing import TYPE_CHECKING
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob
 from slurm_plugin.config import ControllerConfig
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Plan
 from teiresias.errors import SlurmError, SlurmUnreachable
-from teiresias.jobfiles import Ack, read_ack
+from teiresias.jobfiles import Ack, read_ack, read_records
 
 if TYPE_CHECKING:
     # enact.py imports RequeueDue from here; the Enactor is only a parameter type.
@@ -52,12 +54,16 @@ def speaks_protocol(rec: JobRecord) -> bool:
 
 def find_ack(rec: JobRecord) -> Ack | None:
     """The job's Ack for the run we signalled, or None (not written yet, not a tsbatch job)."""
-    jobdir = rec.files.job_dir(rec.job_id)
-    if jobdir is None or rec.signal_restart is None:
+    if rec.signal_restart is None:
+        return None
+    jobdir = channel.folder(rec)
+    if jobdir is None:
         return None
     ack = read_ack(jobdir)
     if ack is None or ack.job_id != rec.job_id or ack.restart_count != rec.signal_restart:
         return None
+    if ack.key and rec.files.key and ack.key != rec.files.key:
+        return None  # an earlier job's with the same id (issue 20 B11)
     if rec.signal_time is not None and ack.time < rec.signal_time - _ACK_SLACK_S:
         return None  # a checkpoint of this run from before our signal: not an answer to it
     return ack
@@ -137,8 +143,22 @@ def signal_spec(script: str) -> SignalSpec | None:
 
 @dataclass(frozen=True, slots=True)
 class RequeueDue:
+    """``lost_since``: the instant from which the run's work is lost at this requeue
+    (its last checkpoint, or its start for a job that cannot checkpoint); None when
+    the job checkpointed for it (its Ack)."""
+
     ack: Ack | None
     reason: str
+    lost_since: float | None = None
+
+
+def last_checkpoint(rec: JobRecord) -> float | None:
+    """When the signalled run of a tsbatch job last wrote a checkpoint, or None."""
+    jobdir = channel.folder(rec)
+    if jobdir is None or rec.run_start is None:
+        return None
+    times = [c.time for c in read_records(jobdir) if c.restart_count == rec.signal_restart and c.time >= rec.run_start]
+    return max(times, default=None)
 
 
 def requeue_due(rec: JobRecord, now: float, grace_seconds: float, own: SignalSpec | None = None) -> RequeueDue | None:
@@ -147,14 +167,17 @@ def requeue_due(rec: JobRecord, now: float, grace_seconds: float, own: SignalSpe
     if own is not None:
         waited = now - (rec.signal_time or now)
         if waited >= own.seconds:
-            return RequeueDue(None, f"did not requeue itself within {own.seconds:g}s of its {own.signal}")
+            return RequeueDue(
+                None, f"did not requeue itself within {own.seconds:g}s of its {own.signal}", rec.run_start
+            )
         return None
     ack = find_ack(rec)
     if ack is not None:
         return RequeueDue(ack, f"checkpoint acknowledged (step {ack.step}, {ack.seconds:.1f}s, {ack.bytes} B)")
     waited = now - (rec.signal_time or now)
     if waited >= grace_seconds:
-        return RequeueDue(None, f"no acknowledgement within the {grace_seconds:g}s grace time")
+        since = last_checkpoint(rec) or rec.run_start
+        return RequeueDue(None, f"no acknowledgement within the {grace_seconds:g}s grace time", since)
     return None
 
 
@@ -184,11 +207,35 @@ class Preempter:
         """Drop what is kept about jobs no longer among the active records."""
         self._own_signals = {j: v for j, v in self._own_signals.items() if j in records}
 
-    def preempt(self, enactor: Enactor, rec: Reconciled, plan: Plan, free: dict[str, int], now: float) -> None:
-        """The plan's preemptions (Tiresias §3.2: preempted jobs keep their attained service)."""
+    def preempt(
+        self,
+        enactor: Enactor,
+        rec: Reconciled,
+        plan: Plan,
+        free: dict[str, int],
+        now: float,
+        moving: frozenset[int] = frozenset(),
+    ) -> None:
+        """The plan's preemptions (Tiresias §3.2: preempted jobs keep their attained service).
+        A job inside its minimum run time is not preempted, whatever the policy (the
+        allocation walk never asks; other policies may), unless it is ``moving``: a
+        Gandiva migration or resize, which checkpoints the job to start it elsewhere."""
         records = rec.records
+        protected = {int(j.job_id): j.protected_until for j in rec.snapshot.jobs if j.protected_until is not None}
         for job_id in plan.preempt:
             r = records[job_id]
+            until = protected.get(job_id)
+            if until is not None and until > now and r.phase is Phase.RUNNING and job_id not in moving:
+                if job_id not in self._unpreemptible:
+                    self._unpreemptible.add(job_id)
+                    why = (
+                        "it cannot checkpoint"
+                        if math.isinf(until)
+                        else f"inside its minimum run time ({until - now:.0f}s left)"
+                    )
+                    log.info("[job %d] not preempted: %s", job_id, why)
+                    self.audit.write(job_id, "preempt-skipped", why)
+                continue
             if r.phase is Phase.STARTING:
                 for a in r.planned.allocations if r.planned else ():
                     free[a.node] = free.get(a.node, 0) + a.gpus
@@ -215,7 +262,9 @@ class Preempter:
                         r.signal_time, r.signal_restart = now, r.restart_count
                         r.phase, r.phase_since = Phase.PREEMPTING, now
                     act = enactor.requeue(
-                        r, RequeueDue(None, why + "; not a tsbatch job: requeued without a checkpoint"), now
+                        r,
+                        RequeueDue(None, why + "; not a tsbatch job: requeued without a checkpoint", r.run_start),
+                        now,
                     )
                     if act.ok:
                         freed(rec, job_id, free)
@@ -243,6 +292,11 @@ class Preempter:
                     if act.ok:
                         freed(rec, job_id, free)
                         on_requeued(r)
+
+    def checkpoints(self, r: JobRecord, sj: SlurmJob) -> bool:
+        """Does a preemption keep this job's work: a tsbatch job (the Ack protocol) or one
+        that checkpoints itself on its own --signal (its batch script, read once)?"""
+        return speaks_protocol(r) or self.own_signal(r, sj) is not None
 
     def own_signal(self, r: JobRecord, sj: SlurmJob) -> SignalSpec | None:
         """The signal a self-requeueing job asks for in its batch script (read

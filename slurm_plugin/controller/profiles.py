@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.state import JobRecord
 from teiresias.errors import TeiresiasError
 from teiresias.jobfiles import profile_dir
@@ -45,16 +46,18 @@ class SkewBook:
 
     def learn(self, rec: JobRecord) -> float | None:
         """After a profiled run ended: aggregate its records, store them, return the skew."""
-        jobdir = rec.files.job_dir(rec.job_id)
+        jobdir = channel.folder(rec)
         if not rec.files.profile or jobdir is None:
             return None
         from profiler.aggregate import aggregate_dir
         from profiler.store import model_key
 
         pdir = profile_dir(jobdir)
-        if not pdir.is_dir():
-            return None
         try:
+            # Inside the try: a job directory in a private home raises here for a
+            # controller that is not root (issue 21 item 1), which must not end the round.
+            if not pdir.is_dir():
+                return None
             p = aggregate_dir(pdir)
             self.store.put(model_key(model_name(rec)), p, rec.job_id)
         except (TeiresiasError, OSError, ValueError) as exc:

@@ -17,18 +17,19 @@ run ends and replaces the model's guess for that model (`measured_xi`,
 from __future__ import annotations
 
 import json
-import os
-import pwd
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from slurm_plugin.backends.base import SlurmJob
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias import jobfiles as protocol
 from teiresias.domain import Placement
 from teiresias.domain.plan import Sharing
+from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.sjf_bsbf.model import SharingModel
+from teiresias.policy.sjf_bsbf.policy import MIN_HISTORY
 
 SHARD_HINT = "submit both with --gres=shard:N (half a GPU's shards) so that Slurm can co-allocate them"
 
@@ -41,14 +42,20 @@ def cannot_share(
     records: Mapping[int, JobRecord],
     slurm: Mapping[int, SlurmJob],
     free: Mapping[str, int],
+    *,
+    typed: bool = False,
 ) -> str | None:
-    """Why the guest cannot be started on its host's GPU now, or None when it can."""
+    """Why the guest cannot be started on its host's GPU now, or None when it can.
+    ``typed``: the node has one gres Type per GPU, so the guest is released on its
+    host's GPU by name (controller/gpus.py) and Slurm's first fit is no concern."""
     if not guest.shards:
         return f"chosen to share job {host.job_id if host else '?'}'s GPU, but it asks for whole GPUs; {SHARD_HINT}"
     if host is None or host_rec is None or host_rec.phase is not Phase.RUNNING:
         return "chosen to share a GPU whose job is not running (not started yet, or stopping); waits for the next round"
     if not host.shards:
         return f"chosen to share job {host.job_id}'s GPU, which it holds whole (--gres=gpu); {SHARD_HINT}"
+    if typed:
+        return None
     for node in placement.nodes:
         if free.get(node, 0) > 0:
             return (
@@ -73,8 +80,9 @@ def cannot_share(
 
 
 def audit_fields(sh: Sharing) -> dict[str, float | int]:
-    """The numbers behind a pair decision (Theorem 1's two ends and the model's factors)."""
-    return {
+    """The numbers behind a pair decision (Theorem 1's two ends, the model's factors, and the
+    queue check's two sums where it ran)."""
+    out: dict[str, float | int] = {
         "partner": int(sh.partner),
         "sub_batch": sh.sub_batch,
         "accumulation": sh.accumulation,
@@ -84,24 +92,19 @@ def audit_fields(sh: Sharing) -> dict[str, float | int]:
         "shared_avg_jct": round(sh.shared_avg_jct, 3),
         "sequential_avg_jct": round(sh.sequential_avg_jct, 3),
     }
+    if sh.queue_sum_jct is not None and sh.queue_sum_jct_without is not None:
+        out["queue_sum_jct"] = round(sh.queue_sum_jct, 3)
+        out["queue_sum_jct_without"] = round(sh.queue_sum_jct_without, 3)
+    return out
 
 
-def write_accumulate(rec: JobRecord, user: str, sh: Sharing) -> Path | None:
-    """accumulate.json in the guest's job directory (read by the hooks when its run starts);
-    None for a job without one (not a tsbatch job). The directory is created for
-    the job's user when the controller (root) makes it."""
-    jd = rec.files.job_dir(rec.job_id)
+def write_accumulate(rec: JobRecord, sh: Sharing) -> Path | None:
+    """accumulate.json in the controller's folder for the guest (controller/channel.py;
+    read by the hooks when its run starts); None for a job without one (not a tsbatch
+    job, or no place the controller may trust). OSError when it cannot be written."""
+    jd = channel.folder_for_job(rec)
     if jd is None:
         return None
-    if not jd.is_dir():
-        jd.mkdir(mode=0o700, parents=True)
-        if os.geteuid() == 0 and user:
-            try:
-                pw = pwd.getpwnam(user)
-            except KeyError:
-                pass  # a numeric or unknown user: root-owned, as Slurm's root jobs expect
-            else:
-                os.chown(jd, pw.pw_uid, pw.pw_gid)
     protocol.write_accumulate(jd, protocol.Accumulate(sh.accumulation, sh.sub_batch))
     return jd / protocol.ACCUMULATE
 
@@ -145,6 +148,12 @@ def measured_xi(
     if shared is None or alone is None:
         return None
     return alone / shared
+
+
+def histories(samples: Mapping[tuple[str, str], list[float]]) -> dict[tuple[str, str], ServiceDistribution]:
+    """(user, job name) -> the GPU-time distribution of those finished jobs, for the policy's job
+    lengths (``SjfBsbfPolicy.history``; keys with fewer than MIN_HISTORY jobs are left out)."""
+    return {k: ServiceDistribution(v) for k, v in samples.items() if len(v) >= MIN_HISTORY}
 
 
 def with_measured(model: SharingModel, measured: Mapping[str, float]) -> SharingModel:

@@ -7,11 +7,16 @@ own store entry, and turns the Plan's new decisions into Slurm calls:
 - ``suspend`` / ``resume``: ``scontrol suspend`` / ``resume`` (the job keeps
   its shards; the hooks park at a mini-batch boundary, wrappers/hooks/suspend.py).
   Slurm's job state SUSPENDED is the truth for ``Job.suspended``.
-- ``colocate``: the started job asks for shards (``--gres=shard:N``) and is
-  pinned by node to its partners' node, where their GPU must be the one GPU
-  with shards left (Slurm picks the GPU, first fit by index: the same rule as
-  the SJF-BSBF guest start, controller/sharing.py). One GPU per node only: Slurm
-  22.05 takes all of a job's shards on a node from one GPU.
+- ``colocate``: the started job asks for shards (``--gres=shard:N``). On nodes
+  with one gres Type per GPU it is released with the types of the GPUs it is
+  bound to (controller/gpus.py): a 1-GPU job joining an over-subscribed node a
+  shard of each of the node's GPUs (``Colocation.gpus``), and ``gpu.json`` in
+  its job dir names the one it runs on (wrappers/hooks/device.py). On untyped
+  nodes it is pinned by node only, where its partners' GPU is the one GPU with
+  shards left (Slurm's first fit, the rule of the SJF-BSBF guest start).
+- ``devices``: such a job runs on another of its GPUs from now: ``gpu.json``
+  is rewritten before the resume that goes with it (or, running, the hooks
+  switch at their next step boundary).
 - ``pack`` / ``unpack``: the group's mode; the suspend/resume lists of the same
   plan make every member run (pack) or one at a time (unpack). The numbers
   behind the decision (``Plan.notes``) go to the audit log.
@@ -35,12 +40,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from slurm_plugin.backends.base import SlurmBackend, SlurmJob, requeue_settle_wait
-from slurm_plugin.controller import sharing
+from slurm_plugin.controller import channel, sharing
 from slurm_plugin.controller.audit import AuditLog
 from slurm_plugin.controller.reconcile import Reconciled, base_state
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias import jobfiles
-from teiresias.domain import Job, JobId, JobState, Placement, Plan
+from teiresias.domain import Allocation, Job, JobId, JobState, JobUsage, Placement, Plan
 from teiresias.domain.plan import Colocation
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 
@@ -60,14 +65,22 @@ class Member:
     migrations: int = 0
     group: list[int] = field(default_factory=list)  # colocated partners
     packed: bool = False
-    pack_failed: bool = False  # an unpack undid its packing: not packed again (§4.2.2 trial and error)
+    pack_failed: bool = False  # an unpack undid a packing of it
+    pack_failed_with: list[int] = field(default_factory=list)  # ... with these jobs: not packed with them again
+    device: int | None = None  # the GPU a job bound to several runs on (gpu.json)
     # A migration or resize under way: where it restarts, and which action it is.
     target: list[list[Any]] | None = None  # [[node, gpus], ...]
     target_kind: str = ""  # "migrate", "grow" or "shrink"
     target_since: float | None = None
 
     def target_placement(self) -> Placement | None:
-        return Placement.of([(str(n), int(g)) for n, g in self.target]) if self.target else None
+        if not self.target:
+            return None
+        return Placement(
+            tuple(
+                Allocation(str(t[0]), int(t[1]), tuple(int(i) for i in t[2]) if len(t) > 2 else ()) for t in self.target
+            )
+        )
 
 
 def load(text: str | None) -> dict[int, Member]:
@@ -99,11 +112,32 @@ def elastic_of(rec: JobRecord) -> tuple[int, int] | None:
 
 def step_time_of(rec: JobRecord, restart: int) -> float | None:
     """The current run's median seconds per mini-batch from the hooks' runs.jsonl (§3.2 introspection)."""
-    jd = rec.files.job_dir(rec.job_id)
+    jd = channel.folder(rec)
     if jd is None:
         return None
     run = jobfiles.read_runs(jd).get(restart)
     return run.median_step_s if run is not None else None
+
+
+def busy_of(rec: JobRecord, restart: int) -> float | None:
+    """The run's busy share (percent of step time outside the DataLoader) from its last
+    runs.jsonl record: the hooks' step-rate measure of utilisation without NVML."""
+    jd = channel.folder(rec)
+    if jd is None:
+        return None
+    lines = sharing.run_lines(jd, restart)
+    return next((x.busy for x in reversed(lines) if x.busy is not None), None)
+
+
+def write_device(rec: JobRecord, gpu: int, now: float) -> bool:
+    """``gpu.json`` naming Slurm's GPU ``gpu`` in the folder the controller writes the job's
+    settings to (channel.folder_for_job); False for a job without one (not a tsbatch job, or
+    no place the controller may trust: it cannot switch GPUs). OSError when it cannot be written."""
+    jd = channel.folder_for_job(rec)
+    if jd is None:
+        return False
+    jobfiles.write_device(jd, jobfiles.Device(gpu, now))
+    return True
 
 
 def window_step_time(rec: JobRecord, restart: int, since: float | None) -> float | None:
@@ -111,7 +145,7 @@ def window_step_time(rec: JobRecord, restart: int, since: float | None) -> float
     from the first and last runs.jsonl records of the run written after it, whose step
     counts are cumulative, so no suspension lies inside the window. None with fewer
     than two such records (the hooks write one every TEIRESIAS_RUNS_EVERY seconds)."""
-    jd = rec.files.job_dir(rec.job_id)
+    jd = channel.folder(rec)
     if jd is None:
         return None
     lines = [x for x in sharing.run_lines(jd, restart) if since is None or x.time >= since]
@@ -162,6 +196,20 @@ class Slicer:
                     unavailable[a.node] = unavailable.get(a.node, 0) + a.gpus
             suspended = base_state(sj.state) == "SUSPENDED"
             partners = tuple(JobId(p) for p in m.group if p in in_snapshot)
+            bound = sj.shard_gpus
+            if len(bound) > 1 and job.placement is not None and job.placement.num_nodes == 1:
+                # Bound to several GPUs of its node: it holds none of its own; it runs on m.device.
+                dev = m.device if m.device in bound else bound[0]
+                job = replace(job, placement=Placement((Allocation(job.placement.nodes[0], 0, (dev,)),)))
+            usage = job.usage
+            if job.is_running:
+                busy = busy_of(r, sj.restart_count)
+                if busy is not None:
+                    usage = (
+                        replace(usage, busy=busy)
+                        if usage is not None
+                        else JobUsage(now, None, None, None, 0.0, 0, busy=busy)
+                    )
             step = None
             if job.is_running and not suspended:
                 # §3.2 introspection: the mini-batch time in the current mode (alone, one
@@ -169,7 +217,12 @@ class Slicer:
                 step = window_step_time(r, sj.restart_count, m.slice_since)
                 if step is None and not partners:
                     step = step_time_of(r, sj.restart_count)
-                others_run = any(base_state(rec.slurm[p].state) != "SUSPENDED" for p in partners if p in rec.slurm)
+                mine = self._device(job.job_id, rec)
+                others_run = any(
+                    base_state(rec.slurm[p].state) != "SUSPENDED" and self._device(int(p), rec) == mine
+                    for p in partners
+                    if p in rec.slurm
+                )
                 if step is not None and not others_run and not m.packed:
                     self.solo[job.job_id] = step
             jobs.append(
@@ -182,6 +235,9 @@ class Slicer:
                     colocated_with=partners,
                     packed=m.packed and bool(partners),
                     pack_failed=m.pack_failed,
+                    pack_failed_with=tuple(JobId(p) for p in m.pack_failed_with),
+                    bound_gpus=bound,
+                    usage=usage,
                     elastic=elastic_of(r),
                     step_time=step,
                     solo_step_time=self.solo.get(job.job_id),
@@ -220,6 +276,21 @@ class Slicer:
         """suspend, resume, pack, unpack; migrations and resizes are recorded (the
         Preempter signals them, ``restart_moved`` starts them on their target)."""
         notes = plan.notes
+        for job_id, to in plan.devices.items():
+            # Before the resume that goes with it: the hooks read gpu.json when they continue.
+            gpu = to.allocations[0].gpu_ids[0]
+            m = self.m(job_id)
+            if m.device == gpu:
+                continue
+            r = rec.records[job_id]
+            try:
+                ok = self.dry_run or write_device(r, gpu, now)
+            except OSError as exc:
+                log.warning("[job %d] gpu.json not written: %s", job_id, exc)
+                ok = False
+            if ok:
+                m.device = gpu
+                self._audit(job_id, "device", notes.get(job_id, f"runs on GPU {gpu}"), gpu=gpu, node=to.nodes[0])
         for job_id in plan.suspend:
             if base_state(rec.slurm[job_id].state) == "SUSPENDED":
                 continue
@@ -237,6 +308,8 @@ class Slicer:
                 m = self.m(job_id)
                 m.packed = packed
                 m.pack_failed |= not packed
+                if not packed:
+                    m.pack_failed_with = sorted({*m.pack_failed_with, *(int(o) for o in jobs if o != job_id)})
                 m.slice_since = now  # the group's throughput is judged a slice after the mode changed
                 self._audit(job_id, action, notes.get(job_id, ""), group=sorted(self.m(job_id).group))
         for kind, moves in (("migrate", plan.migrate), ("resize", plan.resize)):
@@ -258,7 +331,7 @@ class Slicer:
                 else:
                     kind_now = "migrate"
                 m = self.m(job_id)
-                m.target = [[a.node, a.gpus] for a in placement.allocations]
+                m.target = [[a.node, a.gpus, list(a.gpu_ids)] for a in placement.allocations]
                 m.target_kind, m.target_since = kind_now, now
                 self._leave_group(job_id)
                 self._audit(
@@ -300,6 +373,20 @@ class Slicer:
         if why is not None:
             r.reason = why
             return False
+        bind = tuple(col.gpus) if len(col.gpus) > 1 and placement.has_ids else ()
+        first = placement.allocations[0].gpu_ids[0] if placement.has_ids else None
+        if bind and first is not None and not self.dry_run:
+            # It holds a shard of each GPU of bind and runs on the one gpu.json names.
+            try:
+                if not write_device(r, first, now):
+                    r.reason = (
+                        "chosen to time-slice the GPUs of its node, which needs a tsbatch job (gpu.json in"
+                        " its job directory says which GPU it runs on); waits"
+                    )
+                    return False
+            except OSError as exc:
+                r.reason = f"cannot write its gpu.json ({exc}); waits"
+                return False
         mode = "time-sliced" if col.mode == "slice" else "packed"
         act = enactor.start(
             r,
@@ -309,10 +396,12 @@ class Slicer:
             f"joins job(s) {','.join(map(str, col.partners))} on {','.join(placement.nodes)}"
             f" ({mode}){': ' + col.reason if col.reason else ''}",
             now,
+            bind=bind,
         )
         if act.ok is False:
             return False
         m = self.m(r.job_id)
+        m.device = first
         m.group = sorted({int(p) for p in col.partners})
         m.packed = col.mode == "pack"
         m.slice_since = now
@@ -371,6 +460,13 @@ class Slicer:
                     m.target = None
                     continue
                 r.gpus = target.num_gpus
+            if len(sj.shard_gpus) > 1 and target.has_ids and not self.dry_run:
+                # Bound to several GPUs: it runs on the target's (gpu.json, read when it starts).
+                try:
+                    if write_device(r, target.allocations[0].gpu_ids[0], now):
+                        m.device = target.allocations[0].gpu_ids[0]
+                except OSError as exc:
+                    log.warning("[job %d] gpu.json not written: %s", job_id, exc)
             act = enactor.start(
                 r,
                 target,
@@ -388,6 +484,20 @@ class Slicer:
                 m.slice_since = now
 
     # ------------------------------------------------------------ helpers
+    def _device(self, job_id: int, rec: Reconciled) -> tuple[str, int] | None:
+        """(node, GPU) a 1-GPU job runs on: Slurm's index for a job bound to one GPU, the
+        controller's choice for a job bound to several; None when not known (any GPU)."""
+        sj = rec.slurm.get(job_id)
+        if sj is None or not sj.nodes:
+            return None
+        node = sj.nodes[0]
+        if len(sj.shard_gpus) > 1:
+            m = self.members.get(job_id)
+            dev = m.device if m is not None and m.device is not None else sj.shard_gpus[0]
+            return node, dev
+        ids = sj.gpu_ids_on(node)
+        return (node, ids[0]) if len(ids) == 1 else None
+
     def _cannot_colocate(
         self, rec: Reconciled, sj: SlurmJob, col: Colocation, placement: Placement, free: dict[str, int]
     ) -> str | None:
@@ -409,6 +519,8 @@ class Slicer:
                 return f"chosen to join job {p}, which is not running (not started yet, or stopping)"
             if not ps.shards:
                 return f"chosen to join job {p}, which holds its GPUs whole (--gres=gpu); {hint}"
+        if placement.has_ids:
+            return None  # released on its partners' GPU by its gres type (controller/gpus.py)
         for node in placement.nodes:
             if free.get(node, 0) > 0:
                 return (

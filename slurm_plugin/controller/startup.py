@@ -29,6 +29,7 @@ class SlurmSite:
     cluster_name: str
     private_data: frozenset[str]
     slurm_user: str
+    state_save_location: str = ""  # slurmctld's state folder: where the cluster lock lives (lock.py)
 
     @property
     def private_jobs(self) -> bool:
@@ -47,7 +48,9 @@ def parse_show_config(text: str) -> SlurmSite:
         if private.lower() in ("none", "(null)", "")
         else frozenset(f.strip().lower() for f in private.split(",") if f.strip())
     )
-    return SlurmSite(kv.get("ClusterName", ""), flags, kv.get("SlurmUser", "").split("(")[0])
+    return SlurmSite(
+        kv.get("ClusterName", ""), flags, kv.get("SlurmUser", "").split("(")[0], kv.get("StateSaveLocation", "")
+    )
 
 
 def slurm_env(config: ControllerConfig) -> dict[str, str]:
@@ -120,3 +123,55 @@ def check_against_slurm(config: ControllerConfig, nodes: Iterable[SlurmNode]) ->
             f"{config.cells}: physical_cells: node(s) {', '.join(left)} of the managed partitions"
             " are in no cell and would never be scheduled; add them to physical_cells"
         )
+
+
+def admin_level(user: str, env: Mapping[str, str], timeout: float = 30.0) -> str | None:
+    """``AdminLevel`` of ``user`` in Slurm's accounting (``None``, ``Operator``,
+    ``Administrator``); None when sacctmgr cannot tell (no slurmdbd, not installed)."""
+    try:
+        r = subprocess.run(
+            ["sacctmgr", "-n", "-P", "show", "user", user, "format=adminlevel"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0:
+        return None
+    lines = r.stdout.split()
+    return lines[0] if lines else "None"
+
+
+def check_rights(site: SlurmSite, env: Mapping[str, str], uid: int | None = None) -> None:
+    """The controller's user may hold, requeue and mark other users' jobs: root,
+    SlurmUser or AdminLevel=Administrator (an Operator may not write AdminComment,
+    where the controller marks its holds; docs/admin.md step 3). ConfigError naming
+    the fix otherwise."""
+    import pwd
+
+    uid = os.geteuid() if uid is None else uid
+    if uid == 0:
+        return
+    try:
+        me = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        me = str(uid)
+    if me == site.slurm_user:
+        return
+    level = admin_level(me, env)
+    if level == "Administrator":
+        return
+    fix = f"sacctmgr -i modify user {me} set adminlevel=Administrator"
+    if level is None:
+        raise ConfigError(
+            f"user {me} has no Slurm admin rights that sacctmgr can show (no slurmdbd?): the controller must"
+            f" hold, requeue and mark other users' jobs; run it as SlurmUser ({site.slurm_user or 'see slurm.conf'})"
+            f" or give {me} AdminLevel=Administrator ({fix}; docs/admin.md step 3)"
+        )
+    raise ConfigError(
+        f"user {me} has Slurm AdminLevel={level}; the controller needs Administrator (an Operator may not"
+        f" write AdminComment, where it marks its holds): {fix} (docs/admin.md step 3)"
+    )

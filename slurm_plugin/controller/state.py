@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_plugin.controller.files import FileModes, chmod_if_exists, secure_file
-from teiresias.domain import Placement
+from teiresias.domain import Allocation, Placement
 from teiresias.errors import ConfigError
 from teiresias.jobfiles import JobComment, job_comment
 
@@ -85,6 +85,21 @@ class JobRecord:
     # ClusterName, and the SubmitTime Slurm showed last (a requeue moves it).
     cluster: str = ""
     slurm_submit_time: float | None = None
+    # The restart count that SubmitTime belongs to. A requeue counts the restart at
+    # once but moves SubmitTime only when the run has finished completing (Slurm's
+    # batch_requeue_fini), so a job seen COMPLETING shows the new count beside the
+    # old time: the next SubmitTime is the same job's iff its count is above this one.
+    # None: written before this field (reconcile.same_job falls back on restart_count).
+    submit_restart: int | None = None
+    # The job's own ``-w`` node list as first seen (comma-separated, "" none; None: a
+    # record from before this field), and the list the controller last pinned at a
+    # start: Slurm's ReqNodeList shows the pin from then on (controller/constraints.py).
+    user_nodes: str | None = None
+    pinned_nodes: str = ""
+    # Work lost to the controller's preemptions, in GPU-seconds: GPUs x the time since
+    # the run's last checkpoint (its start for a job that cannot checkpoint) at each
+    # requeue; 0 for a preemption the job acknowledged with a checkpoint.
+    lost_gpu_seconds: float = 0.0
     # Measured use of the current run (wrappers/hooks/usage.py, summed over its
     # nodes; controller/usage.py): mean GPU utilization %, GPU memory used and
     # total in bytes (None without NVML: no GPU there), CPU % (100 = one core),
@@ -166,11 +181,13 @@ class RunOutcome:
 
 _RUN_FIELDS = [f.name for f in fields(RunOutcome)]
 _JOB_FIELDS = [f.name for f in fields(JobRecord)]
+JOB_FIELDS = tuple(_JOB_FIELDS)  # the jobs table's columns, in JobRecord's order
 _GET_FIELDS = operator.attrgetter(*_JOB_FIELDS)
 _LRS = _JOB_FIELDS.index("last_running_seen")
 _PHASE = _JOB_FIELDS.index("phase")
 _PLANNED = _JOB_FIELDS.index("planned")
 _REAL = {
+    "lost_gpu_seconds",
     "slurm_submit_time",
     "submit_time",
     "phase_since",
@@ -198,6 +215,7 @@ _INT = {
     "run_restart",
     "closed_restart",
     "restart_count",
+    "submit_restart",
     "queue",
     "rank",
     "preemptions",
@@ -261,11 +279,53 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 
 def _placement_to_json(p: Placement | None) -> str | None:
-    return None if p is None else json.dumps([[a.node, a.gpus] for a in p.allocations])
+    # [node, gpus] as before; [node, gpus, [ids]] when the GPUs are named (typed shards).
+    if p is None:
+        return None
+    return json.dumps([[a.node, a.gpus, list(a.gpu_ids)] if a.gpu_ids else [a.node, a.gpus] for a in p.allocations])
 
 
 def _placement_from_json(s: str | None) -> Placement | None:
-    return None if not s else Placement.of([(n, g) for n, g in json.loads(s)])
+    if not s:
+        return None
+    return Placement(
+        tuple(
+            Allocation(str(x[0]), int(x[1]), tuple(int(i) for i in x[2]) if len(x) > 2 else ()) for x in json.loads(s)
+        )
+    )
+
+
+def row_to_job(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
+    """A ``jobs`` row (its columns in JOB_FIELDS order) as a JobRecord. Positional: 1,000
+    rows are read by every `teiresias queue`, and keywords cost twice as much."""
+    v = list(row)
+    v[_PHASE] = Phase(v[_PHASE])
+    v[_PLANNED] = _placement_from_json(v[_PLANNED])
+    for i in _TEXT_COLUMNS:
+        if v[i] is None:
+            v[i] = ""
+    v[_ACCUMULATION] = v[_ACCUMULATION] or 1  # NULL in rows written before sharing
+    v[_LOST] = v[_LOST] or 0.0  # NULL in rows written before it
+    return JobRecord(*v)
+
+
+_TEXT_COLUMNS = [
+    _JOB_FIELDS.index(k)
+    for k in (
+        "user",
+        "account",
+        "partition",
+        "name",
+        "comment",
+        "reason",
+        "cluster",
+        "usage_note",
+        "share_role",
+        "pinned_nodes",
+    )
+]
+_ACCUMULATION = _JOB_FIELDS.index("accumulation")
+_LOST = _JOB_FIELDS.index("lost_gpu_seconds")
 
 
 class StateStore:
@@ -293,11 +353,14 @@ class StateStore:
                 self.db.execute("PRAGMA synchronous=FULL")
             except sqlite3.DatabaseError as exc:
                 raise ConfigError(f"{self.path}: not a usable state DB ({exc}); fix state_db in the config") from None
-            for side in ("-wal", "-shm"):
-                chmod_if_exists(self.path.with_name(self.path.name + side), modes)
         for stmt in _SCHEMA:
             self.db.execute(stmt)
         _migrate(self.db)
+        if not readonly_copy:
+            # After the first writes: SQLite makes -wal and -shm with the creator's group,
+            # which file_group's readers need to be theirs too (a reader opens both).
+            for side in ("-wal", "-shm"):
+                chmod_if_exists(self.path.with_name(self.path.name + side), modes)
         # Slurm's ClusterName once known (use_cluster): only its records are loaded.
         self.cluster: str | None = None
         self._depth = 0
@@ -350,13 +413,7 @@ class StateStore:
 
     # ------------------------------------------------------------------ jobs
     def _row_to_job(self, row: sqlite3.Row | tuple) -> JobRecord:
-        kw = dict(zip(_JOB_FIELDS, row))
-        kw["phase"] = Phase(kw["phase"])
-        kw["planned"] = _placement_from_json(kw["planned"])
-        for k in ("user", "account", "partition", "name", "comment", "reason", "cluster", "usage_note", "share_role"):
-            kw[k] = kw[k] or ""
-        kw["accumulation"] = kw["accumulation"] or 1  # NULL in rows written before sharing
-        return JobRecord(**kw)
+        return row_to_job(row)
 
     def jobs(self, *, active_only: bool = True) -> dict[int, JobRecord]:
         sql, params = f"SELECT {', '.join(_JOB_FIELDS)} FROM jobs WHERE 1=1", []
@@ -508,6 +565,18 @@ class StateStore:
                 " SELECT gpu_seconds, 1, job_id FROM samples ORDER BY 2, 3"
             )
         ]
+
+    def samples_by_job(self) -> dict[tuple[str, str], list[float]]:
+        """The finished jobs' GPU-seconds per (user, job name), archived ones included: each
+        job's own history (sjf-bsbf's job lengths, docs/sjf-bsbf.md §9)."""
+        out: dict[tuple[str, str], list[float]] = {}
+        rows = self.db.execute(
+            "SELECT j.user, j.name, s.gpu_seconds FROM samples_archive s JOIN jobs_archive j ON j.job_id = s.job_id"
+            " UNION ALL SELECT j.user, j.name, s.gpu_seconds FROM samples s JOIN jobs j ON j.job_id = s.job_id"
+        )
+        for user, name, gpu_seconds in rows:
+            out.setdefault((str(user or ""), str(name or "")), []).append(float(gpu_seconds))
+        return out
 
     def sample_count(self) -> int:
         return int(

@@ -11,6 +11,7 @@ policy's ``Job.usage`` carries them. A job that does not run has none.
 
 from __future__ import annotations
 
+from slurm_plugin.controller import channel
 from slurm_plugin.controller.state import JobRecord
 from teiresias.domain import JobUsage
 from teiresias.jobfiles import UsageSample, read_usage
@@ -60,7 +61,7 @@ def of_record(rec: JobRecord) -> JobUsage | None:
 
 def read_for(rec: JobRecord) -> tuple[JobUsage, str] | None:
     """File I/O: the record's job dir (tsbatch jobs only; others have none)."""
-    jobdir = rec.files.job_dir(rec.job_id)
+    jobdir = channel.folder(rec)
     if jobdir is None:
         return None
     return combine(read_usage(jobdir), rec.restart_count)

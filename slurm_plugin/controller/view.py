@@ -10,13 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from slurm_plugin.backends.base import SlurmJob
 from slurm_plugin.controller import accounting
 from slurm_plugin.controller.state import JobRecord, Phase
 from teiresias.domain import Job, JobId
 from teiresias.policy.themis.apps import app_of
+
+
+class LiveState(Protocol):
+    """What a row reads of Slurm's live view of a job: a SlurmJob, or the few fields
+    `teiresias queue` asks squeue for (cli/live.py LiveJob)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def nodes(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,8 @@ class QueueRow:
     colocated_with: list[int] = field(default_factory=list)
     slices: int = 0
     migrations: int = 0
+    # Work lost to its preemptions, GPU-seconds since the last checkpoint at each (issue 20 B12).
+    lost_gpu_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,7 +86,7 @@ class QueueRow:
 def build_rows(
     records: Iterable[JobRecord],
     now: float,
-    slurm: Mapping[int, SlurmJob] | None = None,
+    slurm: Mapping[int, LiveState] | None = None,
     themis: Mapping[str, Mapping[int, Any]] | None = None,
     app_for: Callable[[JobRecord], str] | None = None,
     gandiva: Mapping[int, Any] | None = None,
@@ -114,6 +126,7 @@ def build_rows(
                 executed_seconds=round(accounting.total_executed(r, now), 1),
                 gittins_index=r.gittins,
                 preemptions=r.preemptions,
+                lost_gpu_seconds=round(r.lost_gpu_seconds, 1),
                 placement=alloc,
                 reason=r.reason,
                 skew=r.skew,

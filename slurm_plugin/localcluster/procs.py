@@ -167,3 +167,27 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def listen_addresses(port: int) -> list[str]:
+    """The addresses TCP ``port`` is listened on, as the kernel has them
+    (/proc/net/tcp and tcp6): ``0.0.0.0`` or ``::`` for every address."""
+    import ipaddress
+
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != "0A":  # 0A: LISTEN
+                continue
+            addr, _, hexport = fields[1].partition(":")
+            if int(hexport, 16) != port or len(addr) != width:
+                continue
+            # each 32-bit word is in host (little-endian) order
+            raw = b"".join(bytes.fromhex(addr[i : i + 8])[::-1] for i in range(0, width, 8))
+            found.append(str(ipaddress.ip_address(raw)))
+    return sorted(set(found))

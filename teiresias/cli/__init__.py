@@ -5,6 +5,7 @@ a broken optional part cannot break the others."""
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -76,8 +77,24 @@ def cli() -> None:
 
 
 def main() -> None:
-    # click's usage errors already exit 2; TeiresiasError is mapped to 2 above.
-    cli(prog_name="teiresias")
+    # click's usage errors already exit 2; TeiresiasError is mapped to 2 above; a
+    # failed write to standard output (> /dev/full, a full disk) is one line, exit 2.
+    from teiresias.outputs import StdoutError, flush_stdout, guard_stdout, stdout_failure
+
+    guard_stdout()
+    code: int | str | None = 0
+    try:
+        cli(prog_name="teiresias")
+    except SystemExit as exc:
+        code = exc.code
+    except StdoutError as exc:
+        click.echo(f"teiresias: error: {stdout_failure(exc)}", err=True)
+        code = 2
+    failed = flush_stdout()
+    if failed is not None and code in (0, None):
+        click.echo(f"teiresias: error: {failed}", err=True)
+        code = 2
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +65,12 @@ def _policy_names(text: str) -> list[str]:
     "-p",
     "--policy",
     "policies",
-    default="las",
+    default="gittins",
     show_default=True,
     metavar="NAME[,NAME...]",
-    help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins, themis.",
+    help="Policies to compare: fifo, best-effort, sjf, srtf, srsf, las, gittins, themis. The default, "
+    "gittins, ranks the last queue by the index and keeps running jobs' places (docs/policies.md, "
+    "'Defaults'); las is the paper's 2D-LAS.",
 )
 @click.option(
     "-q",
@@ -88,16 +92,29 @@ def _policy_names(text: str) -> list[str]:
     "--gittins-samples",
     default=None,
     metavar="FILE",
-    help="Job GPU-time samples (CSV column 'duration'); required by gittins.",
+    help="Job GPU-time samples (CSV column 'duration') for gittins. [default: the public Philly "
+    "samples shipped with teiresias, teiresias/data/yarn-gput10000.csv]",
 )
 @click.option(
     "-L",
     "--last-queue",
     type=click.Choice(("fifo", "gittins")),
-    default="fifo",
-    show_default=True,
+    default=None,
     help="Order of gittins' last queue: fifo by first start (the paper) or the Gittins index "
-    "with Delta = infinity, re-ranked when a job's GPU-time crosses a sample.",
+    "with Delta = infinity, re-ranked when a job's GPU-time crosses a quantile point. [default: gittins]",
+)
+@click.option(
+    "--queue-order",
+    type=click.Choice(("fifo", "running-first", "lifo-resume")),
+    default=None,
+    help="las/gittins, inside a queue: fifo by first start (the paper), running-first (running jobs "
+    "keep their place), lifo-resume (running-first, and the job preempted last resumes first). "
+    "[default: las fifo, gittins lifo-resume]",
+)
+@click.option(
+    "--ignore-time-limits",
+    is_flag=True,
+    help="gittins: rank as if no job declared a time limit (the trace's time_limit column).",
 )
 @click.option(
     "--preempt-cost",
@@ -188,7 +205,8 @@ def _policy_names(text: str) -> list[str]:
     default=None,
     metavar="OUT.html",
     help="One self-contained HTML page: policy table, JCT and queueing-delay CDFs, utilisation "
-    "over time, preemptions per job, per-app fairness (apps = the trace's account column).",
+    "over time, preemptions per job, per-app fairness (apps as in the rho tables: the trace's app "
+    "column, else account or user + job-name stem).",
 )
 @click.option(
     "--progress/--no-progress",
@@ -311,7 +329,7 @@ def simulate(
     queues: str | None,
     promote_knob: float | None,
     gittins_samples: str | None,
-    last_queue: str,
+    last_queue: str | None,
     preempt_cost: float,
     placement: str,
     packlimit: float | None,
@@ -328,6 +346,8 @@ def simulate(
     progress: bool | None,
     lease: float = 600.0,
     fairness_knob: float = 0.8,
+    queue_order: str | None = None,
+    ignore_time_limits: bool = False,
     sweep_path: str | None = None,
     on_slurm: bool = False,
     partition: str | None = None,
@@ -360,6 +380,7 @@ def simulate(
       teiresias simulate --sweep sweep.yaml --on-slurm --partition other --json all.json --plot all.png
     """
     if sweep_path is not None:
+        _refuse_single_run_options(click.get_current_context())
         _sweep(sweep_path, on_slurm, partition, workers, workdir, json_out, csv_out, plot)
         return
     for flag, given in (
@@ -377,11 +398,12 @@ def simulate(
             "give a trace and a cluster, or --sweep SPEC.yaml"
         )
     from teiresias.clusterspec import load_cluster
+    from teiresias.outputs import StagedOutputs, check_outputs
     from teiresias.policy.registry import PolicyParams, build_policy
     from teiresias.simulator import SimulationOptions, Simulator, load_slowdown, read_trace
-    from teiresias.simulator.atomic import StagedOutputs, check_output_path
     from teiresias.simulator.report import (
         app_rho_table,
+        app_source,
         fairness_table,
         gandiva_table,
         normalised_table,
@@ -397,12 +419,24 @@ def simulate(
         raise ConfigError(f"--interval {interval} must be >= 0 seconds (0 = schedule on events only)")
     if preempt_overhead < 0:
         raise ConfigError(f"--preempt-overhead {preempt_overhead} must be >= 0 seconds")
-    for out_path in (json_out if json_out != "-" else None, jobs_csv, plot, report):
-        if out_path is not None:
-            check_output_path(out_path)
+    outputs = {
+        o.flag: o
+        for o in check_outputs(
+            (("--json", json_out), ("--jobs-csv", jobs_csv), ("--plot", plot), ("--report", report)),
+            (
+                ("-t", trace_path),
+                ("-c", cluster_path),
+                ("-g", gittins_samples),
+                ("--slowdown", None if (slowdown_path or "").lower() == "none" else slowdown_path),
+                ("--sharing-slowdown", sharing_path),
+                ("-C", cells_path),
+            ),
+            stdout=("--json",),
+        )
+    }
     if report is not None and not report.lower().endswith((".html", ".htm")):
         raise ConfigError(f"--report {report}: the report is an HTML page; end the name with .html")
-    plot_fmt = None
+    plot_fmt = "png"
     if plot is not None:
         from teiresias.simulator.plots import plot_format
 
@@ -416,20 +450,18 @@ def simulate(
     else:
         slowdown = load_slowdown(slowdown_path)
     distribution = None
-    if gittins_samples is not None:
+    if gittins_samples is not None or "gittins" in names:
+        from teiresias.data import PHILLY_SAMPLES
         from teiresias.policy.gittins import ServiceDistribution
 
-        distribution = ServiceDistribution.from_samples_file(gittins_samples)
-    elif "gittins" in names:
-        raise ConfigError(
-            "policy gittins needs --gittins-samples FILE: job GPU-time samples, one 'duration' column "
-            "(e.g. the Tiresias simulator's yarn-gput1000.csv)"
-        )
-    if last_queue != "fifo" and "gittins" not in names:
+        distribution = ServiceDistribution.from_samples_file(gittins_samples or PHILLY_SAMPLES)
+    if last_queue is not None and last_queue != "fifo" and "gittins" not in names:
         raise ConfigError(
             f"--last-queue {last_queue} orders gittins' last queue; add gittins to --policy "
             "(las has no GPU-time distribution)"
         )
+    if queue_order is not None and not {"las", "gittins"} & set(names):
+        raise ConfigError(f"--queue-order {queue_order} orders las/gittins queues; add las or gittins to --policy")
     if preempt_cost < 0:
         raise ConfigError(f"--preempt-cost {preempt_cost} must be >= 0 seconds")
     if preempt_cost > 0 and "gittins" not in names:
@@ -442,6 +474,8 @@ def simulate(
         "promote_knob": promote_knob,
         "distribution": distribution,
         "last_queue": last_queue,
+        "queue_order": queue_order,
+        "time_limits": not ignore_time_limits,
         "preempt_cost": preempt_cost,
         "lease": lease,
         "fairness_knob": fairness_knob,
@@ -529,6 +563,7 @@ def simulate(
         click.echo(gandiva_table(results), file=out)
     if any(r.summary.app_rho for r in results):
         click.echo("", file=out)
+        click.echo(app_source(trace), file=out)
         click.echo(fairness_table(results), file=out)
         click.echo("", file=out)
         click.echo(app_rho_table(results), file=out)
@@ -537,26 +572,21 @@ def simulate(
         click.echo(normalised_table(results), file=out)
 
     with StagedOutputs() as staged:
-        if json_out is not None and not to_stdout_json:
-            with staged.stage(json_out).open("w", encoding="utf-8") as fh:
+        if "--json" in outputs:
+            with staged.open(outputs["--json"]) as fh:
                 write_json(fh, results, {"seed": seed})
-        if jobs_csv is not None:
-            with staged.stage(jobs_csv).open("w", newline="", encoding="utf-8") as fh:
+        if "--jobs-csv" in outputs:
+            with staged.open(outputs["--jobs-csv"]) as fh:
                 write_jobs_csv(fh, results)
-        if plot is not None:
+        if "--plot" in outputs:
             from teiresias.simulator.plots import plot_results
 
-            with staged.stage(plot).open("wb") as fh:
-                try:
-                    plot_results(fh, results, title=Path(trace_path).name, fmt=plot_fmt or "png")
-                except (RuntimeError, OSError, ValueError) as exc:
-                    # e.g. .pgf without LaTeX: matplotlib lists the format but cannot write it here.
-                    raise ConfigError(
-                        f"--plot {plot}: matplotlib could not write .{plot_fmt} "
-                        f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
-                        "choose another format, e.g. .png"
-                    ) from None
-        if report is not None:
+            image = _render_plot(
+                plot or "", plot_fmt, lambda buf: plot_results(buf, results, title=Path(trace_path).name, fmt=plot_fmt)
+            )
+            with staged.open(outputs["--plot"], "wb") as fh:
+                fh.write(image)
+        if "--report" in outputs:
             from teiresias import __version__
             from teiresias.simulator.html_report import RunInfo, write_html
 
@@ -570,10 +600,45 @@ def simulate(
                 placement=placement + (" in HiveD cells" if cells_path else ""),
                 version=__version__,
             )
-            with staged.stage(report).open("w", encoding="utf-8") as fh:
+            with staged.open(outputs["--report"]) as fh:
                 write_html(fh, results, trace, info)
     if to_stdout_json:
         write_json(sys.stdout, results, {"seed": seed})
+
+
+def _render_plot(plot: str, fmt: str, draw: Callable[[io.BytesIO], None]) -> bytes:
+    """The image ``draw`` makes, in memory: matplotlib's own failures are told apart
+    from a failure to write the file (that one is the output's, teiresias/outputs.py)."""
+    buf = io.BytesIO()
+    try:
+        draw(buf)
+    except (RuntimeError, OSError, ValueError) as exc:
+        # e.g. .pgf without LaTeX: matplotlib lists the format but cannot write it here.
+        raise ConfigError(
+            f"--plot {plot}: matplotlib could not write .{fmt} "
+            f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
+            "choose another format, e.g. .png"
+        ) from None
+    return buf.getvalue()
+
+
+# What a sweep reads from the command line; every other option is the spec's business.
+_SWEEP_OPTIONS = frozenset({"sweep_path", "on_slurm", "partition", "workers", "workdir", "json_out", "csv_out", "plot"})
+
+
+def _refuse_single_run_options(ctx: click.Context) -> None:
+    """An option of a single replay given beside --sweep would be ignored: refuse it instead."""
+    from click.core import ParameterSource
+
+    for param in ctx.command.params:
+        name = param.name or ""
+        if name in _SWEEP_OPTIONS or ctx.get_parameter_source(name) in (None, ParameterSource.DEFAULT):
+            continue
+        flag = "/".join(param.opts)
+        raise ConfigError(
+            f"{flag} is an option of a single replay and --sweep would ignore it: a sweep takes its "
+            f"traces and knobs from SPEC.yaml (docs/simulator.md, 'Sweeps'); drop {param.opts[-1]}"
+        )
 
 
 def _sweep(
@@ -590,23 +655,33 @@ def _sweep(
     import json
     import time
 
+    from teiresias.outputs import StagedOutputs, check_folder, check_outputs
     from teiresias.simulator import sweep
-    from teiresias.simulator.atomic import StagedOutputs, check_output_path
 
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers} must be >= 1")
     if partition is not None and not on_slurm:
         raise ConfigError("--partition goes with --on-slurm; add --on-slurm or drop --partition")
-    for out_path in (json_out if json_out != "-" else None, csv_out, plot):
-        if out_path is not None:
-            check_output_path(out_path)
-    plot_fmt = None
+    plot_fmt = "png"
     if plot is not None:
         from teiresias.simulator.plots import plot_format
 
         plot_fmt = plot_format(plot)
     spec = sweep.load_spec(spec_path)
+    inputs: list[tuple[str, str | Path | None]] = [
+        ("--sweep", spec_path),
+        ("cluster:", spec.cluster),
+        ("gittins_samples:", spec.gittins_samples),
+    ]
+    inputs += [("traces:", t) for t in spec.traces]
+    if spec.synth is not None:
+        inputs.append(("synth.samples:", spec.synth.samples))
+    outputs = {
+        o.flag: o
+        for o in check_outputs((("--json", json_out), ("--csv", csv_out), ("--plot", plot)), inputs, ("--json",))
+    }
     wd = Path(workdir) if workdir else Path.cwd() / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    check_folder(wd, "--workdir")
     runs = sweep.expand(spec, wd)
     out = sys.stderr if json_out == "-" else sys.stdout
     where = (
@@ -623,14 +698,15 @@ def _sweep(
     rows = sweep.add_ratios(rows)
     click.echo(sweep.table(rows), file=out)
     with StagedOutputs() as staged:
-        if json_out is not None and json_out != "-":
-            with staged.stage(json_out).open("w", encoding="utf-8") as fh:
+        if "--json" in outputs:
+            with staged.open(outputs["--json"]) as fh:
                 json.dump(rows, fh, indent=2)
-        if csv_out is not None:
-            with staged.stage(csv_out).open("w", newline="", encoding="utf-8") as fh:
+        if "--csv" in outputs:
+            with staged.open(outputs["--csv"]) as fh:
                 sweep.write_csv(fh, rows)
-        if plot is not None:
-            with staged.stage(plot).open("wb") as fh:
-                sweep.plot(fh, rows, fmt=plot_fmt or "png")
+        if "--plot" in outputs:
+            image = _render_plot(plot or "", plot_fmt, lambda buf: sweep.plot(buf, rows, fmt=plot_fmt))
+            with staged.open(outputs["--plot"], "wb") as fh:
+                fh.write(image)
     if json_out == "-":
         json.dump(rows, sys.stdout, indent=2)

@@ -29,10 +29,11 @@ def trace() -> None:
 @click.option(
     "-k",
     "--kind",
-    type=click.Choice(["testbed", "philly"]),
+    type=click.Choice(["testbed", "philly", "teams"]),
     default="testbed",
     show_default=True,
-    help="testbed: Tiresias §5.1's 480-job mix; philly: GPU-time drawn from --samples.",
+    help="testbed: Tiresias §5.1's 480-job mix; philly: GPU-time drawn from --samples; teams: philly "
+    "jobs from --teams teams, each with its own sizes and lengths, submitted in bursts.",
 )
 @click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
 @click.option("-n", "--jobs", "num_jobs", type=int, default=1000, show_default=True, help="philly: number of jobs.")
@@ -88,6 +89,29 @@ def trace() -> None:
     help="Group the jobs into N apps (an 'app' column for themis): each app a run of "
     "consecutive submissions (a search), of random sizes. [default: no app column]",
 )
+@click.option("--teams", type=int, default=1, show_default=True, help="teams: how many teams' jobs to merge.")
+@click.option(
+    "-T",
+    "--time-limits",
+    "limit_model",
+    type=click.Choice(["none", "max", "exact", "round", "user"]),
+    default="none",
+    show_default=True,
+    help="A time_limit column as Slurm users declare it: max (all at --max-time-limit), exact (the "
+    "run time), round (the next of 1h 2h 4h 8h 12h 1d 2d 3d 7d), user (round after a random "
+    "over-estimate, --at-max of the jobs at the maximum; docs/simulator.md).",
+)
+@click.option(
+    "--max-time-limit",
+    type=float,
+    default=7 * 86400.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The partition's maximum time limit.",
+)
+@click.option(
+    "--at-max", type=float, default=0.2, show_default=True, metavar="SHARE", help="user: share of jobs at the maximum."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of the trace on stdout.")
 def synth(
     kind: str,
@@ -106,6 +130,10 @@ def synth(
     seed: int,
     as_json: bool,
     num_apps: int | None = None,
+    teams: int = 1,
+    limit_model: str = "none",
+    max_time_limit: float = 7 * 86400.0,
+    at_max: float = 0.2,
 ) -> None:
     """Write a synthetic Tiresias-format trace (seeded: same flags, same file).
 
@@ -116,10 +144,29 @@ def synth(
     Example:
       teiresias trace synth -c etc/cluster.yaml -o testbed.csv
       teiresias trace synth --kind philly -n 2000 -S teiresias/data/yarn-gput10000.csv -G 64 --load 1.2 -o t.csv
+      teiresias trace synth --kind teams --teams 15 -n 2000 -S teiresias/data/yarn-gput10000.csv -G 192 \\
+          --load 4.5 --max-duration 86400 --time-limits user -o t.csv
     """
-    from teiresias.simulator.synth import PhillyParams, parse_gpu_mix, philly_like, testbed_mix
+    from teiresias.outputs import check_outputs
+    from teiresias.simulator.synth import (
+        LimitParams,
+        PhillyParams,
+        TeamsParams,
+        parse_gpu_mix,
+        philly_like,
+        teams_like,
+        testbed_mix,
+        with_time_limits,
+    )
     from teiresias.simulator.trace import write_trace, write_trace_to
 
+    _refuse_ignored(click.get_current_context(), kind)
+    if cluster_path is not None and cluster_gpus is not None:
+        raise ConfigError(
+            f"give -c/--cluster {cluster_path} or -G/--cluster-gpus {cluster_gpus}, not both: "
+            "both size the trace for a cluster"
+        )
+    checked = check_outputs((("-o", output),), (("-S", samples), ("-c", cluster_path)), stdout=("-o",))
     if kind == "testbed":
         cap = cluster_gpus
         if cluster_path is not None:
@@ -158,17 +205,37 @@ def synth(
             max_duration=PhillyParams.max_duration if max_duration is None else (max_duration or None),
             max_gpus=min(max_gpus or per_node_cap, per_node_cap),
         )
-        jobs = philly_like(dist.samples, params, seed=seed)
+        if kind == "philly":
+            jobs = philly_like(dist.samples, params, seed=seed)
+        else:
+            if arrival_rate is not None:
+                raise ConfigError("--kind teams takes --load, not --arrival-rate (bursts are spread to meet the load)")
+            jobs = teams_like(
+                dist.samples,
+                TeamsParams(
+                    num_jobs=num_jobs,
+                    cluster_gpus=gpus,
+                    load=load,
+                    num_teams=teams,
+                    gpu_mix=params.gpu_mix,
+                    min_duration=params.min_duration,
+                    max_duration=params.max_duration,
+                    max_gpus=params.max_gpus,
+                ),
+                seed=seed,
+            )
     if num_apps is not None:
         if num_apps < 1:
             raise ConfigError(f"--apps {num_apps} must be >= 1 (the number of apps to group the jobs into)")
         from teiresias.simulator.synth import with_apps
 
         jobs = with_apps(jobs, num_apps, seed)
+    if limit_model != "none":
+        jobs = with_time_limits(jobs, LimitParams(limit_model, max_time_limit, at_max), seed)
     if output == "-":
         write_trace_to(sys.stdout, jobs)
     else:
-        write_trace(output, jobs)
+        write_trace(checked[0], jobs)
     summary = _describe(jobs)
     if as_json:
         # With the trace itself on stdout, the summary goes to stderr.
@@ -178,6 +245,21 @@ def synth(
             f"wrote {output}: {summary['jobs']} jobs, {summary['gpu_seconds']:.0f} GPU-s, span {summary['span']:.0f} s",
             err=True,
         )
+
+
+# Options one kind reads and the other would ignore: given to the other, they are refused.
+_PHILLY_ONLY = ("num_jobs", "samples", "load", "arrival_rate", "gpu_mix", "max_gpus")
+_TESTBED_ONLY = ("mean_interarrival",)
+
+
+def _refuse_ignored(ctx: click.Context, kind: str) -> None:
+    from click.core import ParameterSource
+
+    ignored = _PHILLY_ONLY if kind == "testbed" else _TESTBED_ONLY
+    for param in ctx.command.params:
+        if param.name in ignored and ctx.get_parameter_source(param.name) not in (None, ParameterSource.DEFAULT):
+            other = "philly" if kind == "testbed" else "testbed"
+            raise ConfigError(f"{'/'.join(param.opts)} is read by --kind {other} only; drop it or add --kind {other}")
 
 
 def _describe(jobs) -> dict:
@@ -224,6 +306,29 @@ def check(trace_path: str, cluster_path: str | None, as_json: bool) -> None:
         )
 
 
+def _users_from_sacct(job_ids: tuple[int, ...]) -> dict[int, str]:
+    """job id -> User as ``sacct --parsable2`` gives it (resolved from the job's uid);
+    {} when sacct is missing or does not answer."""
+    import subprocess
+
+    try:
+        r = subprocess.run(
+            ["sacct", "-a", "-X", "-D", "-n", "-P", "-j", ",".join(map(str, job_ids)), "-o", "JobIDRaw,User"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out: dict[int, str] = {}
+    for line in r.stdout.splitlines() if r.returncode == 0 else []:
+        job, _, user = line.partition("|")
+        if job.isdigit() and user.strip():
+            out[int(job)] = user.strip()
+    return out
+
+
 @trace.command("from-sacct")
 @click.argument("sacct_path", metavar="SACCT_OUTPUT")
 @click.option("-o", "--output", required=True, metavar="OUT.csv", help="Where to write the trace ('-' = stdout).")
@@ -251,8 +356,10 @@ def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | N
 
     One row per finished job that held GPUs: GPUs from AllocTRES, run time
     (Slurm's Elapsed), submit time in seconds after the first submission,
-    job name as model, user and account. A requeued job (its earlier runs are
-    REQUEUED records) is one row submitted when first submitted. Jobs without
+    job name as model, user and account (a --json record without a user, as
+    Slurm writes one for a user without an association, takes the user
+    sacct --parsable2 names). A requeued job (its earlier runs are REQUEUED
+    records) is one row submitted when first submitted. Jobs without
     GPUs, never started, or not finished are left out and counted.
     SACCT_OUTPUT '-' reads stdin.
 
@@ -270,22 +377,38 @@ def from_sacct(sacct_path: str, output: str, requeued: str, samples_out: str | N
 
     from teiresias import yamlconf
     from teiresias.errors import TraceError
-    from teiresias.simulator.atomic import StagedOutputs, check_output_path
+    from teiresias.outputs import StagedOutputs, check_outputs
     from teiresias.simulator.sacct import parse_sacct
     from teiresias.simulator.trace import write_trace_to
 
-    outputs = ([] if output == "-" else [output]) + ([samples_out] if samples_out else [])
-    for out in outputs:
-        check_output_path(out)  # before reading a month of accounting
+    # Before reading a month of accounting.
+    outputs = {
+        o.flag: o for o in check_outputs((("-o", output), ("-S", samples_out)), (("", sacct_path),), stdout=("-o",))
+    }
     path = "/dev/stdin" if sacct_path == "-" else sacct_path
     text = yamlconf.read_text(path, "sacct output", TraceError)
-    conv = parse_sacct(text, "stdin" if sacct_path == "-" else sacct_path, requeued=requeued)
+    source = "stdin" if sacct_path == "-" else sacct_path
+    conv = parse_sacct(text, source, requeued=requeued)
+    if conv.no_user:
+        # sacct --json (22.05) writes user null, and no uid, for a user without an
+        # association; --parsable2 resolves the uid: take the same user from it.
+        users = _users_from_sacct(conv.no_user)
+        if users:
+            conv = parse_sacct(text, source, requeued=requeued, users=users)
+        if conv.no_user:
+            click.echo(
+                f"teiresias trace from-sacct: warning: {len(conv.no_user)} job(s) have no user in the sacct"
+                " --json output (users without a Slurm association) and sacct here could not name them"
+                " (run this where sacct reaches that accounting, or convert sacct --parsable2 output);"
+                " their user column is empty",
+                err=True,
+            )
     with StagedOutputs() as staged:  # the trace and the samples, both or neither
-        if output != "-":
-            with open(staged.stage(output), "w", newline="", encoding="utf-8") as fh:
+        if "-o" in outputs:
+            with staged.open(outputs["-o"]) as fh:
                 write_trace_to(fh, conv.jobs)
-        if samples_out:
-            with open(staged.stage(samples_out), "w", newline="", encoding="utf-8") as fh:
+        if "-S" in outputs:
+            with staged.open(outputs["-S"]) as fh:
                 fh.write("duration\n" + "".join(f"{j.num_gpus * j.duration:g}\n" for j in conv.jobs))
     if output == "-":
         write_trace_to(sys.stdout, conv.jobs)

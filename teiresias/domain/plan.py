@@ -29,6 +29,10 @@ class Sharing:
     alone_slowdown: float
     shared_avg_jct: float
     sequential_avg_jct: float
+    # The queue check (sjf-bsbf, docs/sjf-bsbf.md §5): summed completion times (s from now) of the
+    # pair and the jobs waiting, with the pair and without it; None where it did not run (sjf-ffs).
+    queue_sum_jct: float | None = None
+    queue_sum_jct_without: float | None = None
 
 
 ColocationMode = Literal["slice", "pack"]
@@ -52,6 +56,11 @@ class Colocation:
     partners: tuple[JobId, ...]
     mode: ColocationMode = "slice"
     reason: str = ""
+    # The GPU indices of its node the started job is bound to (a shard of each,
+    # Job.bound_gpus): it runs on one of them at a time, its start placement's
+    # ``gpu_ids`` say which first (server-wide time-slicing of 1-GPU jobs, Gandiva
+    # §4.1 Figure 9). (): bound to its placement's GPUs, as its partners are.
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,11 @@ class Plan:
       GPUs). Migration and grow targets are idle before the plan and taken by
       no start of it; GPUs a shrink or migration frees count for the next
       round, not this one (the owner frees them only once the checkpoint is done).
+    - ``devices``: RUNNING jobs bound to several GPUs of their node (a time-sliced
+      1-GPU job, ``Job.bound_gpus``) that run on these GPUs from now on, a switch
+      at the next mini-batch boundary without a restart (Gandiva §4.1:
+      "suspend-resume may also initiate a change of GPU within the same server");
+      a resumed such job is listed with the GPU it resumes on.
     - ``notes``: why each of those decisions, with the numbers (audit log).
 
     - ``carry``: state a stateful policy carries to its next round (HiveD's cell
@@ -116,6 +130,7 @@ class Plan:
     unpack: tuple[JobId, ...] = ()
     migrate: Mapping[JobId, Placement] = field(default_factory=dict)
     resize: Mapping[JobId, Placement] = field(default_factory=dict)
+    devices: Mapping[JobId, Placement] = field(default_factory=dict)
     notes: Mapping[JobId, str] = field(default_factory=dict)
     carry: object = None
 
@@ -132,4 +147,5 @@ class Plan:
             or self.unpack
             or self.migrate
             or self.resize
+            or self.devices
         )

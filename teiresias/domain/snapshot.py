@@ -37,6 +37,17 @@ class Snapshot:
         """GPUs free per node once running managed jobs and ``unavailable`` are counted."""
         free = {n.name: n.gpus - self.unavailable.get(n.name, 0) for n in self.cluster.nodes}
         grouped = {j.job_id for j in self.jobs if j.colocated_with and j.is_running}
+        # A node's time-sliced 1-GPU jobs (bound to GPUs by index, each placed on 0 GPUs with
+        # the index it runs on: docs/gandiva.md) hold the GPUs those bound to one GPU are bound
+        # to, and those the others run on, as the simulator's pool counts them.
+        pooled: dict[str, set[int]] = {}
+        for j in self.jobs:
+            if j.is_running and j.placement is not None and j.bound_gpus and j.placement.num_gpus == 0:
+                for a in j.placement.allocations:
+                    if len(j.bound_gpus) == 1 or not j.suspended:
+                        pooled.setdefault(a.node, set()).update(a.gpu_ids)
+        for node, ids in pooled.items():
+            free[node] = free.get(node, 0) - len(ids)
         for j in self.jobs:
             if j.is_running and j.placement is not None:
                 # A colocated group's GPUs are counted with its lowest-id member in the snapshot.

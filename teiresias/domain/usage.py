@@ -24,3 +24,14 @@ class JobUsage:
     gpu_mem_total: int | None
     cpu_percent: float
     rss_bytes: int
+    # Percent of the run's wall time between optimizer steps spent outside the
+    # DataLoader (computing, not waiting for input), from the hooks' step timing
+    # (wrappers/hooks/steptime.py): how busy the job keeps its device where NVML
+    # cannot say. None: not measured.
+    busy: float | None = None
+
+    @property
+    def utilisation(self) -> float | None:
+        """NVML's GPU utilisation where measured, else the step timing's busy share:
+        what Gandiva's packing ranks jobs by (§4.2.2)."""
+        return self.gpu_util if self.gpu_util is not None else self.busy

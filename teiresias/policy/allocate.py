@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import sub
-from typing import Protocol
+from typing import Any, Protocol
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.policy.base import PlacementPolicy
@@ -56,6 +56,9 @@ class _Placed(Protocol):
 
     @property
     def placement(self) -> Placement: ...
+
+    @property
+    def protected_until(self) -> float | None: ...
 
 
 @dataclass
@@ -232,6 +235,8 @@ class _State:
         # prefix[i] = GPUs held by running[:i] (one loop: this runs every round).
         prefix = [0]
         held = 0
+        now = snapshot.now
+        protected = False
         for j in ranked:
             if j.state is not _RUNNING:
                 continue
@@ -248,6 +253,8 @@ class _State:
                 else:
                     idle[a.node] = 0  # a running job on a node outside the cluster spec
             prefix.append(held)
+            if j.protected_until is not None and j.protected_until > now:
+                protected = True
         unavailable = snapshot.unavailable
         if type(unavailable) is dict and len(unavailable) == len(idle) and list(unavailable) == list(idle):
             # Every node, in node order (the simulator's map of held GPUs): subtracted in C.
@@ -259,16 +266,19 @@ class _State:
         # A node where managed jobs hold more GPUs than are usable (DRAINing, or
         # GPUs taken outside the managed partitions) has nothing to give: its jobs
         # are "pinned", kept whatever their rank and never on offer for
-        # preemption, because evicting them would free nothing usable there.
+        # preemption, because evicting them would free nothing usable there. So is
+        # a job its owner protects for now (Job.protected_until: a minimum run
+        # time, a job that cannot checkpoint), which only the owner sets.
         self.pinned: set[JobId] = set()
-        if idle and min(idle.values()) < 0:
+        if protected or (idle and min(idle.values()) < 0):
             over = {name for name, v in idle.items() if v < 0}
             for name in over:
                 idle[name] = 0
             kept_running: list[_Placed] = []
             kept_prefix = [0]
             for i, v in enumerate(running):
-                if any(a.node in over for a in v.placement.allocations):
+                pu = v.protected_until
+                if (pu is not None and pu > now) or any(a.node in over for a in v.placement.allocations):
                     self.pinned.add(v.job_id)
                 else:
                     kept_running.append(v)
@@ -394,7 +404,7 @@ def _place_with_eviction(job: Job, st: Offer, placement: PlacementPolicy) -> Pla
 
     # Idle plus the first ``grown[0]`` victims: galloping only adds victims, so each probe adds
     # to the last one's map (placements never change the map they are given).
-    grown: list = [0, dict(st.idle)]
+    grown: list[Any] = [0, dict(st.idle)]
 
     def attempt(m: int) -> Placement | None:
         if m >= grown[0]:

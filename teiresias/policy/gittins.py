@@ -117,6 +117,15 @@ class ServiceDistribution:
     def mean(self) -> float:
         return self._prefix[-1] / len(self._s)
 
+    def mean_residual(self, attained: float) -> float:
+        """E[S - a | S > a], the expected GPU-time still to come of a job that has had
+        ``attained``; 0 past every sample. Two prefix sums (SJF-BSBF's job length, live)."""
+        s, pre, n = self._s, self._prefix, len(self._s)
+        i = bisect.bisect_right(s, attained)
+        if i == n:
+            return 0.0
+        return (pre[n] - pre[i]) / (n - i) - attained
+
     def index(self, attained: float, delta: float | None = None) -> float:
         """Gittins index G(attained, delta) of Pseudocode 1 (Tiresias §3.2.2).
 
@@ -135,39 +144,55 @@ class ServiceDistribution:
             self._cache[key] = got
         return got
 
-    def indices(self, attained: Sequence[float], deltas: Sequence[float]) -> np.ndarray:
+    def indices(
+        self, attained: Sequence[float], deltas: Sequence[float], bounds: Sequence[float] | np.ndarray | None = None
+    ) -> np.ndarray:
         """``index(a, delta)`` for many jobs at once (vectorized; same arithmetic).
 
         Used by the policy every round for every job outside the last queue.
+        ``bounds``: each job's largest possible GPU-time (its time limit times
+        its GPUs; inf: none): the distribution is truncated there (``_bounded``).
         """
         s, pre = self._arrays()
-        n = len(self._s)
         a = np.asarray(attained, dtype=float)
         d = np.asarray(deltas, dtype=float)
         i = np.searchsorted(s, a, side="right")
+        n = self._ends(bounds, len(a))
         finite = np.isfinite(d)
         j = np.where(finite, np.searchsorted(s, a + np.where(finite, d, 0.0), side="right"), n)
+        j = np.minimum(j, n)
         c = j - i
         tail = np.where(finite, (n - j) * np.where(finite, d, 0.0), 0.0)
         denom = pre[j] - pre[i] - c * a + tail
         with np.errstate(divide="ignore", invalid="ignore"):
             g = np.where((i < n) & (denom > 0), c / denom, 0.0)
+        if bounds is not None:
+            g = _bounded(g, i < n, a, d, bounds, index=True)
         return g
 
-    def finish_probabilities(self, attained: Sequence[float], deltas: Sequence[float]) -> np.ndarray:
+    def finish_probabilities(
+        self, attained: Sequence[float], deltas: Sequence[float], bounds: Sequence[float] | np.ndarray | None = None
+    ) -> np.ndarray:
         """P(S - a <= delta | S > a) for many jobs: the numerator of ``indices`` (so that
-        index = probability / expected GPU-time spent within the quantum); 0 past every sample."""
+        index = probability / expected GPU-time spent within the quantum); 0 past every sample.
+        ``bounds`` as in ``indices``."""
         s, _ = self._arrays()
-        n = len(self._s)
         a = np.asarray(attained, dtype=float)
         d = np.asarray(deltas, dtype=float)
         i = np.searchsorted(s, a, side="right")
+        n = self._ends(bounds, len(a))
         finite = np.isfinite(d)
         j = np.where(finite, np.searchsorted(s, a + np.where(finite, d, 0.0), side="right"), n)
+        j = np.minimum(j, n)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(i < n, (j - i) / np.maximum(n - i, 1), 0.0)
+            p = np.where(i < n, (j - i) / np.maximum(n - i, 1), 0.0)
+        if bounds is not None:
+            p = _bounded(p, i < n, a, d, bounds, index=False)
+        return p
 
-    def residual_indices(self, attained: Sequence[float], points: int | None = None) -> np.ndarray:
+    def residual_indices(
+        self, attained: Sequence[float], points: int | None = None, bounds: Sequence[float] | np.ndarray | None = None
+    ) -> np.ndarray:
         """G(a', infinity) = 1 / E[S - a' | S > a'] with a' the largest sample <= a (0 if none).
 
         ``points``: snap to the samples at the 1/points, 2/points, ... quantiles
@@ -185,11 +210,12 @@ class ServiceDistribution:
         as in the reference simulator, instead of on every round (between two
         sample points the exact index only grows, so running jobs would churn
         against each other for no information gained). Past the largest sample
-        the index is 0 (lowest priority, as ``index``).
+        the index is 0 (lowest priority, as ``index``). ``bounds`` as in
+        ``indices`` (samples above a job's bound are not its future).
         """
         s, pre = self._arrays()
-        n = len(self._s)
         a = np.asarray(attained, dtype=float)
+        n = self._ends(bounds, len(a))
         if points is not None:
             grid = self._grid(points)
             k = np.searchsorted(grid, a, side="right")
@@ -199,7 +225,47 @@ class ServiceDistribution:
         m = n - i
         denom = pre[n] - pre[i] - m * snapped
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where((m > 0) & (denom > 0), m / denom, 0.0)
+            g = np.where((m > 0) & (denom > 0), m / denom, 0.0)
+        if bounds is not None:
+            g = _bounded(g, m > 0, snapped, np.full(len(a), math.inf), bounds, index=True)
+        return g
+
+    def snap_bounds(self, bounds: Sequence[float] | np.ndarray, points: int | None = None) -> np.ndarray:
+        """Each bound raised to the next of the samples' ``4 * points``-quantiles (the next
+        sample with None), and inf past the last point of the index grid (``residual_indices``'
+        ``points``-quantiles).
+
+        Why: a time limit is coarse information, and ``policy.last_queue: gittins``
+        ranks on a grid. Snapped bounds keep jobs whose limits the grid cannot tell
+        apart tied (their in-queue order decides), and a bound past the grid's last
+        point (the samples' far tail: on the Philly samples with 16 points, 69
+        GPU-hours; a 7-day limit is past it even on one GPU) truncates nothing, so
+        limits at a partition maximum that high rank jobs exactly as no limits do.
+        Unsnapped, every job at a 7-day limit lost the samples' tail past its GPUs x
+        7 days, gang sizes drew apart and a load-4.5 replay went from 1.28x to 1.52x
+        srsf's average JCT; snapped to the 16 points themselves, honest limits
+        (rounded up to 1 h, 2 h, ... 7 d) lost resolution (1.16x against 1.11x with
+        64 points below the cut; docs/benchmarks.md, "Time limits").
+        """
+        b = np.asarray(bounds, dtype=float)
+        if points is None:
+            fine = top = self._arrays()[0]
+        else:
+            fine, top = self._grid(4 * points), self._grid(points)
+        k = np.searchsorted(fine, b, side="left")
+        out = np.where(k < len(fine), fine[np.minimum(k, len(fine) - 1)], math.inf)
+        return np.where(out > top[-1], math.inf, out)
+
+    def _ends(self, bounds: Sequence[float] | np.ndarray | None, count: int) -> np.ndarray | int:
+        """Per job, how many samples lie at or below its bound (all of them without bounds)."""
+        n = len(self._s)
+        if bounds is None:
+            return n
+        b = np.asarray(bounds, dtype=float)
+        if len(b) != count:
+            raise ValueError(f"{len(b)} bounds for {count} jobs")
+        s, _ = self._arrays()
+        return np.searchsorted(s, b, side="right")
 
     def residual_changes_at(self, attained: Sequence[float], points: int | None = None) -> np.ndarray:
         """For each attained service, the smallest one above it at which ``residual_indices``
@@ -269,3 +335,25 @@ class ServiceDistribution:
             self._sup_cache.clear()
         self._sup_cache[a] = got
         return got
+
+
+def _bounded(
+    values: np.ndarray,
+    known: np.ndarray,
+    a: np.ndarray,
+    d: np.ndarray,
+    bounds: Sequence[float] | np.ndarray,
+    *,
+    index: bool,
+) -> np.ndarray:
+    """Where no sample lies between a job's attained service and its bound (``known`` false),
+    the distribution says nothing but the limit still does: the job ends by its bound, so
+    take its remaining GPU-time as the worst case, bound - attained (at least 1 GPU-second:
+    a job at or past its limit is about to end). As a Gittins index: 1 / remaining when the
+    quantum covers it, else 0 (it cannot finish within the quantum); as a finish probability,
+    1 or 0."""
+    b = np.asarray(bounds, dtype=float)
+    left = np.maximum(b - a, 1.0)
+    within = left <= d
+    fill = np.where(within, 1.0 / left, 0.0) if index else within.astype(float)
+    return np.where(known | ~np.isfinite(b), values, fill)

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from teiresias.domain import Job, JobState, Plan, Snapshot
+from teiresias.domain import Job, Plan, Snapshot
 from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.kept import KeptRanking, walk_ranked
-from teiresias.policy.mlfq import Mlfq
+from teiresias.policy.mlfq import QUEUE_ORDERS, Mlfq
 
 # How the last queue is ordered: the paper's FIFO by first start, or the Gittins index with Delta = infinity.
 LAST_QUEUE_ORDERS = ("fifo", "gittins")
@@ -22,19 +22,30 @@ LAST_QUEUE_ORDERS = ("fifo", "gittins")
 class GittinsPolicy:
     """2D-Gittins: priority is the Gittins index of attained service W_J * t_J.
 
-    Discretized (default): the queues, promotion and preemption of 2D-LAS;
-    inside queue Q_i (i < K) jobs are sorted by G(a, Delta_i) with
-    Delta_i = Q_i^hi (highest first, ties by job id); the last queue, where
-    Delta_K = infinity, is FIFO by first start time (§3.2.3).
+    Discretized: the queues, promotion and preemption of 2D-LAS; inside
+    queue Q_i (i < K) jobs are sorted by G(a, Delta_i) with Delta_i = Q_i^hi
+    (highest first, ties by job id). The paper's last queue, where
+    Delta_K = infinity, is FIFO by first start time (§3.2.3):
+    ``last_queue="fifo", queue_order="fifo"`` is the paper's 2D-Gittins.
 
-    ``last_queue="gittins"`` (not the paper's default): the last queue is
-    sorted by G(a', infinity), a' the attained service snapped down to the
-    largest of the distribution's ``last_queue_points``-quantiles below it
-    (``ServiceDistribution.residual_indices``; None: every sample), ties in
-    FIFO order. With the paper's two queues, everything past the first
-    threshold (most of the GPU-time of a heavy-tailed workload) is otherwise
-    served first-come first-served; the index lets jobs that have outlived
-    only short samples go before those deep in the tail.
+    The defaults are not the paper's (docs/policies.md, "Defaults"; measured
+    on four trace shapes beside the reference simulator, docs/benchmarks.md):
+
+    - ``last_queue="gittins"``: the last queue is sorted by G(a', infinity),
+      a' the attained service snapped down to the largest of the
+      distribution's ``last_queue_points``-quantiles below it
+      (``ServiceDistribution.residual_indices``; None: every sample). With
+      the paper's two queues, everything past the first threshold (most of
+      the GPU-time of a heavy-tailed workload) is otherwise served
+      first-come first-served; the index lets jobs that have outlived only
+      short samples go before those deep in the tail.
+    - ``queue_order="lifo-resume"`` (``Mlfq.rank``): inside a queue running
+      jobs keep their place, and among jobs the index cannot tell apart the
+      last preempted resumes first.
+    - ``time_limits=True``: a job's declared time limit (``Job.time_limit``)
+      truncates the distribution at num_gpus x limit, snapped up to the
+      index grid (``ServiceDistribution.snap_bounds``); jobs without one are
+      ranked as before.
 
     ``preempt_cost`` (seconds of checkpoint + restore per preemption; 0 off,
     the paper's): in every queue ranked by an index, jobs swap only for more
@@ -60,9 +71,11 @@ class GittinsPolicy:
         thresholds: tuple[float, ...] = (3600.0,),
         promote_knob: float | None = None,
         continuous: bool = False,
-        last_queue: str = "fifo",
+        last_queue: str = "gittins",
         preempt_cost: float = 0.0,
         last_queue_points: int | None = 16,
+        queue_order: str = "lifo-resume",
+        time_limits: bool = True,
     ) -> None:
         if last_queue not in LAST_QUEUE_ORDERS:
             raise ConfigError(f"last queue order {last_queue!r}: choose one of {', '.join(LAST_QUEUE_ORDERS)}")
@@ -83,6 +96,10 @@ class GittinsPolicy:
         if last_queue_points is not None and last_queue_points < 2:
             raise ConfigError(f"last queue points {last_queue_points} must be >= 2 (or None: every sample)")
         self.last_queue_points = last_queue_points
+        if queue_order not in QUEUE_ORDERS:
+            raise ConfigError(f"queue order {queue_order!r}: choose one of {', '.join(QUEUE_ORDERS)}")
+        self.queue_order = queue_order
+        self.time_limits = time_limits
 
     def with_distribution(self, distribution: ServiceDistribution) -> GittinsPolicy:
         """The same policy over a new distribution (the controller learns from completed jobs)."""
@@ -95,47 +112,49 @@ class GittinsPolicy:
             self.last_queue,
             self.preempt_cost,
             self.last_queue_points,
+            self.queue_order,
+            self.time_limits,
         )
 
     def _mlfq(self) -> Mlfq:
         """2D-Gittins' queues (§3.2.3) with the current distribution's indices."""
-        dist = self.distribution
         return Mlfq(
             self.thresholds,
             self.promote_knob,
-            dist.indices,
+            self._index,
             self._last_index if self.last_queue == "gittins" else None,
             self.preempt_cost,
-            dist.finish_probabilities,
+            self._finish_prob,
+            self.queue_order,
+            self._last_changes if self.last_queue == "gittins" else None,
+            self.time_limits,
         )
 
-    def _last_index(self, attained: Sequence[float]) -> np.ndarray:
-        return self.distribution.residual_indices(attained, self.last_queue_points)
+    def _snap(self, bounds: Sequence[float] | None) -> np.ndarray | None:
+        """Time-limit bounds on the index grid (``ServiceDistribution.snap_bounds``)."""
+        return None if bounds is None else self.distribution.snap_bounds(bounds, self.last_queue_points)
+
+    def _index(self, attained: Sequence[float], quanta: Sequence[float], bounds: Sequence[float] | None) -> np.ndarray:
+        return self.distribution.indices(attained, quanta, self._snap(bounds))
+
+    def _finish_prob(
+        self, attained: Sequence[float], quanta: Sequence[float], bounds: Sequence[float] | None
+    ) -> np.ndarray:
+        return self.distribution.finish_probabilities(attained, quanta, self._snap(bounds))
+
+    def _last_index(self, attained: Sequence[float], bounds: Sequence[float] | None) -> np.ndarray:
+        return self.distribution.residual_indices(attained, self.last_queue_points, self._snap(bounds))
+
+    def _last_changes(self, attained: Sequence[float]) -> np.ndarray:
+        return self.distribution.residual_changes_at(attained, self.last_queue_points)
 
     def rank_keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple[Any, ...], float]]:
         """Each job's (sort key in ``decide``'s ranking, until when it holds) (``KeyRanked``;
         teiresias.policy.base)."""
-        dist = self.distribution
         if self.continuous:
+            dist = self.distribution
             return [((-dist.index(j.attained_service), j.job_id), now) for j in jobs]
-        keyed = self._mlfq().keys(jobs, now)
-        if self.last_queue != "gittins":
-            return keyed
-        # A running job's last-queue index (last, -g, start, submit, id) holds until its
-        # attained service reaches the next grid point: the index is snapped to the grid,
-        # and its preemption cost depends only on the job being running.
-        last, by_id = len(self.thresholds), {j.job_id: j for j in jobs}
-        at = [
-            i
-            for i, (k, _) in enumerate(keyed)
-            if len(k) == 5 and k[0] == last and by_id[k[-1]].state is JobState.RUNNING and by_id[k[-1]].num_gpus > 0
-        ]
-        if at:
-            held = [by_id[keyed[i][0][-1]] for i in at]
-            attained = [j.attained_service for j in held]
-            for i, j, a, nxt in zip(at, held, attained, dist.residual_changes_at(attained, self.last_queue_points)):
-                keyed[i] = (keyed[i][0], now + (float(nxt) - a) / j.num_gpus)
-        return keyed
+        return self._mlfq().keys(jobs, now)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         return self.decide_kept(snapshot, None)

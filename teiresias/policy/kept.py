@@ -26,8 +26,10 @@ them, finding each one's place among the running jobs by bisection:
 Every decision is the plain walk's: the same code places each waiting job
 (``place_pending``, ``_place_with_eviction``) on the same idle and available
 GPUs, evicting the same jobs. A node whose running jobs hold more GPUs than it
-has (the plain walk pins them) or a running job in the snapshot sends the
-round to the plain walk over the merged ranking. The randomized test
+has, a kept job its owner still protects (``Job.protected_until`` after now;
+the plain walk pins both) or a running job in the snapshot sends the round to
+the plain walk over the merged ranking (the simulator keeps no ranking at all
+when it protects jobs: ``SimulationOptions.min_run``). The randomized test
 ``tests/unit/test_walk_kept.py`` compares the two on random snapshots for
 every policy option, so they cannot drift.
 """
@@ -86,6 +88,9 @@ class KeptRanking:
         self.free_total = cluster.total_gpus  # sum of ``free``
         self.overdrawn = 0  # nodes whose kept jobs hold more GPUs than they have
         self.foreign = 0  # kept allocations on nodes the cluster does not have
+        # Kept jobs their owner protects (Job.protected_until set): the plain walk pins a job
+        # while its protection lasts, which this walk does not model (walk_kept hands it over).
+        self.protected: dict[JobId, float] = {}
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -129,6 +134,8 @@ class KeptRanking:
         self.sizes.insert(i, size)
         self.total += size
         self._key_of[job.job_id] = key
+        if job.protected_until is not None:
+            self.protected[job.job_id] = job.protected_until
 
     def rekey(self, job_id: JobId, key: tuple[Any, ...]) -> None:
         """Move a kept running job to its new key (asked again: its key moved, or may have);
@@ -210,6 +217,7 @@ class KeptRanking:
             return False
         if self.failed:
             self._gave_back(key, None)
+        self.protected.pop(job_id, None)
         i = bisect.bisect_left(self.keys, key)
         job = self.jobs[i]
         self.total -= self.sizes[i]
@@ -442,7 +450,12 @@ def walk_kept(
     st = _KeptState(snapshot, kept)
     monotone = getattr(placement, "monotone", False) is True
     failed = kept.failures_for(placement, snapshot.unavailable) if monotone else {}
-    if not st.exact or any(j.state is not _PENDING for j in ranked):
+    protected = kept.protected
+    if (
+        not st.exact
+        or (protected and max(protected.values()) > snapshot.now)
+        or any(j.state is not _PENDING for j in ranked)
+    ):
         failed.clear()
         merged = [
             j

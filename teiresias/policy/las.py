@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from teiresias.domain import Job, Plan, Snapshot
+from teiresias.errors import ConfigError
 from teiresias.policy.allocate import to_plan
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.kept import KeptRanking, walk_ranked
-from teiresias.policy.mlfq import Mlfq, mlfq_quiet_until
+from teiresias.policy.mlfq import QUEUE_ORDERS, Mlfq, mlfq_quiet_until
 
 
 class LasPolicy:
@@ -36,11 +37,15 @@ class LasPolicy:
         thresholds: tuple[float, ...] = (3600.0,),
         promote_knob: float | None = None,
         continuous: bool = False,
+        queue_order: str = "fifo",
     ) -> None:
         self.placement = placement
         self.thresholds = tuple(thresholds)
         self.promote_knob = promote_knob
         self.continuous = continuous
+        if queue_order not in QUEUE_ORDERS:
+            raise ConfigError(f"queue order {queue_order!r}: choose one of {', '.join(QUEUE_ORDERS)}")
+        self.queue_order = queue_order
 
     def quiet_until(self, snapshot: Snapshot) -> float:
         """Until when this policy's plan for ``snapshot``'s jobs, left as they are, stays the same.
@@ -58,7 +63,11 @@ class LasPolicy:
         teiresias.policy.base)."""
         if self.continuous:
             return [((j.attained_service, j.job_id), now) for j in jobs]
-        return Mlfq(self.thresholds, self.promote_knob).keys(jobs, now)
+        return self._mlfq().keys(jobs, now)
+
+    def _mlfq(self) -> Mlfq:
+        """2D-LAS' queues (§3.2.3)."""
+        return Mlfq(self.thresholds, self.promote_knob, order=self.queue_order)
 
     def decide(self, snapshot: Snapshot) -> Plan:
         return self.decide_kept(snapshot, None)
@@ -73,7 +82,6 @@ class LasPolicy:
             ranked = [j for _, j in keyed]
             w = walk_ranked(snapshot, ranked, [k for k, _ in keyed], kept, self.placement, policy_name=self.name)
             return to_plan(ranked, w)
-        mlfq = Mlfq(self.thresholds, self.promote_knob)
-        ranked, keys, queues, promoted, _ = mlfq.rank_keyed(jobs, snapshot.now)
+        ranked, keys, queues, promoted, _ = self._mlfq().rank_keyed(jobs, snapshot.now)
         w = walk_ranked(snapshot, ranked, keys, kept, self.placement, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted)

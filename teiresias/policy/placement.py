@@ -114,13 +114,34 @@ class _ByGpuCount(_TopologyCache):
     # simulator relies on it to skip provably unchanged rounds).
     monotone = True
 
-    def job_key(self, job: Job) -> int:
+    def job_key(self, job: Job) -> object:
         """What of a job decides where it fits (lets callers memoize failures)."""
-        return job.num_gpus
+        if job.nodes_allowed is None and not job.nodes_required and not job.gpus_per_node:
+            return job.num_gpus
+        return (job.num_gpus, job.nodes_allowed, job.nodes_required, job.gpus_per_node)
 
     def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
         need = job.num_gpus
-        return None if need <= 0 else self._place(need, free, self.topology(cluster), cluster)
+        if need <= 0:
+            return None
+        if job.gpus_per_node:
+            return _place_per_node(job, free, self.topology(cluster))
+        if job.nodes_allowed is None and not job.nodes_required:
+            return self._place(need, free, self.topology(cluster), cluster)
+        return self._place_constrained(job, free, cluster)
+
+    def _place_constrained(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
+        """The same choice on the nodes the owner allows (the others count as full);
+        if it leaves out a required node (Slurm's ``-w``: the job gets every listed
+        node, and others as needed), the required nodes first, each with at least one
+        GPU, the rest on the fewest other allowed nodes (most free first)."""
+        topo = self.topology(cluster)
+        allowed, required = job.nodes_allowed, job.nodes_required
+        masked = {n: (f if allowed is None or n in allowed else 0) for n, f in free.items()}
+        got = self._place(job.num_gpus, masked, topo, cluster)
+        if got is None or not required or required <= set(got.nodes):
+            return got
+        return _cover_required(job.num_gpus, masked, required, topo.order)
 
     def _place(self, need: int, free: Mapping[str, int], topo: _Topology, cluster: Cluster) -> Placement | None:
         raise NotImplementedError
@@ -222,8 +243,16 @@ class ProfilePlacement:
         self._consolidate = ConsolidatePlacement()
         self._spread = SpreadPlacement()
 
-    def job_key(self, job: Job) -> tuple[int, bool]:
-        return (job.num_gpus, self.wants_consolidation(job))
+    def job_key(self, job: Job) -> tuple[object, ...]:
+        if job.nodes_allowed is None and not job.nodes_required and not job.gpus_per_node:
+            return (job.num_gpus, self.wants_consolidation(job))
+        return (
+            job.num_gpus,
+            self.wants_consolidation(job),
+            job.nodes_allowed,
+            job.nodes_required,
+            job.gpus_per_node,
+        )
 
     def wants_consolidation(self, job: Job) -> bool:
         return job.skew is None or job.skew > self.packlimit
@@ -231,6 +260,50 @@ class ProfilePlacement:
     def place(self, job: Job, free: Mapping[str, int], cluster: Cluster) -> Placement | None:
         inner = self._consolidate if self.wants_consolidation(job) else self._spread
         return inner.place(job, free, cluster)
+
+
+def _cover_required(
+    need: int, free: Mapping[str, int], required: frozenset[str], order: Mapping[str, int]
+) -> Placement | None:
+    """``need`` GPUs with at least one on every required node, the required nodes
+    filled first (most free first), then the fewest other nodes; None when a
+    required node has no free GPU or there are fewer GPUs than required nodes."""
+    if need < len(required) or any(free.get(n, 0) <= 0 or n not in order for n in required):
+        return None
+    alloc = {n: 1 for n in required}
+    left = need - len(required)
+    for n in sorted(required, key=lambda n: (-free[n], order[n])):
+        take = min(free[n] - 1, left)
+        alloc[n] += take
+        left -= take
+    for n in sorted((n for n in free if n not in required and free[n] > 0), key=lambda n: (-free[n], order.get(n, 0))):
+        if left == 0:
+            break
+        take = min(free[n], left)
+        alloc[n] = take
+        left -= take
+    if left:
+        return None
+    return Placement.of(sorted(alloc.items(), key=lambda kv: order.get(kv[0], 0)))
+
+
+def _place_per_node(job: Job, free: Mapping[str, int], topo: _Topology) -> Placement | None:
+    """A job that asked per node (``Job.gpus_per_node``) in its own shape: its node count
+    with exactly its per-node GPUs on each, its required nodes among them, allowed nodes
+    only; the tightest fits first (the fewest free GPUs left over, as consolidation
+    prefers), ties by node order. None when the free GPUs cannot give that shape: a
+    plan must not preempt for a split Slurm would refuse (the controller starts the job
+    in its own shape or not at all)."""
+    per, allowed, required = job.gpus_per_node, job.nodes_allowed, job.nodes_required
+    count = -(-job.num_gpus // per)
+    fits = [n for n in topo.names if free.get(n, 0) >= per and (allowed is None or n in allowed)]
+    if not required <= set(fits):
+        return None
+    rest = sorted((n for n in fits if n not in required), key=lambda n: (free[n] - per, topo.order[n]))
+    chosen = [*sorted(required, key=topo.order.__getitem__), *rest][:count]
+    if len(chosen) < count:
+        return None
+    return Placement.of(sorted(((n, per) for n in chosen), key=lambda a: topo.order[a[0]]))
 
 
 def _best_single_node(need: int, free: Mapping[str, int], topo: _Topology) -> Placement | None:

@@ -46,9 +46,17 @@ class PolicyParams:
     - ``placement`` / ``packlimit``: placement policy and PACKLIMIT (§3.3.2).
     - ``continuous``: las/gittins with continuous priority (Fig. 7) instead of queues.
     - ``last_queue``: order of gittins' last queue, ``fifo`` (paper) or ``gittins``
-      (index with Delta = infinity); las has no distribution and stays FIFO.
+      (index with Delta = infinity; None: the default, ``gittins``); las has no
+      distribution and stays FIFO.
     - ``preempt_cost``: seconds a preemption costs a job (checkpoint + restore); gittins
       swaps two jobs only when the index gain outweighs it for both (0: off).
+    - ``queue_order``: las/gittins' order inside a queue (``policy.mlfq.QUEUE_ORDERS``):
+      ``fifo`` by first start (the paper), ``running-first`` (running jobs keep their
+      place), ``lifo-resume`` (and the job preempted last resumes first); None: the
+      policy's default, ``fifo`` for las (paper-faithful by name), ``lifo-resume``
+      for gittins (docs/policies.md, "Defaults").
+    - ``time_limits``: gittins truncates its distribution at each job's declared time
+      limit (``Job.time_limit``; jobs without one are unaffected).
     - ``lease``: themis GPU lease in seconds (Themis §3.3.2; default 10 min).
     - ``fairness_knob``: themis f in (0, 1): the 1 - f fraction of apps farthest
       from fair bid in each auction (Themis §3.3.2; default 0.8).
@@ -63,8 +71,10 @@ class PolicyParams:
     placement: str = "consolidate"
     packlimit: float = 0.5
     continuous: bool = False
-    last_queue: str = "fifo"
+    last_queue: str | None = None
     preempt_cost: float = 0.0
+    queue_order: str | None = None
+    time_limits: bool = True
     # sjf-bsbf / sjf-ffs: the interference and memory model (None: SharingModel's defaults).
     sharing: SharingModel | None = None
     lease: float = 600.0
@@ -82,7 +92,11 @@ class PolicyParams:
         object.__setattr__(self, "queues", qs)
         if self.promote_knob is not None and self.promote_knob < 0:
             raise ConfigError(f"promote knob {self.promote_knob} must be >= 0 (omit it to disable promotion)")
-        if self.last_queue not in ("fifo", "gittins"):
+        from teiresias.policy.mlfq import QUEUE_ORDERS
+
+        if self.queue_order is not None and self.queue_order not in QUEUE_ORDERS:
+            raise ConfigError(f"queue order {self.queue_order!r}: choose one of {', '.join(QUEUE_ORDERS)}")
+        if self.last_queue is not None and self.last_queue not in ("fifo", "gittins"):
             raise ConfigError(f"last queue order {self.last_queue!r}: choose fifo (the paper's) or gittins")
         if not 0.0 <= self.packlimit:
             raise ConfigError(f"packlimit {self.packlimit} must be >= 0")
@@ -131,7 +145,7 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
     if name == "las":
         from teiresias.policy.las import LasPolicy
 
-        return LasPolicy(placement, params.queues, params.promote_knob, params.continuous)
+        return LasPolicy(placement, params.queues, params.promote_knob, params.continuous, params.queue_order or "fifo")
     if name == "gittins":
         from teiresias.policy.gittins_policy import GittinsPolicy
 
@@ -141,8 +155,10 @@ def build_policy(name: str, params: PolicyParams = PolicyParams()) -> Scheduling
             params.queues,
             params.promote_knob,
             params.continuous,
-            params.last_queue,
+            params.last_queue or "gittins",
             params.preempt_cost,
+            queue_order=params.queue_order or "lifo-resume",
+            time_limits=params.time_limits,
         )
     if name == "themis":
         from teiresias.policy.themis.policy import ThemisPolicy

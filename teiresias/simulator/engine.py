@@ -66,6 +66,7 @@ from teiresias.policy.base import (
     walks_kept,
 )
 from teiresias.policy.kept import KeptRanking
+from teiresias.policy.protect import MinRun, protected_until
 from teiresias.policy.themis.apps import app_of
 from teiresias.simulator.clock import Clock, SimulatedClock
 from teiresias.simulator.gandiva import Mechanisms
@@ -117,6 +118,14 @@ class SimulationOptions:
     # (consolidated seconds) counts as a job's early feedback (Gandiva §4.1).
     migration_cost: float | None = None
     feedback: float = 600.0
+    # Minimum run times (teiresias.policy.protect; off by default, the paper's): a running
+    # job is not preempted before its protection ends. ``plain_jobs``: the jobs that cannot
+    # checkpoint; their preemption loses all their work since they started (counted in
+    # Simulator.lost_gpu_seconds), and they get ``min_run.plain``. With a protection in
+    # force the pruned, keyed and quiet-skipping rounds are off (a protection's end is
+    # no event they see); ticks every ``interval`` notice it.
+    min_run: MinRun = field(default_factory=MinRun)
+    plain_jobs: frozenset[int] = frozenset()
 
 
 class Simulator:
@@ -186,6 +195,14 @@ class Simulator:
         # Extending the base needs a preemptive policy with quiet_until whose placement's
         # feasibility is monotone in the free GPUs (more free GPUs never make a job unplaceable).
         self._extend = self._idle_first and self._preemptive and self._quiet is not None and monotone_placement(policy)
+        rule = self.opt.min_run
+        self._protect = rule.checkpointing > 0 or (rule.plain > 0 and bool(self.opt.plain_jobs))
+        if self._protect:
+            # Protected jobs are pinned by the plain walk (allocate._State): every round whole.
+            self._idle_first = self._extend = False
+            self._quiet, self._rank_keys = None, None
+            self._kept, self._decide_kept = None, None
+        self.lost_gpu_seconds = 0.0  # work of plain jobs lost at their preemptions
         self.extended_rounds = 0
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
         self._active: dict[JobId, SimJob] = {}  # arrival order
@@ -337,7 +354,15 @@ class Simulator:
             self._last_progress = now
         else:
             self._check_livelock(now)
+        if j.job_id in self.opt.plain_jobs:
+            # It cannot checkpoint: its next run starts from the beginning. What it ran
+            # stays in its executed time (the attained service the policy ranks by).
+            self.lost_gpu_seconds += j.num_gpus * (j.trace.duration - j.work_left)
+            j.work_left = j.trace.duration
+            j.total_executed_time = 0.0
+        j.protected_until = None
         j.state = JobState.PENDING
+        j.state_since = now
         j.preemptions += 1
         self.preemptions += 1
         # An unfinished restore is paid again in full on resume; only the part
@@ -553,9 +578,9 @@ class Simulator:
                 heapq.heapify(expiry)
         pending = self._pending
         if self._punkeyed:
-            asked = [pending[jid] for jid in self._punkeyed]
+            unkeyed = [pending[jid] for jid in self._punkeyed]
             self._punkeyed.clear()
-            for k, until in rank_keys(asked, now):
+            for k, until in rank_keys(unkeyed, now):
                 if until == math.inf:
                     kept.add_waiting(k, pending[k[-1]])
                 else:
@@ -574,8 +599,11 @@ class Simulator:
         j.placement = placement
         if j.first_start_time is None:
             j.first_start_time = now
+        j.state_since = now
         j.nodes = placement.nodes
         j.work_at_start = j.work_left
+        if self._protect:
+            j.protected_until = protected_until(now, j.job_id not in self.opt.plain_jobs, self.opt.min_run)
 
     def _drop_pending_key(self, jid: JobId) -> None:
         """Forget a pending job's kept rank (it started, ended, or was promoted)."""
@@ -710,7 +738,7 @@ class Simulator:
             j = active.get(jid)
             if j is not None:
                 j.lease_end = end  # carried to the next round on the job, as the controller's store does
-        if plan.suspend or plan.resume or plan.pack or plan.unpack or plan.migrate or plan.resize:
+        if plan.suspend or plan.resume or plan.pack or plan.unpack or plan.migrate or plan.resize or plan.devices:
             self._mech.enact(plan, now)
         if self._wake_at is not None:
             self._wake = self._wake_at(

@@ -3,8 +3,8 @@
 Sections (each an ``<section id=...>``, the test looks for them): ``policies``
 (the summary and, with several policies, the Table 5 ratios), ``jct`` and
 ``queueing`` (CDFs, log x), ``utilization`` (allocated GPUs over time),
-``preemptions`` (jobs by number of preemptions) and ``fairness`` (per app,
-when the trace names apps in its ``account`` column, else ``user``).
+``preemptions`` (jobs by number of preemptions) and ``fairness`` (per app:
+the apps of the text output's rho tables, ``report.app_source``).
 
 Figures are matplotlib SVGs embedded as ``data:`` URIs: the file can be mailed
 or attached to a ticket and still shows everything, with no script, font or
@@ -27,7 +27,7 @@ import numpy as np
 
 from teiresias.simulator.metrics import SimulationResult
 from teiresias.simulator.plots import _smoothed_utilisation
-from teiresias.simulator.report import _f, summary_cells
+from teiresias.simulator.report import _f, app_source, summary_cells
 from teiresias.simulator.trace import TraceJob
 
 SECTIONS = ("policies", "jct", "queueing", "utilization", "preemptions", "fairness")
@@ -61,21 +61,13 @@ class AppRow:
     mean_slowdown: float
 
 
-def app_column(trace: Sequence[TraceJob]) -> str | None:
-    """The trace column that names apps: ``account`` (virtual clusters' key),
-    else ``user``; None when neither tells two apps apart."""
-    for col in ("account", "user"):
-        if len({getattr(j, col) for j in trace if getattr(j, col)}) > 1:
-            return col
-    return None
-
-
-def per_app(result: SimulationResult, trace: Sequence[TraceJob], column: str) -> list[AppRow]:
+def per_app(result: SimulationResult, trace: Sequence[TraceJob]) -> list[AppRow]:
+    """Each app's figures; apps are the records' (teiresias.policy.themis.apps.app_of,
+    the same the text output's rho tables use)."""
     by_id = {j.job_id: j for j in trace}
     groups: dict[str, list] = defaultdict(list)
     for rec in result.records:
-        job = by_id[rec.job_id]
-        groups[getattr(job, column) or "(none)"].append((rec, job))
+        groups[rec.app or "(none)"].append((rec, by_id[rec.job_id]))
     rows = []
     for app in sorted(groups):
         pairs = groups[app]
@@ -303,18 +295,15 @@ def _preemption_section(results: Sequence[SimulationResult]) -> str:
 
 
 def _fairness_section(results: Sequence[SimulationResult], trace: Sequence[TraceJob]) -> str:
-    column = app_column(trace)
-    if column is None:
-        return (
-            "<p>The trace names no apps (its <code>account</code> and <code>user</code> columns are "
-            "absent or hold one value), so there is nothing to compare between apps.</p>"
-        )
-    per = {r.policy: per_app(r, trace, column) for r in results}
+    source = html.escape(app_source(trace))
+    per = {r.policy: per_app(r, trace) for r in results}
     apps = [row.app for row in next(iter(per.values()))]
+    if len(apps) < 2:
+        return f"<p>All jobs are in one app ({source}), so there is nothing to compare between apps.</p>"
     fig = _grouped_bars(
         apps,
         {p: [row.mean_slowdown for row in rows] for p, rows in per.items()},
-        f"app (trace column {column})",
+        "app",
         "mean slowdown (JCT / run time alone)",
         "mean slowdown per app",
     )
@@ -339,8 +328,13 @@ def _fairness_section(results: Sequence[SimulationResult], trace: Sequence[Trace
         ],
     )
     return (
-        f"<p>Apps are the trace's <code>{column}</code> values. Slowdown is a job's JCT over its run "
-        "time alone; Jain's index is 1.000 when every app is slowed alike.</p>\n" + fig + "\n" + jain + "\n" + detail
+        f"<p>{source[0].upper() + source[1:]}; the same apps as the text output's rho tables. Slowdown is a "
+        "job's JCT over its run time alone; Jain's index is 1.000 when every app is slowed alike.</p>\n"
+        + fig
+        + "\n"
+        + jain
+        + "\n"
+        + detail
     )
 
 

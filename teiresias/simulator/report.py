@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from teiresias.simulator.metrics import SimulationResult, Summary
+from teiresias.simulator.trace import TraceJob
 
 JOB_COLUMNS = (
     "policy",
@@ -122,6 +123,16 @@ def gandiva_table(results: Sequence[SimulationResult]) -> str:
             )
         )
     return _grid(rows)
+
+
+def app_source(trace: Sequence[TraceJob]) -> str:
+    """Where the apps of a replay come from (teiresias.policy.themis.apps.app_of), for
+    the text output and the HTML report alike: one meaning of "app" in both."""
+    if any(j.app for j in trace):
+        return "apps: the trace's app column (a job without one: its account or user + job-name stem)"
+    if any(j.account or j.user for j in trace):
+        return "apps: account (or user) + job-name stem, as themis groups jobs (the trace has no app column)"
+    return "apps: job-name stems (the trace has no app, account or user column)"
 
 
 def fairness_table(results: Sequence[SimulationResult]) -> str:

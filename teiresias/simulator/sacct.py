@@ -9,7 +9,10 @@ Pure: text in, :class:`SacctTrace` out (no subprocess, no clock). The rules
   ``num_gpu`` from the allocated TRES (``gres/gpu``), ``submit_time`` in
   seconds after the earliest submission kept, ``duration`` the run time
   (Slurm's ``elapsed``: start to end, suspended time excluded),
-  ``model_name`` the job name, ``user`` and ``account`` as recorded;
+  ``model_name`` the job name, ``user`` and ``account`` as recorded,
+  ``time_limit`` the last run's limit (``TimelimitRaw`` / JSON ``time.limit``,
+  minutes; none when unlimited or not listed), raised to the run time where
+  the job ran past it (Slurm's OverTimeLimit, or runs summed after requeues);
 - a requeued job is one row: Slurm writes one record per run, the earlier
   ones in state ``REQUEUED``. Its submit time is the first record's (the
   last record's submission is the requeue time), its GPUs the last run's,
@@ -41,7 +44,7 @@ from teiresias.simulator.trace import TraceJob
 REQUEUED_CHOICES = ("sum", "last")
 # Columns ``--parsable2`` output must have (JobID may stand in for JobIDRaw).
 PARSABLE_REQUIRED = ("State", "Submit", "Start", "End", "AllocTRES")
-SACCT_PARSABLE_FIELDS = "JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,AllocTRES"
+SACCT_PARSABLE_FIELDS = "JobIDRaw,Cluster,JobName,User,Account,State,Submit,Start,End,Elapsed,AllocTRES,TimelimitRaw"
 _UNSET = {"", "unknown", "none", "n/a", "invalid"}
 _ELAPSED_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
 _JOBID_RE = re.compile(r"^(\d+)$")
@@ -63,6 +66,7 @@ class SacctRecord:
     elapsed: float | None
     gpus: int
     where: str  # "FILE:LINE" or "FILE: job N", for messages
+    time_limit: float | None = None  # seconds; None: unlimited or not listed
 
     @property
     def requeued(self) -> bool:
@@ -87,6 +91,9 @@ class SacctTrace:
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> jobs
     requeued_jobs: int = 0  # jobs with more than one run, merged into one row each
     renumbered: bool = False  # Slurm ids were not unique (several clusters, reused ids)
+    # Slurm ids of kept jobs whose record names no user: sacct --json (22.05) writes
+    # user null, and no uid, for a user without an association (--parsable2 names them).
+    no_user: tuple[int, ...] = ()
 
 
 def _fail(source: str, msg: str) -> TraceError:
@@ -113,6 +120,11 @@ def _json_number(value: Any) -> float | None:
     return float(value) if value > 0 else None
 
 
+def _minutes(value: float | None) -> float | None:
+    """A time limit in minutes (sacct's unit) as seconds; None stays None, as does 0."""
+    return value * 60.0 if value else None
+
+
 def _json_gpus(tres: Any) -> int:
     """GPUs of an ``allocated`` TRES list: the untyped ``gres/gpu`` entry (the
     total) when present, else the sum of typed ones (``gpu:a100``)."""
@@ -135,7 +147,7 @@ def _json_state(state: Any) -> str:
     return str(cur or "").split()[0].upper() if str(cur or "").strip() else ""
 
 
-def _json_records(data: Any, source: str) -> list[SacctRecord]:
+def _json_records(data: Any, source: str, users: Mapping[int, str] | None = None) -> list[SacctRecord]:
     if not isinstance(data, Mapping) or not isinstance(data.get("jobs"), list):
         raise _fail(source, "no 'jobs' list: not `sacct --json` output (run sacct --json ... > FILE)")
     errors = data.get("errors")
@@ -155,7 +167,7 @@ def _json_records(data: Any, source: str) -> list[SacctRecord]:
                 cluster=str(job.get("cluster") or assoc.get("cluster") or ""),
                 job_id=job["job_id"],
                 name=str(job.get("name") or ""),
-                user=str(job.get("user") or assoc.get("user") or ""),
+                user=str(job.get("user") or assoc.get("user") or (users or {}).get(job["job_id"], "")),
                 account=str(job.get("account") or assoc.get("account") or ""),
                 state=_json_state(job.get("state")),
                 submit=_json_number(t.get("submission")),
@@ -164,6 +176,7 @@ def _json_records(data: Any, source: str) -> list[SacctRecord]:
                 elapsed=_json_number(t.get("elapsed")),
                 gpus=_json_gpus(tres.get("allocated")),
                 where=f"{source}: job {job['job_id']}",
+                time_limit=_minutes(_json_number(t.get("limit"))),
             )
         )
     return out
@@ -256,6 +269,12 @@ def _parsable_records(text: str, source: str) -> tuple[list[SacctRecord], int]:
             gpus = parse_tres_gpus(get("AllocTRES"))
         except ValueError as exc:
             raise TraceError(f"{where}: AllocTRES item {exc} has no number") from None
+        limit_raw = get("TimelimitRaw")
+        try:
+            # Minutes; "UNLIMITED" and "Partition_Limit" say nothing about the job.
+            limit = _minutes(float(limit_raw)) if limit_raw and limit_raw[0].isdigit() else None
+        except ValueError:
+            raise TraceError(f"{where}: TimelimitRaw {limit_raw!r} is not a number of minutes") from None
         state = get("State").split()
         out.append(
             SacctRecord(
@@ -271,6 +290,7 @@ def _parsable_records(text: str, source: str) -> tuple[list[SacctRecord], int]:
                 elapsed=elapsed,
                 gpus=gpus,
                 where=where,
+                time_limit=limit,
             )
         )
     return out, steps
@@ -350,6 +370,7 @@ def convert_records(
             model_name=runs[-1].name,
             user=runs[-1].user,
             account=runs[-1].account,
+            time_limit=None if runs[-1].time_limit is None else max(runs[-1].time_limit, duration),
         )
         for n, (runs, submit, duration) in enumerate(kept, start=1)
     ]
@@ -361,12 +382,15 @@ def convert_records(
         skipped=skipped,
         requeued_jobs=sum(1 for runs, _, _ in kept if len(runs) > 1),
         renumbered=renumbered,
+        no_user=tuple(sorted({runs[-1].job_id for runs, _, _ in kept if not runs[-1].user})),
     )
 
 
-def parse_sacct(text: str, source: str, requeued: str = "sum") -> SacctTrace:
+def parse_sacct(text: str, source: str, requeued: str = "sum", users: Mapping[int, str] | None = None) -> SacctTrace:
     """Convert ``sacct --json`` or ``sacct --parsable2`` output (told apart by
-    its first character) into a trace. ``source`` names the input in errors."""
+    its first character) into a trace. ``source`` names the input in errors.
+    ``users``: Slurm job id -> user for the JSON records that name none
+    (``SacctTrace.no_user``; the CLI asks ``sacct --parsable2`` for them)."""
     body = text.lstrip()
     if not body:
         raise _fail(source, "empty; expected the output of sacct --json or sacct --parsable2")
@@ -375,7 +399,7 @@ def parse_sacct(text: str, source: str, requeued: str = "sum") -> SacctTrace:
             data = json.loads(body)
         except json.JSONDecodeError as exc:
             raise _fail(f"{source}:{exc.lineno}", f"not valid JSON ({exc.msg}); expected sacct --json output") from None
-        return convert_records(_json_records(data, source), "json", source, requeued)
+        return convert_records(_json_records(data, source, users), "json", source, requeued)
     lines = text.splitlines()
     n, first = next((n, line) for n, line in enumerate(lines, start=1) if line.strip())
     if "|" not in first:

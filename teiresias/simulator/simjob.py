@@ -104,6 +104,7 @@ class SimJob(Job):
             skew=skew,
             duration=trace.duration,
             elastic=trace.elastic_range(),
+            time_limit=trace.time_limit,
         )
 
     def settle(self) -> None:

@@ -123,12 +123,18 @@ class SweepSpec:
 
 
 # -- reading the spec ---------------------------------------------------------
-def _listed(value: Any) -> list:
+def _listed(src: Path, key: str, value: Any, names: bool = False) -> list:
+    """An axis as a list. One bare number stands for a one-item list (``preempt_overhead:
+    30``); on an axis of names (``names``: traces, policies, queues, last_queue) a bare
+    string is refused, naming the list form: the docs write those as lists, and
+    ``policies: las,fifo`` would otherwise be one unknown name."""
+    if names and isinstance(value, str):
+        raise ConfigError(f"{src}: {key}: must be a list, e.g. [{value}]; got the string {value!r}")
     return value if isinstance(value, list) else [value]
 
 
-def _nonempty(src: Path, key: str, value: Any) -> list:
-    items = _listed(value)
+def _nonempty(src: Path, key: str, value: Any, names: bool = False) -> list:
+    items = _listed(src, key, value, names)
     if not items:
         raise ConfigError(f"{src}: {key}: must name at least one value")
     return items
@@ -156,7 +162,9 @@ def load_spec(path: str | Path) -> SweepSpec:
     if "cluster" not in data:
         raise ConfigError(f"{src}: cluster: missing; name the cluster file (YAML or cluster_spec.csv)")
     cluster = _file(src, "cluster", data["cluster"])
-    traces = tuple(_file(src, f"traces[{i}]", t) for i, t in enumerate(_listed(data.get("traces", []))))
+    traces = tuple(
+        _file(src, f"traces[{i}]", t) for i, t in enumerate(_listed(src, "traces", data.get("traces", []), names=True))
+    )
     synth = None
     if data.get("synth") is not None:
         s = yamlconf.mapping(src, "synth", data["synth"], _SYNTH_KEYS)
@@ -186,7 +194,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     if "policies" not in data:
         raise ConfigError(f"{src}: policies: missing; list policies from: {', '.join(POLICY_NAMES)}")
     policies = []
-    for i, p in enumerate(_nonempty(src, "policies", data["policies"])):
+    for i, p in enumerate(_nonempty(src, "policies", data["policies"], names=True)):
         if p not in POLICY_NAMES:
             raise ConfigError(f"{src}: policies[{i}]: unknown policy {p!r}; choose from: {', '.join(POLICY_NAMES)}")
         if p in policies:
@@ -196,7 +204,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     raw_q = data.get("queues", [[3600]])
     if isinstance(raw_q, list) and raw_q and all(isinstance(q, (int, float)) for q in raw_q):
         raw_q = [raw_q]  # one set of thresholds written flat: [3600, 36000]
-    for i, qs in enumerate(_nonempty(src, "queues", raw_q)):
+    for i, qs in enumerate(_nonempty(src, "queues", raw_q, names=True)):
         if qs == "auto":
             queues.append("auto")
             continue
@@ -205,7 +213,7 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise ConfigError(f"{src}: queues[{i}]: thresholds must be strictly increasing, got {list(got)}")
         queues.append(got)
     last = []
-    for i, x in enumerate(_nonempty(src, "last_queue", data.get("last_queue", ["fifo"]))):
+    for i, x in enumerate(_nonempty(src, "last_queue", data.get("last_queue", ["gittins"]), names=True)):
         if x not in ("fifo", "gittins"):
             raise ConfigError(f"{src}: last_queue[{i}]: must be fifo or gittins, got {x!r}")
         last.append(x)

@@ -24,6 +24,7 @@ same arguments, same trace, byte for byte.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -159,17 +160,9 @@ def philly_like(samples: Sequence[float], params: PhillyParams, seed: int = 0) -
         raise ConfigError(f"arrival rate must be > 0 jobs/s, got {p.arrival_rate}")
     if p.max_duration is not None and p.max_duration < p.min_duration:
         raise ConfigError(f"max duration {p.max_duration} is below min duration {p.min_duration}")
-    if not len(samples):
-        raise ConfigError("the GPU-time samples are empty")
-    mix = dict(p.gpu_mix or TESTBED_GPU_MIX)
-    limit = min(p.max_gpus or p.cluster_gpus, p.cluster_gpus)
-    mix = {g: w for g, w in mix.items() if 0 < g <= limit and w > 0}
-    if not mix:
-        raise ConfigError(f"no GPU size in the mix fits a {limit}-GPU limit")
+    sizes, weights = _mix(samples, p.gpu_mix, p.max_gpus, p.cluster_gpus)
     rng = np.random.default_rng(seed)
-    sizes = np.array(sorted(mix))
-    weights = np.array([mix[g] for g in sizes], dtype=float)
-    gpus = rng.choice(sizes, size=p.num_jobs, p=weights / weights.sum())
+    gpus = rng.choice(sizes, size=p.num_jobs, p=weights)
     gput = rng.choice(np.asarray(samples, dtype=float), size=p.num_jobs, replace=True)
     durations = np.maximum(gput / gpus, p.min_duration)
     if p.max_duration is not None:
@@ -182,6 +175,22 @@ def philly_like(samples: Sequence[float], params: PhillyParams, seed: int = 0) -
         rate = p.load * p.cluster_gpus / float(np.mean(durations * gpus))
     gaps = rng.exponential(1.0 / rate, size=p.num_jobs)
     return _finish(gpus.tolist(), durations.tolist(), models.tolist(), gaps)
+
+
+def _mix(
+    samples: Sequence[float], gpu_mix: dict[int, float] | None, max_gpus: int | None, cluster_gpus: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU sizes that fit and their probabilities (``gpu_mix`` or the testbed's); checks the samples."""
+    if not len(samples):
+        raise ConfigError("the GPU-time samples are empty")
+    mix = dict(gpu_mix or TESTBED_GPU_MIX)
+    limit = min(max_gpus or cluster_gpus, cluster_gpus)
+    mix = {g: w for g, w in mix.items() if 0 < g <= limit and w > 0}
+    if not mix:
+        raise ConfigError(f"no GPU size in the mix fits a {limit}-GPU limit")
+    sizes = np.array(sorted(mix))
+    weights = np.array([mix[g] for g in sizes], dtype=float)
+    return sizes, weights / weights.sum()
 
 
 def parse_gpu_mix(text: str) -> dict[int, float]:
@@ -223,4 +232,176 @@ def with_apps(jobs: Sequence[TraceJob], num_apps: int, seed: int = 0) -> list[Tr
     out: list[TraceJob] = []
     for a in range(len(bounds) - 1):
         out.extend(replace(j, app=f"app{a}") for j in ordered[bounds[a] : bounds[a + 1]])
+    return out
+
+
+@dataclass(frozen=True)
+class TeamsParams:
+    """Knobs of :func:`teams_like` (see its docstring)."""
+
+    num_jobs: int
+    cluster_gpus: int
+    load: float
+    num_teams: int = 1
+    gpu_mix: dict[int, float] | None = None  # the site's mix each team skews; default TESTBED_GPU_MIX
+    # How far a team's GPU sizes stray from the site's mix: the Dirichlet concentration per
+    # unit of the site's weights (large: every team asks like the site; small: a few sizes each).
+    mix_concentration: float = 4.0
+    # A team's GPU-time scale is exp(N(0, sigma)) times the site's samples: teams of long and of
+    # short jobs, so a team's distribution is not the history's.
+    scale_sigma: float = 0.7
+    burst_mean: float = 8.0  # mean jobs per submission burst (a sweep), geometric
+    burst_gap: float = 30.0  # mean seconds between two jobs of a burst
+    sweep_sigma: float = 0.5  # a burst's jobs: the burst's GPU-time times exp(N(0, sigma))
+    # Gaps between a team's bursts are exp(N(0, sigma)) scaled to the span: 0 spaces them
+    # evenly, larger values cluster them into busy stretches and quiet ones.
+    cluster_sigma: float = 1.0
+    min_duration: float = 60.0
+    max_duration: float | None = 86400.0
+    max_gpus: int | None = None
+
+
+def teams_like(samples: Sequence[float], params: TeamsParams, seed: int = 0) -> list[TraceJob]:
+    """Philly-like jobs from ``num_teams`` teams, merged: what one site's queue looks like.
+
+    A public trace is one site's jobs, and one site is many teams (Philly's
+    virtual clusters), each unlike the site as a whole: its own GPU sizes (a
+    Dirichlet draw around the site's mix), its own job lengths (the site's
+    GPU-time samples times a team scale), and submissions in bursts (a
+    hyper-parameter sweep: one size, similar lengths, a minute or so apart).
+    Teams get a Dirichlet share of the jobs; bursts arrive uniformly over the
+    span that makes the offered load ``load`` (GPU-seconds asked per second
+    over the cluster's GPUs), so arrivals are Poisson in bursts. With one team
+    this is one team's trace. Job ids follow submit order; the team is the
+    ``account`` column (``team0``, ...).
+    """
+    p = params
+    if p.num_jobs <= 0 or p.num_teams <= 0:
+        raise ConfigError(f"need > 0 jobs and teams, got {p.num_jobs} jobs, {p.num_teams} teams")
+    if p.cluster_gpus <= 0:
+        raise ConfigError(f"cluster must have GPUs, got {p.cluster_gpus}")
+    if p.load <= 0:
+        raise ConfigError(f"give a target load > 0, got {p.load}")
+    if p.burst_mean < 1:
+        raise ConfigError(f"mean burst size must be >= 1 job, got {p.burst_mean}")
+    sizes, base = _mix(samples, p.gpu_mix, p.max_gpus, p.cluster_gpus)
+    rng = np.random.default_rng(seed)
+    pool = np.asarray(samples, dtype=float)
+    shares = rng.dirichlet(np.ones(p.num_teams)) if p.num_teams > 1 else np.ones(1)
+    counts = np.floor(shares * p.num_jobs).astype(int)
+    counts[np.argsort(-shares)[: p.num_jobs - int(counts.sum())]] += 1
+    # (team, burst, gpus, GPU-time, offset within the burst) per job
+    rows: list[tuple[int, int, int, float, float]] = []
+    for team, n in enumerate(counts.tolist()):
+        weights = rng.dirichlet(base * p.mix_concentration * len(base))
+        scale = float(np.exp(rng.normal(0.0, p.scale_sigma))) if p.scale_sigma > 0 else 1.0
+        burst, made = 0, 0
+        while made < n:
+            k = min(n - made, int(rng.geometric(1.0 / p.burst_mean)))
+            g = int(rng.choice(sizes, p=weights))
+            centre = float(rng.choice(pool)) * scale
+            jitter = np.exp(rng.normal(0.0, p.sweep_sigma, size=k)) if p.sweep_sigma > 0 else np.ones(k)
+            offsets = np.concatenate(([0.0], np.cumsum(rng.exponential(p.burst_gap, size=k - 1))))
+            rows.extend((team, burst, g, centre * float(x), float(o)) for x, o in zip(jitter, offsets))
+            burst, made = burst + 1, made + k
+    gpus = np.array([r[2] for r in rows])
+    durations = np.maximum(np.array([r[3] for r in rows]) / gpus, p.min_duration)
+    if p.max_duration is not None:
+        durations = np.minimum(durations, p.max_duration)
+    span = float(np.sum(durations * gpus)) / (p.load * p.cluster_gpus)
+    starts: dict[tuple[int, int], float] = {}
+    for team in range(len(counts)):
+        n_bursts = 1 + max((r[1] for r in rows if r[0] == team), default=-1)
+        if not n_bursts:
+            continue
+        gaps_b = np.exp(rng.normal(0.0, p.cluster_sigma, size=n_bursts))
+        at = np.cumsum(gaps_b) - gaps_b[0] * float(rng.uniform())
+        at = at / max(float(at[-1]), 1e-9) * span * float(rng.uniform(0.9, 1.0))
+        for b in range(n_bursts):
+            starts[(team, b)] = float(at[b])
+    submits = np.array([starts[(r[0], r[1])] + r[4] for r in rows])
+    models = rng.choice(np.array(MODELS), size=len(rows))
+    order = np.argsort(submits, kind="stable")
+    t = np.round(submits[order])
+    gaps = np.diff(np.concatenate((t - t[0], [t[-1] - t[0]])))
+    jobs = _finish(gpus[order].tolist(), durations[order].tolist(), models[order].tolist(), gaps)
+    return [replace(j, account=f"team{rows[i][0]}") for j, i in zip(jobs, order.tolist())]
+
+
+# The limits users pick: Slurm limits come in a few round values (Tsafrir, Etsion and Feitelson,
+# "Modeling User Runtime Estimates", JSSPP 2005: a handful of round values cover most jobs).
+COMMON_LIMITS: tuple[float, ...] = tuple(
+    h * 3600.0 for h in (1, 2, 4, 8, 12, 24, 48, 72, 168)
+)  # 1 h, 2 h, 4 h, 8 h, 12 h, 1 d, 2 d, 3 d, 7 d
+TIME_LIMIT_MODELS = ("none", "max", "exact", "round", "user")
+
+
+@dataclass(frozen=True)
+class LimitParams:
+    """Knobs of :func:`with_time_limits` (see its docstring)."""
+
+    model: str = "user"
+    max_limit: float = 7 * 86400.0  # the partition's MaxTime, seconds
+    at_max: float = 0.2  # ``user``: the share of jobs at the maximum (no --time given, or "just in case")
+    min_accuracy: float = 0.05  # ``user``: run time / estimate is uniform on [min_accuracy, 1]
+
+
+def with_time_limits(jobs: Sequence[TraceJob], params: LimitParams, seed: int = 0) -> list[TraceJob]:
+    """The same jobs with a ``time_limit`` each, as Slurm users would declare them.
+
+    Models (``TIME_LIMIT_MODELS``):
+
+    - ``none``: no limit (the column stays empty).
+    - ``max``: every job at the partition's maximum: limits that say nothing.
+    - ``exact``: the run time itself, rounded up to a minute (Slurm's unit): a
+      perfect estimate, the bound of what limits can tell.
+    - ``round``: the smallest common limit (``COMMON_LIMITS``, 1 h to 7 d) at
+      or above the run time: honest users who round up.
+    - ``user``: what studies of real estimates report. Estimates are poor and
+      mostly over-estimates: the accuracy (run time / estimate) is roughly
+      uniform on (0, 1] (Mu'alem and Feitelson, IEEE TPDS 12(6), 2001), so the
+      estimate is the run time over a uniform draw on [``min_accuracy``, 1];
+      estimates are modal, a few round values, the maximum allowed being among
+      the most popular (Tsafrir, Etsion and Feitelson, JSSPP 2005), so it is
+      rounded up to a common limit, and a share ``at_max`` of jobs sits at
+      the maximum whatever their run time.
+
+    Limits above ``max_limit`` are ``max_limit``; a job longer than it is an
+    error (Slurm would end it there). Seeded separately from the trace: the
+    same jobs and seed give the same limits.
+    """
+    p = params
+    if p.model not in TIME_LIMIT_MODELS:
+        raise ConfigError(f"time-limit model {p.model!r}: choose one of {', '.join(TIME_LIMIT_MODELS)}")
+    if p.max_limit <= 0:
+        raise ConfigError(f"the maximum time limit must be > 0 seconds, got {p.max_limit:g}")
+    if not 0.0 <= p.at_max <= 1.0:
+        raise ConfigError(f"the share of jobs at the maximum limit must be in [0, 1], got {p.at_max:g}")
+    if not 0.0 < p.min_accuracy <= 1.0:
+        raise ConfigError(f"the lowest estimate accuracy must be in (0, 1], got {p.min_accuracy:g}")
+    if p.model == "none":
+        return [replace(j, time_limit=None) for j in jobs]
+    longest = max((j.duration for j in jobs), default=0.0)
+    if longest > p.max_limit:
+        raise ConfigError(
+            f"a job runs {longest:.0f} s, longer than the maximum time limit {p.max_limit:.0f} s;"
+            " raise --max-time-limit or cap the durations (--max-duration)"
+        )
+    steps = np.array(sorted({*(x for x in COMMON_LIMITS if x < p.max_limit), p.max_limit}))
+    rng = np.random.default_rng([seed, 24])
+    out = []
+    for j in jobs:
+        d = j.duration
+        if p.model == "max":
+            limit = p.max_limit
+        elif p.model == "exact":
+            limit = min(math.ceil(d / 60.0) * 60.0, p.max_limit)
+        else:
+            want = d
+            if p.model == "user":
+                accuracy = rng.uniform(p.min_accuracy, 1.0)
+                at_max = rng.random() < p.at_max
+                want = p.max_limit if at_max else d / accuracy
+            limit = float(steps[min(int(np.searchsorted(steps, want, side="left")), len(steps) - 1)])
+        out.append(replace(j, time_limit=max(limit, d)))
     return out

@@ -10,8 +10,12 @@ consolidated; ``interval`` is the gap to the next arrival (carried through,
 unused). Optional extra columns ``user`` and ``account`` name the owner (used
 by virtual clusters), ``app`` the Themis app a job belongs to
 (docs/themis.md), ``elastic`` the GPU range ``MIN-MAX`` a job may be grown or
-shrunk within (Gandiva grow-shrink, docs/gandiva.md; empty: fixed size); any
-other extra column is ignored.
+shrunk within (Gandiva grow-shrink, docs/gandiva.md; empty: fixed size),
+``time_limit`` the run time in seconds the job declared (Slurm's TimeLimit;
+empty: none), information the policies may use, never a duration, so it must
+be at least ``duration``; any other extra column is ignored, but every row has
+as many fields as the header. Times (``submit_time``, ``duration``,
+``interval``, ``time_limit``) are at most ``MAX_SECONDS``.
 
 Every problem raises :class:`TraceError` with one line ``FILE:LINE: problem``
 so a user can open the file at that line.
@@ -30,10 +34,10 @@ from typing import IO
 from teiresias import yamlconf
 from teiresias.domain import Cluster
 from teiresias.errors import TraceError
-from teiresias.simulator.atomic import atomic_writer
+from teiresias.outputs import Output, atomic_writer
 
 TRACE_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
-OPTIONAL_COLUMNS = ("user", "account", "app", "elastic")
+OPTIONAL_COLUMNS = ("user", "account", "app", "elastic", "time_limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ class TraceJob:
     account: str = ""
     app: str = ""  # the Themis app (a group of related jobs); empty: derived from account and name
     elastic: str = ""  # "MIN-MAX" GPUs for grow-shrink (Gandiva); empty: fixed size
+    time_limit: float | None = None  # declared run time (Slurm's TimeLimit), s; None: none
 
     def elastic_range(self) -> tuple[int, int] | None:
         """``elastic`` as (MIN, MAX), None when empty (read_trace checked its form)."""
@@ -58,6 +63,12 @@ class TraceJob:
             return None
         lo, _, hi = self.elastic.partition("-")
         return int(lo), int(hi)
+
+
+# The largest time a trace may hold, in seconds (about 31.7 years; Philly's longest job
+# ran 115 days). Far larger values are typos or unit mix-ups, and a simulated clock
+# near them loses its resolution: at 1e300 s adding a round of 60 s changes nothing.
+MAX_SECONDS = 1e9
 
 
 def _num(path: Path, line: int, col: str, raw: str, *, integer: bool, minimum: float, strict: bool) -> float:
@@ -74,7 +85,15 @@ def _num(path: Path, line: int, col: str, raw: str, *, integer: bool, minimum: f
     if value < minimum or (strict and value == minimum):
         bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
         raise TraceError(f"{path}:{line}: {col} must be {bound}, got {text!r}")
+    if col in _SECONDS and value > MAX_SECONDS:
+        raise TraceError(
+            f"{path}:{line}: {col} must be <= {MAX_SECONDS:.0e} seconds (about 31 years), got {text!r}; "
+            "give seconds (the Tiresias format's unit)"
+        )
     return value
+
+
+_SECONDS = frozenset({"submit_time", "duration", "interval"})
 
 
 def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJob]:
@@ -103,7 +122,9 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
             line = reader.line_num
             if not row or all(not c.strip() for c in row):
                 continue  # blank lines (e.g. a trailing newline) carry nothing
-            if len(row) < len(cols):
+            if len(row) != len(cols):
+                # More fields than columns is as wrong as fewer (a row pasted from another
+                # file, a stray comma): its extra values would be dropped without a word.
                 raise TraceError(f"{p}:{line}: {len(row)} fields, header has {len(cols)}")
             get = lambda c: row[idx[c]]  # noqa: E731, B023 - used in this iteration only
             job_id = int(_num(p, line, "job_id", get("job_id"), integer=True, minimum=0, strict=False))
@@ -133,6 +154,15 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
                         f"{p}:{line}: elastic {elastic!r}: expected MIN-MAX GPUs with MIN <= num_gpu"
                         f" ({gpus}) <= MAX, e.g. 1-4, or empty for a fixed-size job"
                     )
+            limit_raw = row[idx["time_limit"]].strip() if "time_limit" in idx else ""
+            limit = None
+            if limit_raw:
+                limit = _num(p, line, "time_limit", limit_raw, integer=False, minimum=0, strict=True)
+                if limit < duration:
+                    raise TraceError(
+                        f"{p}:{line}: job {job_id}: time_limit {limit_raw} is below its duration {_fmt(duration)}"
+                        " (Slurm ends a job at its limit); raise the limit, or leave it empty for none"
+                    )
             jobs.append(
                 TraceJob(
                     job_id=job_id,
@@ -146,6 +176,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
                     account=row[idx["account"]].strip() if "account" in idx else "",
                     app=row[idx["app"]].strip() if "app" in idx else "",
                     elastic=elastic,
+                    time_limit=limit,
                 )
             )
     if not jobs:
@@ -156,6 +187,15 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[TraceJo
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.3f}"
+
+
+def _cell(v: object) -> str:
+    """An optional column's value as written: numbers like the others, None as empty."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return _fmt(v)
+    return str(v)
 
 
 def write_trace_to(fh: IO[str], jobs: Iterable[TraceJob]) -> None:
@@ -174,12 +214,12 @@ def write_trace_to(fh: IO[str], jobs: Iterable[TraceJob]) -> None:
                 j.model_name,
                 _fmt(j.duration),
                 _fmt(j.interval),
-                *(getattr(j, c) for c in extra),
+                *(_cell(getattr(j, c)) for c in extra),
             ]
         )
 
 
-def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> None:
-    """Write jobs in Tiresias' format to ``path`` atomically (nothing half-written)."""
+def write_trace(path: Output | str | Path, jobs: Iterable[TraceJob]) -> None:
+    """Write jobs in Tiresias' format to ``path`` atomically (nothing half-written; teiresias/outputs.py)."""
     with atomic_writer(path) as fh:
         write_trace_to(fh, jobs)

@@ -130,3 +130,12 @@ def test_three_ranks_ring_normalisation(tmp_path: Path) -> None:
     assert p.skew == pytest.approx(truth["true_ratio"], abs=0.05) and p.agrees
     assert p.bytes_per_iteration == pytest.approx(truth["model_bytes"] * 4 / 3, rel=1e-6)
     assert p.model_bytes == pytest.approx(truth["model_bytes"], rel=1e-6)
+
+
+def test_sparse_gradients_get_one_reason_not_a_wrong_profile(tmp_path: Path) -> None:
+    """An embedding with sparse gradients (issue 23 item 6): DDP reduces it outside its
+    buckets in collectives sized by each batch's rows. The profile said "too few
+    iterations" after 60 and 0.00 MiB per iteration; it names the cause."""
+    prof, _, _ = job(tmp_path, "sparse", "default", 30)
+    assert not prof.valid and prof.skew is None
+    assert "sparse gradients (embed.weight)" in prof.reason, prof.reason

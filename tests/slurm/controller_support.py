@@ -4,6 +4,7 @@ are in tests/slurm/conftest.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import yaml
 from slurm_plugin.controller.audit import read_audit
 from slurm_plugin.controller.state import JobRecord, StateStore
 from tests.conftest import REPO
-from tests.helpers import PROTOCOL_JOB
+from tests.helpers import PROTOCOL_JOB, poll
 from wrappers.protocol import format_comment
 
 LUA = REPO / "etc" / "job_submit.lua"
@@ -34,7 +35,14 @@ class ControllerProc:
             "policy": {"name": "las", "queues": [8]},
             "placement": "consolidate",
             "poll_interval": 1,
-            "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
+            # The paper's preemption at any time, also of plain sbatch jobs (most tests preempt
+            # `sleep` jobs within seconds); the minimum run times are tested on their own.
+            "preemption": {
+                "grace_seconds": 20,
+                "start_timeout_seconds": 20,
+                "min_run_seconds": 0,
+                "plain_min_run_seconds": 0,
+            },
             "state_db": str(tmp / "state.db"),
             "audit_log": str(tmp / "audit.jsonl"),
             "backend": "cli",
@@ -142,3 +150,33 @@ def submit_protocol_job(
 
 def submit_sleep(cluster, gpus: int, seconds: int = 600, partition: str = "gpu", *extra: str) -> int:
     return cluster.submit(f"sleep {seconds}", "-p", partition, f"--gpus={gpus}", "-t", "10", *extra)
+
+
+def rounds(ctl) -> int:
+    db = ctl.tmp / "state.db"
+    if not db.exists():
+        return 0
+    store = StateStore(db, readonly_copy=True)
+    try:
+        return int(store.get_meta("rounds", "0") or 0)
+    finally:
+        store.close()
+
+
+def wait_rounds(ctl, n: int, timeout: float = 60.0) -> None:
+    """Let the controller do ``n`` more rounds (each one sees Slurm anew)."""
+    target = rounds(ctl) + n
+    poll(f"{n} controller rounds", lambda: rounds(ctl) >= target, timeout)
+
+
+def queue_rows(ctl, cluster) -> dict[int, dict]:
+    q = subprocess.run(
+        [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert q.returncode == 0, q.stderr
+    return {r["job_id"]: r for r in json.loads(q.stdout)}

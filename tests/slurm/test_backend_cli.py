@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -14,6 +15,8 @@ import pytest
 
 from slurm_plugin.backends.base import requeue_settle_wait
 from slurm_plugin.backends.cli import CliBackend
+from slurm_plugin.backends.parse import array_task_ids
+from slurm_plugin.config import ControllerConfig
 from slurm_plugin.localcluster import procs
 from teiresias.errors import JobVanished, SlurmError, SlurmUnreachable
 from tests.conftest import poll
@@ -72,6 +75,73 @@ def test_scontrol_poll_reads_the_same_jobs_as_squeue_json(clean_slurm):
         j: v.state_reason for j, v in by_json.items() if j != requeued
     }
     assert by_json[multi].gpus == 4 and by_json[single].gpus == 3
+
+
+def test_fields_poll_reads_the_same_jobs_as_squeue_json_and_stays_right_between_polls(clean_slurm):
+    """The controller's default poll (backends/fields.py) against squeue --json on the
+    same real jobs, every SlurmJob field; then once more after what changes between two
+    polls: a running job requeued and started again (a new run: GPUs read again), an
+    array task split off, a user's new -x list and array throttle."""
+    c = clean_slurm
+    multi = c.submit("sleep 60", "-N", "2", "--gpus-per-node=1")
+    single = c.submit("sleep 60", "-G", "2", "--comment", "teiresias:dir=/tmp/x y|z", "-J", "a b|c")
+    held = c.submit("sleep 60", "-H", "-G", "1", "-x", "node1")
+    later = c.submit("sleep 60", "-G", "1", LATER, "-t", "1-02:03:04", "-w", "node2")
+    array = c.submit("sleep 60", "-H", "-G", "1", "-a", "0-4%2")
+    done = c.submit("true")
+    for j in (multi, single):
+        c.wait_for(j, "RUNNING")
+    c.wait_for(done, "COMPLETED")
+    c.backend.set_hold_mark(f"{array}_0", True)  # splits task 0 off, as the controller does
+    fast = CliBackend(env=c.env, poll="fields")
+
+    def both() -> tuple[dict, dict]:
+        by_fields = {j.job_id: j for j in fast.jobs()}
+        by_json = {j.job_id: j for j in c.backend.jobs()}
+        return by_fields, by_json
+
+    by_fields, by_json = both()
+    # Earlier tests' finished jobs stay in the queue for MinJobAge: they are compared too.
+    assert by_fields == by_json
+    assert by_fields[held].excluded_nodes == ("node1",) and by_fields[later].required_nodes == ("node2",)
+    assert {j.array_max_tasks for j in by_fields.values() if j.array_job_id == array} == {2}
+    assert by_fields[single].gpu_ids and by_fields[single].name == "a b|c"
+
+    old_ids = by_fields[single].gpu_ids
+    c.backend.requeue(single, hold=False)
+    c.wait_for(single, "PENDING", where=lambda j: j.restart_count == 1)
+    time.sleep(requeue_settle_wait(c.job(single), time.time()))
+    c.backend.clear_begin_time(single)
+    c.wait_for(single, "RUNNING", where=lambda j: j.restart_count == 1)
+    subprocess_run(c, "scontrol", "update", f"jobid={held}", "excnodelist=node3")
+    subprocess_run(c, "scontrol", "update", f"jobid={array}", "arraytaskthrottle=3")
+    c.backend.set_hold_mark(f"{array}_1", True)
+    by_fields, by_json = both()
+    assert by_fields == by_json
+    assert by_fields[single].restart_count == 1 and by_fields[single].gpu_ids
+    assert by_fields[held].excluded_nodes == ("node3",)
+    assert {j.array_max_tasks for j in by_fields.values() if j.array_job_id == array} == {3}
+    # The new run's GPUs were read, not kept from the first one (they may be the same ones).
+    assert by_fields[single].gpu_ids == by_json[single].gpu_ids and old_ids
+
+
+def test_the_controllers_poll_reads_a_sparse_arrays_whole_task_set(clean_slurm):
+    """squeue (--json too) cuts an array's task set at 64 characters ("...,189,2..."):
+    the controller splits off only the tasks it can read, so with the JSON poll a sparse
+    array's later tasks went unseen until the earlier ones had left. The controller's
+    default poll reads the whole set (fields.poll_env: SLURM_BITSTR_LEN=0)."""
+    c = clean_slurm
+    tasks = [1, 2, 5, 9, 14, 20, 27, 35, 44, 54, 65, 77, 90, 104, 119, 135, 152, 170, 189, 209, 230, 252, 275]
+    array = c.submit("sleep 60", "-H", "-G", "1", f"--array={','.join(map(str, tasks))}")
+    poll_mode = ControllerConfig().slurm_poll
+    meta = {j.job_id: j for j in CliBackend(env=c.env, poll=poll_mode).jobs()}[array]
+    assert array_task_ids(meta.array_tasks) == tasks, (poll_mode, meta.array_tasks)
+    by_json = {j.job_id: j for j in c.backend.jobs()}[array]
+    assert by_json.array_tasks.endswith("..."), "squeue --json no longer cuts the task set: simplify fields.poll_env"
+
+
+def subprocess_run(c, *cmd: str) -> None:
+    subprocess.run(list(cmd), env=c.env, check=True, capture_output=True, timeout=30)
 
 
 def test_hold_release_and_priority_must_be_set_again_after_release(clean_slurm):

@@ -61,7 +61,13 @@ class CellsController:
             "partitions": ["gpu"],
             "policy": {"name": "las", "queues": [100000]},
             "poll_interval": 1,
-            "preemption": {"grace_seconds": 20, "start_timeout_seconds": 20},
+            # Preemption at any time, of plain `sleep` jobs too (controller_support.ControllerProc).
+            "preemption": {
+                "grace_seconds": 20,
+                "start_timeout_seconds": 20,
+                "min_run_seconds": 0,
+                "plain_min_run_seconds": 0,
+            },
             "state_db": str(tmp / "state.db"),
             "audit_log": str(tmp / "audit.jsonl"),
             "backend": "cli",

@@ -126,11 +126,16 @@ def test_new_job_overtakes_demoted_ones_and_preemption_requeues_exactly_enough(c
 
 def test_a_job_released_behind_the_controllers_back_is_held_again(cluster, make_controller):
     """The safety net of the hold mechanism: a managed job pending without a hold
-    (here its owner released it while every GPU is taken) is held on sight."""
+    (here released with its mark cleared, as by an admin, while every GPU is taken;
+    a plain `scontrol release` of a job the controller holds now lifts only a
+    person's hold: job_submit.lua's slurm_job_modify) is held on sight."""
     fill = [submit_sleep(cluster, 4, 600, "other", "-w", n) for n in cluster.nodes]
     for f in fill:
         cluster.wait_for(f, "RUNNING", timeout=20)
     job = submit_sleep(cluster, 1)
+    cluster.backend.release(job)
+    assert cluster.job(job).held  # the controller's hold stands
+    cluster.backend.set_hold_mark(job, False)
     cluster.backend.release(job)
     assert not cluster.job(job).held
     ctl = make_controller()

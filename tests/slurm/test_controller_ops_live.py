@@ -76,7 +76,7 @@ def test_a_second_controller_is_refused_and_a_standby_takes_over_after_kill9(clu
     poll("standby waiting", lambda: f"controller pid {active.proc.pid} holds" in standby.logtext(), 30)
     b = submit_sleep(cluster, 2)
     cluster.wait_for(b, "RUNNING", timeout=30)  # the active one schedules; the standby only waits
-    assert f"job {b} start" not in standby.logtext()
+    assert f"[job {b}] start" not in standby.logtext()
 
     active.kill9()
     killed = time.monotonic()
@@ -87,7 +87,7 @@ def test_a_second_controller_is_refused_and_a_standby_takes_over_after_kill9(clu
 
     c = submit_sleep(cluster, 2)
     cluster.wait_for(c, "RUNNING", timeout=30)  # held at submission: only the standby can have started it
-    poll("standby's start", lambda: f"job {c} start" in standby.logtext(), 10)
+    poll("standby's start", lambda: f"[job {c}] start" in standby.logtext(), 10)
     # It carried on from the state the active one left: same runs, nothing vanished or restarted.
     ra, rb = standby.rec(a), standby.rec(b)
     assert ra.phase is Phase.RUNNING and ra.run_start == run_start and ra.restart_count == 0
@@ -121,7 +121,7 @@ def test_a_standby_finishes_the_preemption_the_killed_controller_began(cluster, 
     cluster.wait_for(new, "RUNNING", timeout=60)
     after = poll("victim requeued", lambda: (r := standby.rec(victim)) and r.preemptions == 1 and r, 30)
     assert cluster.job(victim).restart_count == 1 and len(standby.audit(victim, "requeue")) == 1
-    assert f"job {new} start" in standby.logtext() and after.closed_run_seconds >= 6.0
+    assert f"[job {new}] start" in standby.logtext() and after.closed_run_seconds >= 6.0
     assert "Traceback" not in standby.logtext()
 
 

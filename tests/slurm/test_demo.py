@@ -62,9 +62,55 @@ def test_demo_runs_the_workload_and_reports_jcts_next_to_the_simulator(tmp_path)
         assert j["jct_s"] >= j["work_s"] - 1.0
         assert j["sim_fifo_jct_s"] >= j["work_s"] - 1e-6 and j["sim_las_jct_s"] >= j["work_s"] - 1e-6
     assert 0 <= rep["run_overhead_s"] < 10  # sleep jobs start fast
+    # Its preempted jobs stayed themselves (issue 20 B1: 1, 0 and 8 `replaced` lines in three runs).
+    audit = [json.loads(line) for line in (d / "controller" / "audit.jsonl").read_text().splitlines()]
+    assert not [e for e in audit if e["action"] == "replaced"]
     assert rep["avg_jct_s"] > 0 and rep["sim_fifo_avg_jct_s"] > 0 and rep["sim_las_avg_jct_s"] > 0
     assert f"SLURM_CONF={d}/etc/slurm.conf" in p.stderr  # the cluster of TEIRESIAS_CLUSTER_DIR
     assert f"SlurmctldPort={port}\n" in (d / "etc" / "slurm.conf").read_text()  # ...on TEIRESIAS_CLUSTER_PORT_BASE
     # It stopped what it started: no slurmctld of that directory is left.
     assert procs.pid_from_file(d / "run" / "slurmctld.pid", "slurmctld") is None
     assert not procs.pids_with_cwd_under("slurmstepd", d)
+
+
+def _demo_port() -> int:
+    return int(
+        os.environ.get(
+            "TEIRESIAS_TEST_DEMO_PORT_BASE", int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 200
+        )
+    )
+
+
+def test_a_demo_ended_by_sigterm_cleans_up_like_ctrl_c(tmp_path):
+    """Issue 21 item 8: SIGTERM (a CI's timeout, systemd, kill) left the demo's cluster,
+    its jobs and its ports behind; SIGINT cleaned up. Now both do."""
+    import signal
+    import time
+
+    from tests.helpers import poll
+
+    port, d = _demo_port(), tmp_path / "demo"
+    out = tmp_path / "demo.out"
+    env = {**os.environ, "TEIRESIAS_CLUSTER_DIR": str(d), "TEIRESIAS_CLUSTER_PORT_BASE": str(port)}
+    with open(out, "w") as f:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "teiresias", "demo", "--scale", "0.2", "--workload", "sleep", "--no-live"],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+        )
+    try:
+        poll("the demo's controller", lambda: "Controller running" in out.read_text(), timeout=180)
+        time.sleep(2)  # a job or two submitted
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(120)
+        assert rc == 128 + signal.SIGTERM, out.read_text()[-2000:]
+        assert "Local cluster stopped" in out.read_text()
+        assert procs.pid_from_file(d / "run" / "slurmctld.pid", "slurmctld") is None
+        assert not procs.pids_with_cwd_under("slurmstepd", d)
+        assert not [i for i in range(5) if procs.port_in_use(port + i)], "ports left listening"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run([sys.executable, "-m", "teiresias", "cluster", "down", "--dir", str(d)], capture_output=True)

@@ -13,10 +13,12 @@ import subprocess
 
 import pytest
 
+from slurm_plugin.localcluster import CLUSTER_NAME
 from tests.helpers import poll
 from tests.slurm.controller_support import REPO, TEIRESIAS
 from tests.slurm.test_wrapper_resume import submitted, train_job, tsbatch
 from tests.torch.jobs import last_step
+from wrappers import protocol
 from wrappers.protocol import read_usage
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
@@ -62,7 +64,8 @@ def test_a_running_tsbatch_job_shows_its_measured_usage_and_na_for_gpus_without_
     poll("training under way", lambda: last_step(log) >= 3, 120)
 
     # The job's own sample: its Slurm node, its 2 GPUs (SLURM_JOB_GPUS), NVML absent here.
-    (s,) = poll("a usage sample in the job dir", lambda: read_usage(base / str(job)), 30)
+    # In its job directory, <base>/<ClusterName>/<job> since the control channel (issue 21).
+    (s,) = poll("a usage sample in the job dir", lambda: read_usage(protocol.job_dir(base, job, CLUSTER_NAME)), 30)
     assert s.job_id == job and s.gpus == 2 and s.node in cluster.nodes
     assert s.gpu_util is None and s.gpu_note.startswith("NVML unavailable")
 

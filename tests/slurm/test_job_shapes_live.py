@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from slurm_plugin.controller.state import Phase, StateStore
+from slurm_plugin.controller.state import Phase
 from tests.helpers import poll
-from tests.slurm.controller_support import REPO, TEIRESIAS, submit_sleep
+from tests.slurm.controller_support import queue_rows, submit_sleep, wait_rounds
 
 pytestmark = pytest.mark.slurm
 
@@ -35,36 +35,6 @@ def gpu_indices(cluster, job: int) -> list[int]:
         lo, _, hi = part.partition("-")
         out.extend(range(int(lo), int(hi or lo) + 1))
     return out
-
-
-def rounds(ctl) -> int:
-    db = ctl.tmp / "state.db"
-    if not db.exists():
-        return 0
-    store = StateStore(db, readonly_copy=True)
-    try:
-        return int(store.get_meta("rounds", "0") or 0)
-    finally:
-        store.close()
-
-
-def wait_rounds(ctl, n: int, timeout: float = 60.0) -> None:
-    """Let the controller do ``n`` more rounds (each one sees Slurm anew)."""
-    target = rounds(ctl) + n
-    poll(f"{n} controller rounds", lambda: rounds(ctl) >= target, timeout)
-
-
-def queue_rows(ctl, cluster) -> dict[int, dict]:
-    q = subprocess.run(
-        [*TEIRESIAS, "queue", "--json", "-c", str(ctl.config)],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        cwd=REPO,
-        timeout=60,
-    )
-    assert q.returncode == 0, q.stderr
-    return {r["job_id"]: r for r in json.loads(q.stdout)}
 
 
 # ---------------------------------------------------------------- item 1
@@ -120,13 +90,14 @@ def test_job_waiting_on_a_dependency_is_not_started_and_preempts_nobody(cluster,
 
 
 def test_a_start_slurm_refuses_is_backed_off_and_said_in_queue_and_audit(cluster, make_controller):
-    # node4 has feature "fast" but all its GPUs are taken: the controller (which does not
-    # look at features) places the job elsewhere, and Slurm cannot start it there.
+    # node4 has feature "fast" but all its GPUs are taken. The controller keeps to plain
+    # constraints (test_controller_defects_live.py), not to grouped ones like "(fast)":
+    # it places the job elsewhere, and Slurm cannot start it there.
     busy = submit_sleep(cluster, 4, 600, "other", "-w", "node4")
     cluster.wait_for(busy, "RUNNING", timeout=30)
     scontrol(cluster, "update", "nodename=node4", "availablefeatures=fast", "activefeatures=fast")
     try:
-        job = submit_sleep(cluster, 1, 600, "gpu", "--constraint=fast")
+        job = submit_sleep(cluster, 1, 600, "gpu", "--constraint=(fast)")
         ctl = make_controller(preemption={"start_timeout_seconds": 30}).start()
         failed = poll("start-failed in the audit log", lambda: ctl.audit(job, "start-failed"), 30)
         assert "BadConstraints" in failed[0]["reason"] and failed[0]["retry_in_s"] == 60

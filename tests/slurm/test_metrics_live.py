@@ -16,8 +16,9 @@ from tests.slurm.controller_support import submit_protocol_job, submit_sleep
 
 pytestmark = pytest.mark.slurm
 
-# Inside the test cluster's own port range (slurmctld on the base, nodes on base+1..4).
-PORT = int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 18
+# Inside the test clusters' port range, on no other cluster's port (docs/local-cluster.md:
+# +17 and +18 are test_gandiva_live.py's gandiva-el cluster, kept up with KEEP=1).
+PORT = int(os.environ.get("TEIRESIAS_TEST_CLUSTER_PORT_BASE", "17100")) + 19
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:

@@ -25,6 +25,7 @@ import pytest
 
 from profiler.env import profile_dir
 from slurm_plugin.backends.parse import FINISHED_STATES
+from slurm_plugin.localcluster import CLUSTER_NAME
 from tests.helpers import poll
 from tests.profiler.conftest import TEARDOWN_ABORT
 from tests.slurm.controller_support import (
@@ -110,7 +111,7 @@ def test_profiled_skew_consolidates_vgg_and_lets_resnet_spread(cluster, make_con
         j = cluster.wait_for(job, FINISHED_STATES, timeout=150)
         text = output(tmp_path, name, job)
         assert j.state == "COMPLETED" and trained(text), text[-2000:]
-        assert f"profile_dir={profile_dir(job_dir(tmp_path / 'ckpt', job))}" in text
+        assert f"profile_dir={profile_dir(job_dir(tmp_path / 'ckpt', job, CLUSTER_NAME))}" in text
     skew = {
         name: poll(f"the controller learnt {name}'s skew", lambda j=job: (r := ctl.rec(j)) and r.skew, 30)
         for name, job in first.items()
@@ -169,7 +170,7 @@ def test_profiled_skew_consolidates_vgg_and_lets_resnet_spread(cluster, make_con
     )
     for name, job in [("vgglike", vgg), ("resnetlike", resnet)]:
         assert "profile_dir=none" in output(tmp_path, name, job)
-        assert not profile_dir(job_dir(tmp_path / "ckpt", job)).exists()
+        assert not profile_dir(job_dir(tmp_path / "ckpt", job, CLUSTER_NAME)).exists()
 
     # `teiresias queue --json` shows each job's skew (the model's profile).
     q = subprocess.run(

@@ -13,28 +13,16 @@ cluster.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.readme_blocks import ROOT, bash_blocks
+from tests.doc_blocks import README, copy_of_the_clone, runnable
 from tests.slurm.conftest import test_cluster_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-
-def _copy_of_the_clone(dest: Path) -> Path:
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for rel in filter(None, tracked.decode().split("\0")):
-        src = ROOT / rel
-        if src.is_file():  # a file deleted in the working tree is not part of the clone
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    (dest / ".venv").symlink_to(Path(sys.prefix))
-    return dest
 
 
 def _script(commands: list[str]) -> str:
@@ -50,9 +38,11 @@ def _quote(s: str) -> str:
 
 
 def test_readme_commands_run_as_written(tmp_path: Path, slurm_cluster) -> None:
-    blocks = bash_blocks()[1:]  # [0] is the set-up: scripts/demo and scripts/test
+    # The README's shell blocks not marked as excerpts (the set-up, scripts/demo and
+    # scripts/test, is: CI runs them); docs/architecture.md "Checks".
+    blocks = [b.commands() for b in runnable(README)]
     assert len(blocks) >= 2
-    clone = _copy_of_the_clone(tmp_path / "clone")
+    clone = copy_of_the_clone(tmp_path / "clone")
     session = test_cluster_config()
     cluster_dir = Path(f"{session.dir}-readme")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TEIRESIAS_"))}

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slurm_plugin.localcluster import ClusterConfig
+from slurm_plugin.localcluster import CLUSTER_NAME, ClusterConfig
 from slurm_plugin.localcluster.config import render_gres_conf, render_slurm_conf
 from tests.helpers import poll
 from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
@@ -44,9 +44,13 @@ def test_shards_are_opt_in_and_change_nothing_by_default() -> None:
     assert "Cores=" not in render_gres_conf(plain)
     shared = ClusterConfig(dir=d, nodes=2, gpus_per_node=4, port_base=21000, shards_per_gpu=2)
     conf = render_slurm_conf(shared)
-    assert "GresTypes=gpu,shard" in conf and "Gres=gpu:4,shard:8 " in conf
+    assert "GresTypes=gpu,shard" in conf
+    # One gres Type per GPU: the controller names the GPU a shard job gets (docs/gandiva.md).
+    assert "Gres=gpu:g0:1,gpu:g1:1,gpu:g2:1,gpu:g3:1,shard:g0:2,shard:g1:2,shard:g2:2,shard:g3:2 " in conf
     assert "SelectType=select/cons_tres" in conf  # shared gres needs cons_tres (fatal otherwise)
-    assert render_gres_conf(shared).rstrip().endswith("Cores=0-7")
+    gres = render_gres_conf(shared)
+    assert "Name=gpu Type=g3 File=/var/tmp/c/dev/nvidia3 Cores=0-7" in gres
+    assert "Name=shard Type=g3 Count=2 File=/var/tmp/c/dev/nvidia3" in gres
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +81,12 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
         job = tsbatch_submit(
             shard_cluster, "-H", f"--checkpoint-dir={base}", f"--output={tmp_path}/job{k}.out", str(batch)
         )
-        jd = protocol.job_dir(base, job)
+        jd = protocol.job_dir(base, job, CLUSTER_NAME)
         jd.mkdir(parents=True, mode=0o700)
+        # as the controller makes it (controller/channel.py): with the job's key, which the
+        # batch shell checks (a folder with another key is an earlier job's and set aside)
+        key = protocol.parse_comment(shard_cluster.job(job).comment)["key"]
+        (jd / protocol.KEY_FILE).write_text(key + "\n")
         protocol.write_accumulate(jd, protocol.Accumulate(4, 4))
         jobs.append(job)
     for job in jobs:
@@ -109,6 +117,19 @@ def test_two_tsbatch_jobs_share_one_gpu_with_accumulation(shard_cluster, tmp_pat
         assert sizes == {4}, log[-2000:]  # micro-batches of 16 / 4
         got = torch.load(tmp_path / f"out.{job}.pt", weights_only=True)
         assert all(torch.allclose(want[n], got[n], rtol=0, atol=1e-10) for n in want)
+
+
+def start_pair(c, ctl: ControllerProc, tmp_path: Path, base: Path, batch: Path) -> tuple[int, int, dict]:
+    """Submit a host and, once it runs, a guest (tsbatch, ``batch``); the controller shares: both
+    run at once. The two job ids and the guest's ``share`` audit line."""
+    host = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
+    c.wait_for(host, "RUNNING", timeout=60)
+    guest = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
+    c.wait_for(guest, "RUNNING", timeout=60)
+    assert c.job(host).state == "RUNNING", "both hold the one GPU at once"
+    (share,) = ctl.audit(guest, "share")
+    assert share["partner"] == host
+    return host, guest, share
 
 
 SHARING_YAML = """\
@@ -145,18 +166,15 @@ def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> N
             tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples), "sharing": str(model)}
         ).start()
         try:
-            host = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/host.out", str(batch))
-            c.wait_for(host, "RUNNING", timeout=60)
-            guest = tsbatch_submit(c, f"--checkpoint-dir={base}", f"--output={tmp_path}/guest.out", str(batch))
-            c.wait_for(guest, "RUNNING", timeout=60)
-            assert c.job(host).state == "RUNNING", "both hold the one GPU at once"
-            (share,) = ctl.audit(guest, "share")
-            assert share["partner"] == host and (share["sub_batch"], share["accumulation"]) == (4, 4)
+            host, guest, share = start_pair(c, ctl, tmp_path, base, batch)
+            assert (share["sub_batch"], share["accumulation"]) == (4, 4)
             assert (share["slowdown"], share["partner_slowdown"]) == (1.2, 1.2)
             assert 0 < share["shared_avg_jct"] < share["sequential_avg_jct"]
             assert share["alone_slowdown"] > 1
-            assert protocol.read_accumulate(protocol.job_dir(base, guest)) == protocol.Accumulate(4, 4)
-            assert protocol.read_accumulate(protocol.job_dir(base, host)) is None  # the host's batch is kept
+            assert protocol.read_accumulate(protocol.job_dir(base, guest, CLUSTER_NAME)) == protocol.Accumulate(4, 4)
+            assert (
+                protocol.read_accumulate(protocol.job_dir(base, host, CLUSTER_NAME)) is None
+            )  # the host's batch is kept
 
             def queue_rows():
                 q = subprocess.run(
@@ -202,3 +220,36 @@ def test_controller_shares_a_gpu_with_accumulation(shard_cluster, tmp_path) -> N
         assert sizes == {size}, log[-2000:]
         got = torch.load(tmp_path / f"out.{job}.pt", weights_only=True)
         assert all(torch.allclose(want[n], got[n], rtol=0, atol=1e-10) for n in want)
+
+
+def test_two_fresh_jobs_share_where_theorem_1_ties(shard_cluster, tmp_path) -> None:
+    """Issue 22 item 4, live: no durations, every past job took 600 GPU-s, so host and guest get the
+    same length, and at the default xi 1.5 Theorem 1 ties (shared or one after the other, the
+    pair's average is 900 s). b9c4356 kept the guest waiting ("would raise the pair's average JCT
+    to 600 s from 600 s"); the tie now goes to sharing, which frees the GPU sooner. No sharing
+    model: every sub-batch fits, the guest runs at its full batch (no accumulation)."""
+    samples = tmp_path / "gput.csv"
+    samples.write_text("duration\n" + "600\n" * 20)
+    base, release = tmp_path / "ckpt", tmp_path / "release"
+    batch = tmp_path / "tie.sh"
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+        f'echo "$CUDA_VISIBLE_DEVICES" > {tmp_path}/env.$SLURM_JOB_ID\n'
+        f"while [ ! -e {release} ]; do sleep 0.2; done\n"
+    )
+    with shard_cluster.reconfigured(job_submit_lua=LUA) as c:
+        ctl = ControllerProc(tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples)}).start()
+        try:
+            host, guest, share = start_pair(c, ctl, tmp_path, base, batch)
+            assert share["accumulation"] == 1
+            # The tie: one pair average either way; the queue check's two sums are equal too.
+            assert share["shared_avg_jct"] == pytest.approx(share["sequential_avg_jct"], abs=0.01)
+            assert share["queue_sum_jct"] == pytest.approx(share["queue_sum_jct_without"], abs=0.01)
+            poll("both wrote their GPU", lambda: all((tmp_path / f"env.{j}").exists() for j in (host, guest)))
+            assert [(tmp_path / f"env.{j}").read_text().split() for j in (host, guest)] == [["0"], ["0"]]
+            release.touch()
+            for job in (host, guest):
+                c.wait_for(job, "COMPLETED", timeout=60)
+        finally:
+            ctl.stop()
+        assert "Traceback" not in ctl.logtext(), ctl.logtext()[-3000:]

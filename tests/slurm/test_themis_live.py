@@ -103,3 +103,38 @@ def test_two_apps_share_the_cluster_with_close_rho(cluster, make_controller, tmp
     # Measured: themis 1.50 / 1.15 (1.3x apart); las on the same jobs 2.23 / 0.73 (3.0x): the search
     # waits behind the big jobs. 2x leaves room for a loaded machine and still fails las.
     assert hi <= 2.0 * lo, f"apps' finish-time fairness far apart: {rho}"
+
+
+def test_an_app_keeps_its_running_jobs_at_a_lease_end(cluster, make_controller, tmp_path):
+    """Issue 22 item 7, live on 4 nodes x 4 GPUs: one app of six 4-GPU jobs (20 steps each) under
+    8-s leases. Four run, two wait; at every lease end the app wins the same 16 GPUs again, so its
+    running jobs keep them (b9c4356 ordered the app's jobs by 2D-LAS and preempted running ones to
+    start its waiting ones, its share unchanged: live, four jobs preempted at 122 of their 150 s)."""
+    work = tmp_path / "work"
+    work.mkdir(mode=0o777)
+    work.chmod(0o777)
+    ctl = make_controller(policy={"name": "themis", "lease": 8}).start()
+    jobs = [
+        cluster.submit(
+            STEPS,
+            "-p",
+            "gpu",
+            "--gpus=4",
+            "-t",
+            "10",
+            "--account=carol",
+            f"--job-name=trial-{i}",
+            env={"WORKDIR": str(work), "WORK": "20"},
+        )
+        for i in range(6)
+    ]
+
+    def all_done():
+        recs = ctl.records()
+        return recs if all(j in recs and recs[j].final_state == "COMPLETED" for j in jobs) else None
+
+    recs = poll("all 6 jobs COMPLETED", all_done, timeout=150, every=1)
+    renewed = ctl.audit(action="lease-renewed")
+    assert renewed, "no lease ended while the jobs ran (20-step jobs outlive an 8-s lease)"
+    assert not ctl.audit(action="lease-expired"), ctl.audit(action="lease-expired")
+    assert {j: recs[j].preemptions for j in jobs} == {j: 0 for j in jobs}

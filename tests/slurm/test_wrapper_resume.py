@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurm_plugin.backends.base import requeue_settle_wait
+from slurm_plugin.localcluster import CLUSTER_NAME
 from tests.torch.jobs import SCRIPTS, last_step, plain_env, poll, read_ack, same_weights
 from wrappers import protocol
 
@@ -96,7 +97,7 @@ def test_preempted_twice_resumes_bitwise_equal(clean_slurm, tmp_path, reference)
     job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_plain.py", out))
     j = clean_slurm.job(job)
     assert j.requeue and protocol.parse_comment(j.comment)["dir"] == str(base)
-    jobdir = protocol.job_dir(base, job)
+    jobdir = protocol.job_dir(base, job, CLUSTER_NAME)
     acks = [preempt_via_protocol(clean_slurm, job, jobdir, log, at, k) for k, at in enumerate([6, 22])]
     clean_slurm.wait_for(job, "COMPLETED", timeout=120)
     assert same_weights(reference, out)
@@ -123,12 +124,13 @@ def test_ddp_two_ranks_preempted_resumes_bitwise_equal(clean_slurm, tmp_path):
     base = tmp_path / "ckpt"
     job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_ddp.py", out, launcher=torchrun))
     acks = [
-        preempt_via_protocol(clean_slurm, job, protocol.job_dir(base, job), log, at, k) for k, at in enumerate([5, 16])
+        preempt_via_protocol(clean_slurm, job, protocol.job_dir(base, job, CLUSTER_NAME), log, at, k)
+        for k, at in enumerate([5, 16])
     ]
     clean_slurm.wait_for(job, "COMPLETED", timeout=180)
     assert same_weights(ref, out)
     assert all(a["reached"] - a["step"] <= 1 for a in acks)
-    ck = protocol.read_records(protocol.job_dir(base, job))
+    ck = protocol.read_records(protocol.job_dir(base, job, CLUSTER_NAME))
     assert len(ck) == 2  # rank 0 alone wrote, once per preemption
     # Each requeue SIGTERMs torchrun's agent: its SignalException must not print a traceback.
     text = log.read_text()
@@ -148,7 +150,7 @@ def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slur
     batch = tmp_path / "train.sh"
     batch.write_text(f"#!/bin/bash\n#SBATCH -c 2\ncd {tmp_path}\nsleep 3\n{PY} {SCRIPTS / 'train_plain.py'} {out}\n")
     job = submit_training(clean_slurm, base, log, batch)
-    jobdir = protocol.job_dir(base, job)
+    jobdir = protocol.job_dir(base, job, CLUSTER_NAME)
     first = preempt_via_protocol(clean_slurm, job, jobdir, log, 6, 0)  # back RUNNING as restart 1
     sent = time.time()
     clean_slurm.backend.signal(job, protocol.PREEMPT_SIGNAL)
@@ -166,6 +168,27 @@ def test_preempt_right_after_a_restart_is_acked_well_before_the_grace(clean_slur
     assert f"at step {first['step']}" in log.read_text()
 
 
+def test_term_to_the_whole_job_reaches_the_training_process(clean_slurm, tmp_path, reference):
+    """``scancel --signal=TERM --full``: the training process saves and exits 143 (it
+    runs in a session of its own, which Slurm's --full does not reach here: the batch
+    shell forwards TERM as it forwards USR1/USR2). Requeued, it resumes bitwise."""
+    out, log = tmp_path / "out.pt", tmp_path / "job.out"
+    base = tmp_path / "ckpt"
+    job = submit_training(clean_slurm, base, log, train_job(tmp_path, "train_plain.py", out))
+    jobdir = protocol.job_dir(base, job)
+    poll("step 6", lambda: last_step(log) >= 6, timeout=120)
+    subprocess.run(["scancel", "--signal=TERM", "--full", str(job)], env=clean_slurm.env, check=True)
+    records = poll("the SIGTERM checkpoint", lambda: protocol.read_records(jobdir), timeout=30)
+    assert [r.reason for r in records] == ["term"]
+    clean_slurm.wait_for(job, {"FAILED", "COMPLETED", "CANCELLED"}, timeout=60)
+    assert "SIGTERM: checkpoint at step" in log.read_text()
+    clean_slurm.backend.requeue(job, hold=False)
+    start_when_safe(clean_slurm, job, 1)
+    clean_slurm.wait_for(job, "COMPLETED", timeout=120, where=lambda j: j.restart_count == 1)
+    assert f"at step {records[0].step}" in log.read_text()
+    assert same_weights(reference, out)
+
+
 def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_path, reference):
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     base = tmp_path / "ckpt"
@@ -177,7 +200,7 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous(clean_slurm, tmp_
         "--checkpoint-every=5",
         env={protocol.ENV_TEST_PAUSE: "2", "OMP_NUM_THREADS": "1"},
     )
-    jobdir = protocol.job_dir(base, job)
+    jobdir = protocol.job_dir(base, job, CLUSTER_NAME)
     marker = poll("the writer to pause mid-write", lambda: (jobdir / "test-paused-2").is_file(), timeout=120)
     pid = json.loads((jobdir / "test-paused-2").read_text())["pid"]
     os.kill(pid, signal.SIGKILL)
@@ -206,7 +229,7 @@ def test_timelimit_signal_saves_requeues_itself_and_finishes(clean_slurm, tmp_pa
     )
     start_when_safe(clean_slurm, job, 1)
     clean_slurm.wait_for(job, "COMPLETED", timeout=120)
-    assert [r.reason for r in protocol.read_records(protocol.job_dir(base, job))] == ["timelimit"]
+    assert [r.reason for r in protocol.read_records(protocol.job_dir(base, job, CLUSTER_NAME))] == ["timelimit"]
     assert same_weights(reference, out)
 
 
@@ -237,5 +260,5 @@ def test_real_time_limit_requeues_and_finishes(clean_slurm, tmp_path, reference)
 
     final = poll("the job to finish across time limits", finished_or_requeued, timeout=420, every=1)
     assert final.restart_count >= 1
-    assert "timelimit" in [r.reason for r in protocol.read_records(protocol.job_dir(base, job))]
+    assert "timelimit" in [r.reason for r in protocol.read_records(protocol.job_dir(base, job, CLUSTER_NAME))]
     assert same_weights(reference, out)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.slurm.test_wrapper_resume import submitted, train_job, tsbatch  # noqa: F401 (fixture)
 from tests.torch.jobs import same_weights
+from wrappers import protocol
 
 pytestmark = pytest.mark.slurm
 
@@ -97,6 +98,27 @@ def test_bad_tsbatch_values_are_one_clear_line(clean_slurm, tmp_path):
     assert clean_slurm.active_jobs() == []
 
 
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["-G", "0"], "-G 0 asks for no GPUs"),
+        (["--gres=gpu:0"], "--gres=gpu:0 asks for no GPUs"),
+        (["--checkpoint-dir=/nonexistent"], "--checkpoint-dir /nonexistent: does not exist and a new top-level folder"),
+        (["--checkpoint-dir=/nonexistent/ck"], "its folder /nonexistent does not exist"),
+        (["--checkpoint-dir=/etc/hostname"], "--checkpoint-dir /etc/hostname: is not a folder"),
+    ],
+)
+def test_a_job_without_gpus_or_checkpoint_folder_is_refused_at_submission(clean_slurm, tmp_path, args, problem):
+    """Issue 23 item 10: sbatch takes -G 0 as a job without GPUs and the job would make
+    a missing checkpoint folder (or run without checkpoints): both were submitted."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    r = tsbatch(clean_slurm, *args, str(script))
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("tsbatch: error:") and problem in r.stderr
+    assert clean_slurm.active_jobs() == [] and not Path("/nonexistent").exists()
+
+
 def test_missing_script_gets_sbatchs_own_error(clean_slurm, tmp_path):
     a = sbatch(clean_slurm, str(tmp_path / "nope.sh"))
     b = tsbatch(clean_slurm, str(tmp_path / "nope.sh"))
@@ -105,12 +127,15 @@ def test_missing_script_gets_sbatchs_own_error(clean_slurm, tmp_path):
 
 @pytest.mark.torch
 def test_unwritable_checkpoint_dir_one_warning_job_runs(clean_slurm, tmp_path, reference):  # noqa: F811
+    # A folder that is fine at submission (tsbatch refuses a bad one then) and a file
+    # by the time the job starts: the job cannot make its directory there.
     blocker = tmp_path / "a-file"
-    blocker.write_text("")
+    blocker.mkdir()
     out, log = tmp_path / "out.pt", tmp_path / "job.out"
     job = submitted(
         tsbatch(
             clean_slurm,
+            "--hold",
             f"--checkpoint-dir={blocker}/ck",
             "--checkpoint-every=3",
             f"--output={log}",
@@ -118,6 +143,9 @@ def test_unwritable_checkpoint_dir_one_warning_job_runs(clean_slurm, tmp_path, r
             env={"OMP_NUM_THREADS": "1"},
         )
     )
+    blocker.rmdir()
+    blocker.write_text("")
+    clean_slurm.backend.release(job)
     clean_slurm.wait_for(job, "COMPLETED", timeout=120)
     lines = [ln for ln in log.read_text().splitlines() if "teiresias" in ln]
     assert len(lines) == 1 and "warning: checkpoints disabled" in lines[0] and str(blocker) in lines[0]
@@ -130,4 +158,5 @@ def test_user_comment_and_options_pass_through(clean_slurm, tmp_path):
     job = submitted(tsbatch(clean_slurm, "-J", "named", "--hold", f"--checkpoint-dir={tmp_path}", str(script)))
     j = clean_slurm.job(job)
     assert j.name == "named" and j.held and j.requeue
-    assert j.comment == f"teiresias:dir={tmp_path};profile=0;note=from-header"
+    key = protocol.parse_comment(j.comment).get("key", "")
+    assert j.comment == f"teiresias:dir={tmp_path};profile=0;key={key};note=from-header" and protocol.valid_key(key)

@@ -48,9 +48,20 @@ def run(script: str, args: list[str], env: dict[str, str], timeout: float = 120)
     )
 
 
-def start(script: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def start(
+    script: str, args: list[str], env: dict[str, str], log: Path, file_size_limit: int | None = None
+) -> subprocess.Popen:
+    """The script in the background, output to ``log``; ``file_size_limit``: bytes, as ``ulimit -f``."""
+    import resource
+
+    def limit() -> None:
+        if file_size_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
     f = open(log, "w")
-    return subprocess.Popen([PYTHON, str(SCRIPTS / script), *args], env=env, stdout=f, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [PYTHON, str(SCRIPTS / script), *args], env=env, stdout=f, stderr=subprocess.STDOUT, preexec_fn=limit
+    )
 
 
 def poll(what: str, check: Callable[[], object], timeout: float = 60, every: float = 0.05) -> object:
@@ -109,3 +120,20 @@ def preempt(proc: subprocess.Popen, log: Path, jobdir: Path, at_step: int, timeo
     signal_tree(proc.pid, signal.SIGTERM)
     proc.wait(timeout=30)
     return ack
+
+
+def batch_script(tmp: Path, base: Path, command: str) -> Path:
+    """The batch script tsbatch would submit for a job running ``command``
+    (wrappers/batchscript.py, hooks on), written to ``tmp/batch.sh``: run it with
+    ``start_batch`` as slurmstepd runs it, outside Slurm."""
+    from wrappers.batchscript import JobSetup, render
+
+    path = tmp / "batch.sh"
+    path.write_text(render(f"#!/bin/bash\n{command}\n", JobSetup(str(HOOK_SITE), str(base), 0, False, 90)))
+    return path
+
+
+def start_batch(batch: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``bash batch.sh`` in a session of its own (as a job step), output to ``log``."""
+    f = open(log, "w")
+    return subprocess.Popen(["bash", str(batch)], env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)

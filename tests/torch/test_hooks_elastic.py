@@ -122,3 +122,56 @@ def test_resized_at_an_epochs_end_matches_the_fixed_two_rank_run(tmp_path) -> No
     assert sorted(elastic) == list(range(1, STEPS + 1))
     for k in fixed:
         assert elastic[k] == pytest.approx(fixed[k], rel=1e-9, abs=1e-12), f"loss after step {k}"
+
+
+def test_a_data_set_no_multiple_of_the_batch_takes_the_same_steps(tmp_path) -> None:
+    """216 samples, a job batch of 32 (issue 23 item 4): each epoch ends with a short
+    step of 24 samples (12 per rank at 2 ranks; at 1 rank one batch of 16 and one of 8,
+    weighed by their samples). At 1 rank the short group used to be dropped (fewer
+    optimizer steps, different updates from the next epoch on); here the job runs at 2
+    ranks, is preempted, resumes at 1 rank, is preempted at an epoch's end (its data
+    position, the end of a 14-batch epoch, becomes the end of a 7-batch one) and ends
+    at 2 ranks: the same 21 steps and losses as the fixed 2-rank run."""
+    base = tmp_path / "jobs"
+    steps = 3 * 7
+    env = {"TEIRESIAS_ELASTIC": "1-2", "TRAIN_SAMPLES": "216"}
+    fixed_log, fixed_out = tmp_path / "fixed.log", tmp_path / "fixed.pt"
+    p = _torchrun(2, fixed_out, job_env(base, 95, **env), fixed_log)
+    assert p.wait(timeout=300) == 0, fixed_log.read_text()[-3000:]
+    fixed = _trajectory(fixed_log)
+    assert sorted(fixed) == list(range(1, steps + 1))
+
+    jobdir = job_dir(base, 96)
+    out = tmp_path / "elastic.pt"
+    logs = [tmp_path / f"run{i}.log" for i in range(3)]
+    first = _preempt_at(
+        _torchrun(2, out, job_env(base, 96, TRAIN_STEP_SLEEP="0.05", **env), logs[0]), logs[0], jobdir, 3
+    )
+    # At 1 rank two loader lines per step; the signal during step 13's batches stops after step 14.
+    slow = {"TRAIN_STEP_SLEEP": "0.5", **env}
+    second = _preempt_at(_torchrun(1, out, job_env(base, 96, restart=1, **slow), logs[1]), logs[1], jobdir, 13)
+    assert second == 14, f"checkpoint at step {second}, not at the second epoch's end"
+    last = _torchrun(2, out, job_env(base, 96, restart=2, **env), logs[2])
+    assert last.wait(timeout=300) == 0, logs[2].read_text()[-3000:]
+    assert first < second
+    elastic = _trajectory(*logs)
+    assert sorted(elastic) == list(range(1, steps + 1))
+    for k in fixed:
+        assert elastic[k] == pytest.approx(fixed[k], rel=1e-9, abs=1e-12), f"loss after step {k}"
+
+
+def test_a_data_set_that_pads_differently_at_another_size_is_refused() -> None:
+    """201 samples: a DistributedSampler pads them to 202 at 2 ranks, not at 1; no
+    accumulation makes those the same epochs, so the first epoch is refused."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from wrappers.hooks.accumulate import elastic_mismatch
+
+    def loader(n: int) -> DataLoader:
+        data = TensorDataset(torch.zeros(n, 1))
+        return DataLoader(data, batch_size=16, sampler=DistributedSampler(data, num_replicas=2, rank=0))
+
+    env = {"TEIRESIAS_ELASTIC": "1-2"}
+    why = elastic_mismatch(loader(201), env)
+    assert why is not None and "202 samples at 2 ranks but 201 at 1" in why
+    assert elastic_mismatch(loader(216), env) is None

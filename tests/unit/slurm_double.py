@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode
+from slurm_plugin.backends.base import HOLD_MARK, SlurmBackend, SlurmJob, SlurmNode, with_hold_mark
 from teiresias.errors import JobVanished, SlurmError
 
 # Slurm's delay of a requeued job's next start (BeginTime), in seconds.
@@ -100,6 +100,8 @@ class InMemorySlurm(SlurmBackend):
         for j, sj in sorted(self._jobs.items()):
             if sj.state != "PENDING" or sj.held or sj.priority == 0 or not sj.required_nodes:
                 continue
+            if sj.state_reason in ("BadConstraints",):
+                continue
             if sj.eligible_time and sj.eligible_time > now:
                 continue
             per = -(-sj.gpus // len(sj.required_nodes))
@@ -110,6 +112,11 @@ class InMemorySlurm(SlurmBackend):
             )
             started.append(j)
         return started
+
+    def refuse(self, job_id: int, reason: str = "BadConstraints") -> None:
+        """Slurm will not start a released job where it is pinned (a constraint the
+        controller does not model): it stays pending with that reason."""
+        self._jobs[job_id] = replace(self._jobs[job_id], state_reason=reason)
 
     def down(self, node: str) -> None:
         self._down.add(node)
@@ -167,13 +174,13 @@ class InMemorySlurm(SlurmBackend):
             for n, g in sorted(self._nodes.items())
         ]
 
-    def hold(self, job_id: int) -> None:
+    def hold(self, job_id: int, admin_comment: str | None = None) -> None:
         sj = self._act("hold", job_id)
         if sj.state != "PENDING":
             raise SlurmError(f"scontrol hold {job_id}: Job is no longer pending execution")
-        # The controller's hold is marked as its own (the CLI backend marks, then holds).
+        # The controller's hold is marked as its own, in the same update (SlurmBackend.hold).
         self._jobs[sj.job_id] = replace(
-            sj, held=True, priority=0, state_reason="JobHeldUser", admin_comment=_marked(sj.admin_comment, True)
+            sj, held=True, priority=0, state_reason="JobHeldUser", admin_comment=with_hold_mark(sj.admin_comment, True)
         )
         self._done("hold")
 
@@ -202,6 +209,8 @@ class InMemorySlurm(SlurmBackend):
         self._done("signal")
 
     def batch_script(self, job_id: int | str) -> str:
+        if int(job_id) not in self.scripts:
+            raise JobVanished(f"Invalid job id specified: {job_id}")
         return self.scripts[int(job_id)]
 
     def requeue(self, job_id: int, hold: bool = True) -> None:
@@ -216,7 +225,7 @@ class InMemorySlurm(SlurmBackend):
             priority=0 if hold else sj.priority,
             restart_count=sj.restart_count + 1,
             nodes=(),
-            admin_comment=_marked(sj.admin_comment, True) if hold else sj.admin_comment,
+            admin_comment=with_hold_mark(sj.admin_comment, True) if hold else sj.admin_comment,
             submit_time=self.clock,
             eligible_time=self.clock + REQUEUE_BEGIN_DELAY_S,
             end_time=self.clock,
@@ -233,12 +242,7 @@ class InMemorySlurm(SlurmBackend):
         self._jobs[sj.job_id] = replace(sj, state="CANCELLED", end_time=self.clock)
         self._done("cancel")
 
-    def set_hold_mark(self, job_id: int | str, on: bool) -> None:
+    def set_hold_mark(self, job_id: int | str, on: bool, admin_comment: str | None = None) -> None:
         sj = self._act("set_hold_mark", job_id)
-        self._jobs[sj.job_id] = replace(sj, admin_comment=_marked(sj.admin_comment, on))
+        self._jobs[sj.job_id] = replace(sj, admin_comment=with_hold_mark(sj.admin_comment, on))
         self._done("set_hold_mark")
-
-
-def _marked(admin_comment: str, on: bool) -> str:
-    marks = [m for m in admin_comment.split(";") if m and m != HOLD_MARK]
-    return ";".join([*marks, *([HOLD_MARK] if on else [])])

@@ -49,14 +49,41 @@ def test_units_verify_with_systemd_analyze(tmp_path: Path) -> None:
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
 
 
-def test_units_run_the_controller_as_slurm_user_and_restart_on_failure() -> None:
+def test_units_are_hardened_as_docs_admin_md_scores_them(tmp_path: Path) -> None:
+    """Issue 21 item 6: systemd's own reading of the units, offline (no running systemd
+    needed): 8.9 EXPOSED before; docs/admin.md "Hardening" states the score."""
+    import re
+
+    analyze = require_program("systemd-analyze", "systemd")
+    documented = re.search(r"\*\*(\d+\.\d) OK\*\*", (ROOT / "docs" / "admin.md").read_text(encoding="utf-8"))
+    assert documented, "docs/admin.md states the score as **N.N OK**"
+    venv_script = Path(sys.executable).parent / "teiresias"
+    for unit in (ACTIVE, STANDBY):
+        copy = tmp_path / unit.name
+        copy.write_text(unit.read_text(encoding="utf-8").replace(INSTALLED, str(venv_script)), encoding="utf-8")
+        res = subprocess.run(
+            [analyze, "security", "--offline=true", "--no-pager", str(copy)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        m = re.search(r"Overall exposure level for \S+: (\d+\.\d) (\w+)", res.stdout)
+        assert m, res.stdout[-2000:] + res.stderr
+        assert float(m.group(1)) <= float(documented.group(1)) and m.group(2) == "OK", (unit.name, m.group(0))
+        svc = _unit(unit)["Service"]
+        assert svc["ProtectHome"] == "yes" and svc["CapabilityBoundingSet"] == "" and svc["ProtectSystem"] == "strict"
+
+
+def test_units_run_the_controller_as_its_service_user_and_restart_on_failure() -> None:
     active, standby = _unit(ACTIVE)["Service"], _unit(STANDBY)["Service"]
     for svc in (active, standby):
-        assert svc["User"] == "slurm"
+        assert svc["User"] == "teiresias" and svc["Group"] == "teiresias"  # docs/admin.md step 3
         assert svc["Restart"] == "on-failure"
         # Bad input (exit 2) is not retried: the configuration must be fixed first.
         assert svc["RestartPreventExitStatus"] == "2"
         assert svc["StateDirectory"] == "teiresias" and svc["LogsDirectory"] == "teiresias"
+        # systemctl reload: SIGHUP re-reads the configuration (issue 21 item 4)
+        assert svc["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert active["ExecStart"].split() == [INSTALLED, "controller", "run", "--config", "/etc/teiresias/teiresias.yaml"]
     # The standby runs the very same controller and configuration, plus --standby.
     assert standby["ExecStart"].split() == active["ExecStart"].split() + ["--standby"]
@@ -90,10 +117,12 @@ def test_logrotate_rotates_a_live_audit_log_without_holes(tmp_path: Path) -> Non
     user = pwd.getpwuid(os.geteuid()).pw_name
     group = grp.getgrgid(os.getegid()).gr_name
     text = LOGROTATE.read_text(encoding="utf-8")
-    assert "su slurm slurm" in text
+    assert "su teiresias teiresias" in text
     conf = tmp_path / "teiresias.logrotate"
     conf.write_text(
-        text.replace("/var/log/teiresias/audit.jsonl", str(audit)).replace("su slurm slurm", f"su {user} {group}"),
+        text.replace("/var/log/teiresias/audit.jsonl", str(audit)).replace(
+            "su teiresias teiresias", f"su {user} {group}"
+        ),
         encoding="utf-8",
     )
 

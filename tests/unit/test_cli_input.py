@@ -1,5 +1,5 @@
 """What the command line does with awkward input files and output paths
-(teiresias/yamlconf.py, teiresias/simulator/atomic.py): one line, exit 2,
+(teiresias/yamlconf.py, teiresias/outputs.py): one line, exit 2,
 never a traceback; a UTF-8 byte-order mark is accepted; unknown keys in any
 YAML configuration are named with the valid ones; outputs follow the umask,
 never create folders, and the plot's format is the one its suffix names.
@@ -298,7 +298,7 @@ def test_output_files_follow_the_umask(d, mask, mode):
             str(d / "o.png"),
         )
         assert r.exit_code == 0, r.output
-        assert run("trace", "synth", "-n", "5", "-o", str(d / "synth.csv")).exit_code == 0
+        assert run("trace", "synth", "-o", str(d / "synth.csv")).exit_code == 0
     finally:
         os.umask(old)
     for name in ("o.json", "o.csv", "o.png", "synth.csv"):
@@ -333,6 +333,14 @@ def test_demo_refuses_an_unknown_policy_before_starting_anything(tmp_path):
     assert r.exit_code == 2, r.output
     assert "'nosuch' is not one of 'fifo', 'best-effort'" in r.output and "Traceback" not in r.output
     assert not d.exists()
+
+
+def test_demo_refuses_a_folder_whose_parent_is_missing(tmp_path):
+    """Issue 21 item 8: `demo --dir /nonexistent/deep` created the whole tree."""
+    d = tmp_path / "nonexistent" / "deep"
+    r = CliRunner().invoke(cli, ["demo", "--dir", str(d), "--port-base", "17716"])
+    assert one_error_line(r).startswith(f"teiresias: error: --dir {d}: its parent folder {d.parent} does not exist")
+    assert not d.parent.exists()
 
 
 def test_demo_honours_the_cluster_directory_and_port_variables(tmp_path):

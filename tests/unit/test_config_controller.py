@@ -87,10 +87,20 @@ def test_policy_last_queue_reaches_the_controllers_policy(tmp_path):
     cfg = load_config(write(tmp_path, "policy: {name: gittins, last_queue: gittins}\n"))
     assert cfg.policy.last_queue == "gittins"
     assert default_policy(cfg, ServiceDistribution([1.0, 2.0])).last_queue == "gittins"
-    assert load_config(write(tmp_path, "policy: {name: gittins}\n")).policy.last_queue == "fifo"
+    # Unset: gittins' default, the index (docs/policies.md, "Defaults"); fifo is the paper's.
+    assert load_config(write(tmp_path, "policy: {name: gittins}\n")).policy.last_queue is None
+    assert (
+        default_policy(load_config(write(tmp_path, "policy: {}\n")), ServiceDistribution([1.0])).last_queue == "gittins"
+    )
+    paper = load_config(write(tmp_path, "policy: {name: gittins, last_queue: fifo, queue_order: fifo}\n"))
+    p = default_policy(paper, ServiceDistribution([1.0, 2.0]))
+    assert (p.last_queue, p.queue_order) == ("fifo", "fifo")
     for text, needle in [
         ("policy: {name: gittins, last_queue: lifo}\n", "policy.last_queue: must be one of fifo, gittins"),
         ("policy: {name: las, last_queue: gittins}\n", "set policy.name: gittins"),
+        ("policy: {name: fifo, queue_order: lifo-resume}\n", "policy.queue_order: orders las/gittins queues"),
+        ("policy: {queue_order: lifo}\n", "policy.queue_order: must be one of fifo, running-first, lifo-resume"),
+        ("policy: {time_limits: maybe}\n", "policy.time_limits"),
     ]:
         with pytest.raises(ConfigError, match=needle):
             load_config(write(tmp_path, text))

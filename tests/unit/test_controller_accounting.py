@@ -109,3 +109,21 @@ def test_a_closed_run_is_not_reopened_while_slurm_still_shows_it_running():
     accounting.close_run(r, 120.0, "controller")  # we requeued it
     accounting.observe_run(r, sj(start=100.0), 121.0, True)  # Slurm has not caught up
     assert r.run_start is None and accounting.total_executed(r, 200.0) == pytest.approx(20.0)
+
+
+def test_a_run_that_began_and_ended_between_two_rounds_is_counted_from_slurms_times():
+    """Issue 20 B3: a job started and ended between two rounds (`controller run --once`,
+    a 1-s job under load) was recorded with no service and no first start."""
+    r = rec()
+    segs, _ = accounting.observe_run(r, sj("COMPLETED", start=100.0, end=104.0), 130.0, False)
+    assert [(s.start, s.end, s.source) for s in segs] == [(100.0, 104.0, "slurm")]
+    assert r.first_start_time == 100.0 and accounting.attained_gpu_seconds(r, 130.0) == pytest.approx(8.0)
+    # Seen again (the round after): not counted twice.
+    assert accounting.observe_run(r, sj("COMPLETED", start=100.0, end=104.0), 140.0, False)[0] == []
+    # After a run of its own was closed at a requeue, the next (unseen) one adds to it.
+    r2 = rec()
+    accounting.observe_run(r2, sj(start=100.0), 110.0, True)
+    accounting.close_run(r2, 120.0, "controller")
+    segs, _ = accounting.observe_run(r2, sj("FAILED", restart=1, start=200.0, end=203.0), 230.0, False)
+    assert [(s.restart_count, s.seconds) for s in segs] == [(1, 3.0)]
+    assert accounting.total_executed(r2, 230.0) == pytest.approx(23.0) and r2.first_start_time == 100.0

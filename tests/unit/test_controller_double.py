@@ -31,7 +31,8 @@ def controller(tmp_path: Path, slurm: InMemorySlurm) -> Controller:
             "state_db": str(tmp_path / "s.db"),
             "audit_log": str(tmp_path / "a.jsonl"),
             "policy": {"name": "las", "queues": [10]},
-            "preemption": {"grace_seconds": 5},
+            # The paper's preemption at any time (the minimum run times: test_controller_minrun.py).
+            "preemption": {"grace_seconds": 5, "min_run_seconds": 0, "plain_min_run_seconds": 0},
         }
     )
     return Controller(cfg, slurm, StateStore(cfg.state_db), AuditLog(cfg.audit_log))
@@ -227,3 +228,30 @@ def test_a_requeued_job_restarts_on_a_backend_without_its_own_one_job_query(tmp_
     acts = round_at(ctl, slurm, 221.0).actions
     assert [(a.job, a.action, a.ok) for a in acts] == [(1, "start", True)]  # read again before the restart
     assert slurm.schedule(221.5) == [1] and slurm.job_now(1).restart_count == 1
+
+
+# ------------------------------------------------------------------- issue 20 B5
+def test_a_job_whose_start_failed_preempts_nobody_until_it_has_run(tmp_path):
+    """A job Slurm refused to start preempted another job once per back-off retry. After a
+    failed start it may only start on free GPUs until Slurm has started it once."""
+    slurm = InMemorySlurm({"node1": 4})
+    ctl = controller(tmp_path, slurm)
+    slurm.submit(1, 4, now=100.0)
+    round_at(ctl, slurm, 100.0)
+    assert slurm.schedule(100.5) == [1]
+    slurm.submit(2, 4, now=190.0)
+    r = round_at(ctl, slurm, 200.0)  # job 1 is in Q2 (400 GPU-s): job 2 preempts it
+    assert [(a.job, a.action) for a in r.actions] == [(1, "requeue"), (2, "start")]
+    slurm.refuse(2)  # ... and Slurm cannot start job 2 where it was put
+    r = round_at(ctl, slurm, 201.0)
+    # Job 2 is held and backed off 60 s; job 1 goes back on the idle GPUs.
+    assert [(a.job, a.action) for a in r.actions] == [(2, "hold"), (1, "start")]
+    assert slurm.schedule(202.5) == [1]
+    r = round_at(ctl, slurm, 270.0)  # the back-off is over: job 2 (Q1) ranks above job 1 (Q2)
+    assert r.actions == [], r.actions  # ... but preempts nobody, and waits
+    rec = ctl.store.job(2)
+    assert "preempts nobody until Slurm has started it once" in rec.reason, rec.reason
+    assert ctl.store.job(1).phase is Phase.RUNNING and ctl.store.job(1).preemptions == 1
+    slurm.finish(1, 280.0)
+    r = round_at(ctl, slurm, 281.0)  # free GPUs: it may try again
+    assert [(a.job, a.action) for a in r.actions] == [(2, "start")]

@@ -128,7 +128,9 @@ def test_gittins_runs_as_las_until_a_job_finishes_then_learns_from_it(tmp_path):
     assert ctl.policy().name == "gittins"
 
 
-def test_a_no_requeue_job_is_not_preempted_and_said_so_once(tmp_path):
+def test_a_no_requeue_job_is_not_preempted(tmp_path):
+    """Slurm refuses to requeue it: the policy sees it protected for good (Job.protected_until,
+    issue 20 B12) and never plans its preemption, so nothing waits for it to leave."""
     from dataclasses import replace
 
     ctl = make(tmp_path)
@@ -137,9 +139,61 @@ def test_a_no_requeue_job_is_not_preempted_and_said_so_once(tmp_path):
     b = replace(held_job(2), gpus=4, submit_time=150.0)
     for now in (200.0, 203.0):
         r = ctl.round(now=now, slurm_jobs=[a, b], slurm_nodes=busy)
-        assert list(r.plan.preempt) == [1] and r.actions == []  # the policy asks; the controller cannot
-    assert [e["action"] for e in read_audit(tmp_path / "a.jsonl") if e["job"] == 1].count("preempt-skipped") == 1
-    assert "waiting for preempted jobs" in ctl.store.jobs()[2].reason
+        assert list(r.plan.preempt) == [] and r.actions == []
+    assert ctl.store.jobs()[2].reason == "waiting for 4 GPUs, 0 free"
+
+
+def test_no_gpus_wait_idle_for_a_no_requeue_jobs_preemption(tmp_path):
+    """The soak (seed 20, j14): a plan counting on preempting a --no-requeue job, which Slurm
+    refuses (preempt-skipped), kept the free GPUs it gave its beneficiary idle until that job
+    ended. Now the plan never counts on it: the 8-GPU job waits, the 2-GPU one behind it
+    starts on the free node at once."""
+    from dataclasses import replace
+
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10]},
+        }
+    )
+    ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log), dry_run=True)
+    nodes = [
+        SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 4, ("gpu",)),
+        SlurmNode("node2", frozenset({"IDLE"}), 4, 0, ("gpu",)),
+    ]
+    stays = replace(held_job(1), state="RUNNING", held=False, gpus=4, requeue=False, start_time=100.0, nodes=("node1",))
+    big, small = held_job(2, gpus=8, submit_time=150.0), held_job(3, gpus=2, submit_time=160.0)
+    r = ctl.round(now=200.0, slurm_jobs=[stays, big, small], slurm_nodes=nodes)  # job 1 in Q2 by now
+    assert list(r.plan.preempt) == []
+    assert list(r.plan.start) == [3] and r.plan.start[3].nodes == ("node2",)
+
+
+def test_a_job_asked_per_node_is_planned_in_its_own_shape(tmp_path):
+    """The soak (seed 20, j19: `-N 4 --gres=gpu:2` while node2 was drained): the plan gave the
+    8 GPUs as 4 + 4 on two free nodes, which the start cannot use (it keeps the job's shape:
+    4 nodes x 2), so they sat promised and idle (and a job was preempted for it). The
+    policy now places such a job in its shape or not at all: the 2-GPU job behind it runs."""
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "las", "queues": [10]},
+        }
+    )
+    ctl = Controller(cfg, NoBackend(), StateStore(cfg.state_db), AuditLog(cfg.audit_log), dry_run=True)
+    nodes = [
+        SlurmNode("node1", frozenset({"ALLOCATED"}), 4, 4, ("gpu",)),
+        SlurmNode("node2", frozenset({"IDLE", "DRAIN"}), 4, 0, ("gpu",)),
+        SlurmNode("node3", frozenset({"IDLE"}), 4, 0, ("gpu",)),
+        SlurmNode("node4", frozenset({"IDLE"}), 4, 0, ("gpu",)),
+    ]
+    busy = held_job(1, state="RUNNING", held=False, gpus=4, start_time=100.0, nodes=("node1",))
+    shaped = held_job(2, gpus=8, num_nodes=4, gpus_per_node=2, submit_time=150.0)
+    small = held_job(3, gpus=2, submit_time=160.0)
+    r = ctl.round(now=200.0, slurm_jobs=[busy, shaped, small], slurm_nodes=nodes)
+    assert list(r.plan.preempt) == [] and 2 not in r.plan.start
+    assert list(r.plan.start) == [3]
 
 
 def test_a_starving_job_is_promoted_and_its_tj_and_deltaj_restart(tmp_path):

@@ -226,6 +226,29 @@ def test_same_job_survives_a_requeue_but_not_a_reused_id():
     assert not same_job(_rec(5, restart_count=2), sjob(5, submit=1300.0, restart=0))
 
 
+def test_a_requeue_seen_completing_is_still_the_same_job():
+    """Issue 20 B1: Slurm counts the restart at the requeue but moves SubmitTime only when
+    the run has finished completing; a round in between saw (old time, new count), and the
+    next one took the job for a new one (`replaced`, attained service lost)."""
+    rec = _rec(5, phase=Phase.RUNNING, run_start=900.0, run_restart=0, last_running_seen=990.0)
+    seen = [
+        sjob(5, "RUNNING", submit=1000.0, restart=0, nodes=("node1",)),
+        sjob(5, "COMPLETING", submit=1000.0, restart=1, nodes=("node1",)),  # requeued, still completing
+        sjob(5, "PENDING", submit=1300.0, restart=1),  # batch_requeue_fini: SubmitTime moved
+        sjob(5, "RUNNING", submit=1300.0, restart=1, nodes=("node2",)),
+        sjob(5, "COMPLETING", submit=1300.0, restart=2, nodes=("node2",)),
+        sjob(5, "PENDING", submit=1600.0, restart=2),
+    ]
+    for i, sj in enumerate(seen):
+        out = reconcile(CFG, {5: rec}, [sj], NODES, 1000.0 + 100 * i)
+        assert out.replaced == {} and out.created == [] and out.records[5] is rec, (i, sj.state)
+    assert rec.final_state is None and rec.slurm_submit_time == 1600.0 and rec.submit_restart == 2
+    # A new job under the id (count 0, a later time) is still told apart, as is one first seen completing.
+    assert not same_job(rec, sjob(5, submit=1900.0, restart=0))
+    first = reconcile(CFG, {}, [sjob(7, "COMPLETING", submit=1000.0, restart=1)], NODES, 1000.0).records[7]
+    assert same_job(first, sjob(7, submit=1300.0, restart=1))
+
+
 def test_a_reused_id_starts_a_fresh_record_and_closes_the_old_one():
     old = _rec(
         5, phase=Phase.RUNNING, run_start=900.0, run_restart=0, last_running_seen=990.0, closed_run_seconds=500.0
@@ -341,3 +364,21 @@ def test_file_group_gives_a_group_read_access(tmp_path):
     assert (tmp_path / "st" / "state.db").stat().st_gid == grp.getgrnam(group).gr_gid
     store.close()
     audit.close()
+
+
+def test_one_controller_per_slurm_cluster_lock(tmp_path):
+    """Issue 20 B10: the cluster lock lives beside slurmctld's state, whatever the state DB."""
+    from slurm_plugin.controller.lock import ClusterLock, LockHeld
+
+    state = tmp_path / "ctld"
+    state.mkdir()
+    a = ClusterLock(str(state), "c1", tmp_path / "a.db")
+    b = ClusterLock(str(state), "c1", tmp_path / "b.db")
+    assert a.usable() is None and a.try_acquire()
+    with pytest.raises(LockHeld, match=r"another controller \(pid \d+ on .*, state DB .*a\.db\) manages Slurm"):
+        b.acquire()
+    a.release()
+    b.acquire()
+    b.release()
+    assert "not on this host" in ClusterLock(str(tmp_path / "elsewhere"), "c1", tmp_path / "a.db").usable()
+    assert parse_show_config("StateSaveLocation = /var/spool/slurmctld\n").state_save_location == "/var/spool/slurmctld"

@@ -31,7 +31,7 @@ def controller(tmp_path: Path, slurm: InMemorySlurm, cost: object = "measured") 
             "state_db": str(tmp_path / "s.db"),
             "audit_log": str(tmp_path / "a.jsonl"),
             "policy": {"name": "gittins", "queues": [10], "gittins_samples": str(SAMPLES), "preempt_cost": cost},
-            "preemption": {"grace_seconds": 30},
+            "preemption": {"grace_seconds": 30, "min_run_seconds": 0},  # preempted within seconds
         }
     )
     return Controller(cfg, slurm, StateStore(cfg.state_db), AuditLog(cfg.audit_log))

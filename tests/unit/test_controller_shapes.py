@@ -121,3 +121,49 @@ def test_slurms_own_priority_0_on_a_refused_start_is_a_failed_start_not_a_users_
     )
     out = reconcile(CFG, {1: r}, [held_job(admin_comment="", state_reason="BadConstraints")], NODES, NOW)
     assert r.phase is Phase.STARTING and "BadConstraints" in out.start_failed[1] and 1 in out.to_hold
+
+
+def test_req_node_not_avail_on_usable_nodes_is_waited_out():
+    # Slurm's word for a node that is down and for one a job above it could not start on
+    # (tests/slurm/test_controller_defects_live.py::test_a_job_slurm_passes_over_for_...).
+    def starting() -> JobRecord:
+        return JobRecord(
+            job_id=1,
+            gpus=2,
+            submit_time=100.0,
+            phase=Phase.STARTING,
+            phase_since=NOW - 2,
+            planned=Placement.of({"node1": 2}),
+        )
+
+    released = held_job(held=False, admin_comment="", state_reason="ReqNodeNotAvail", required_nodes=("node1",))
+    out = reconcile(CFG, {1: starting()}, [released], NODES, NOW)
+    assert out.start_failed == {} and out.to_hold == {}
+    drained = [replace(NODES[0], state=frozenset({"IDLE", "DRAIN"})), *NODES[1:]]
+    out = reconcile(CFG, {1: starting()}, [released], drained, NOW)
+    assert "ReqNodeNotAvail" in out.start_failed[1] and 1 in out.to_hold
+
+
+def test_a_start_passed_over_for_a_job_released_above_it_is_not_timed_out():
+    # Slurm stops its pass at a released job it cannot start; those below wait (Priority).
+    def starting(job_id: int) -> JobRecord:
+        return JobRecord(
+            job_id=job_id,
+            gpus=2,
+            submit_time=100.0,
+            phase=Phase.STARTING,
+            phase_since=NOW - 60,  # past the start timeout (30 s)
+            planned=Placement.of({f"node{job_id}": 2}),
+        )
+
+    def released(job_id: int, reason: str, priority: int):
+        return held_job(job_id, held=False, admin_comment="", state_reason=reason, priority=priority)
+
+    top, below = starting(1), starting(2)
+    jobs = [released(1, "Resources", 1000002), released(2, "Priority", 1000001)]
+    out = reconcile(CFG, {1: top, 2: below}, jobs, NODES, NOW)
+    assert list(out.start_failed) == [1]  # the one Slurm could not start times out
+    assert below.phase is Phase.STARTING and below.phase_since == NOW  # its own clock from now
+    alone = starting(2)
+    out = reconcile(CFG, {2: alone}, [released(2, "Priority", 1000001)], NODES, NOW)
+    assert list(out.start_failed) == [2]  # nothing released above it: its own timeout

@@ -74,6 +74,27 @@ def test_a_running_pair_reaches_the_policy_and_its_gpu_is_counted_once():
     assert out.snapshot.free_gpus() == {"node1": 0, "node2": 1}
 
 
+def test_only_shard_jobs_reach_the_policy_as_shareable():
+    """A --gres=gpu job holds its GPUs whole: Slurm gives no shard of them, so the policy must
+    not pair it (Job.shareable); a shard job, running or waiting, may share."""
+    recs = pair()
+    out = reconcile(
+        CFG,
+        recs,
+        [
+            sjob(7, "RUNNING", ("node1",), start=50.0),
+            sjob(8, "RUNNING", ("node1",), start=60.0),
+            sjob(9, "RUNNING", ("node2",), shards=0, start=70.0),
+            sjob(10, "PENDING", shards=0),
+            sjob(11, "PENDING"),
+        ],
+        NODES,
+        100.0,
+    )
+    share = {j.job_id: j.shareable for j in out.snapshot.jobs}
+    assert share == {7: True, 8: True, 9: False, 10: False, 11: True}
+
+
 def test_when_the_host_ends_the_guest_runs_alone_and_keeps_its_sub_batch():
     recs = pair()
     out = reconcile(
@@ -268,3 +289,44 @@ def test_controller_once_json_shows_the_pair_decisions():
             "sequential_avg_jct": 898.6,
         }
     }
+
+
+def test_each_jobs_own_history_reaches_the_policy(tmp_path):
+    """Issue 22 item 4: the controller hands sjf-bsbf each (user, job name)'s finished GPU-times
+    (archived jobs included), so two fresh jobs of one size get their own lengths."""
+    from pathlib import Path
+
+    from slurm_plugin.controller.audit import AuditLog
+    from slurm_plugin.controller.loop import Controller
+    from teiresias.domain import Job, JobId
+    from tests.unit.slurm_double import InMemorySlurm
+
+    samples = Path(__file__).resolve().parents[2] / "teiresias" / "data" / "yarn-gput1000.csv"
+    cfg = parse_config(
+        {
+            "state_db": str(tmp_path / "s.db"),
+            "audit_log": str(tmp_path / "a.jsonl"),
+            "policy": {"name": "sjf-bsbf", "gittins_samples": str(samples)},
+        }
+    )
+    store = StateStore(cfg.state_db)
+    runs = [(1, "alice", "long", 5000.0), (2, "alice", "long", 5200.0), (3, "alice", "long", 4800.0)]
+    runs += [(4, "bob", "short", 100.0), (5, "bob", "short", 120.0), (6, "bob", "short", 80.0), (7, "bob", "x", 9.0)]
+    with store.transaction():
+        for jid, user, name, gpu_s in runs:
+            store.save_job(
+                JobRecord(
+                    job_id=jid, gpus=1, submit_time=0.0, phase=Phase.FINISHED, phase_since=1.0, user=user, name=name
+                )
+            )
+            store.add_sample(jid, gpu_s)
+    store.archive_job(1)  # an archived job's run still counts
+    assert sorted(store.samples_by_job()[("alice", "long")]) == [4800.0, 5000.0, 5200.0]
+    ctl = Controller(cfg, InMemorySlurm({"node1": 1}), store, AuditLog(cfg.audit_log))
+    pol = ctl.policy()
+    assert set(pol.history) == {("alice", "long"), ("bob", "short")}  # 3 runs at least
+    long_job = Job(JobId(10), 1, 0.0, user="alice", model_name="long")
+    short_job = Job(JobId(11), 1, 0.0, user="bob", model_name="short")
+    other = Job(JobId(12), 1, 0.0, user="bob", model_name="x")
+    assert pol.remaining(long_job) == 5000.0 and pol.remaining(short_job) == 100.0
+    assert pol.remaining(other) == pol.distribution.mean_residual(0.0)  # the site's

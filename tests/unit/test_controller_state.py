@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import sqlite3
 import time
 
@@ -10,6 +12,7 @@ import pytest
 from slurm_plugin.controller.preemption import find_ack, requeue_due
 from slurm_plugin.controller.state import JobRecord, JournalStatus, Phase, StateStore
 from teiresias.domain import Placement
+from tests.conftest import REPO
 from wrappers.protocol import Ack, format_comment, job_dir, write_ack
 
 
@@ -100,3 +103,33 @@ def test_without_ack_the_grace_time_decides(tmp_path):
     assert requeue_due(r, 110.0, 30) is None
     due = requeue_due(r, 130.0, 30)
     assert due is not None and due.ack is None and "grace" in due.reason
+
+
+def test_a_file_group_reaches_the_wal_and_shm_that_sqlite_makes_after_the_open():
+    """A reader of file_group (teiresias queue) opens state.db-wal and -shm too. For a
+    controller that is not root, SQLite makes them with the controller's own group (as
+    root it copies the database's owner and group), at the first write after the open:
+    every reader of the group got 'unable to open database file' (found by
+    tests/site/test_site_live.py). Run as the service user, as a site runs it."""
+    from tests.site_users import READERS, SERVICE, ensure_group, open_tmp, run_as, shared_python
+
+    ensure_group(READERS, [SERVICE])
+    with open_tmp() as d:
+        folder = d / "state"
+        folder.mkdir()
+        pw = pwd.getpwnam(SERVICE)
+        os.chown(folder, pw.pw_uid, pw.pw_gid)
+        code = (
+            "import grp, os, sys\n"
+            "from slurm_plugin.controller.files import FileModes\n"
+            "from slurm_plugin.controller.state import StateStore\n"
+            f"s = StateStore({str(folder / 's.db')!r}, modes=FileModes({READERS!r}))\n"
+            f"for side in ('s.db', 's.db-wal', 's.db-shm'):\n"
+            f"    st = os.stat(os.path.join({str(folder)!r}, side))\n"
+            "    print(side, grp.getgrgid(st.st_gid).gr_name, oct(st.st_mode & 0o777))\n"
+        )
+        r = run_as(SERVICE, [str(shared_python(d)), "-c", code], cwd=str(REPO))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == [f"{side} {READERS} 0o640" for side in ("s.db", "s.db-wal", "s.db-shm")], (
+        r.stdout
+    )

@@ -87,6 +87,30 @@ def test_pending_job_behind_running_ones():
     assert "ahead" in text and "n2 1/4 free" in text and "in 5s" in text
 
 
+def test_jobs_ahead_count_the_gpus_they_hold_not_those_they_ask_for():
+    """Issue 21 item 9: '4 job(s) ahead (holding 14 GPU(s))' added the GPUs the pending
+    jobs ahead asked for; a pending job holds none."""
+    e = explain(4, records(), SUMMARY, 1000.0, lambda r: True)
+    assert [a.job for a in e.ahead] == [1, 2, 3]  # 3 is pending and asks for 2
+    assert "3 job(s) ahead (holding 7 GPU(s)" in e.summary, e.summary
+
+
+def test_a_job_slurm_started_since_the_last_round_is_not_said_to_wait_for_slurm():
+    """Issue 21 item 9: right after a start the record is still STARTING while squeue says
+    RUNNING; the answer said both 'Slurm RUNNING' and 'Slurm has not started it yet'."""
+    recs = records()
+    recs[3].phase, recs[3].planned = Phase.STARTING, Placement.of([("n2", 1)])
+    e = explain(3, recs, SUMMARY, 1000.0, lambda r: True, slurm_state="RUNNING")
+    text = format_text(e, 1000.0)
+    assert "Slurm RUNNING" in text and "has not started" not in text, text
+    assert e.summary.startswith("job 3 runs on") and "started it since" in (e.waiting_for_start or ""), (
+        e.summary,
+        e.waiting_for_start,
+    )
+    still = explain(3, recs, SUMMARY, 1000.0, lambda r: True, slurm_state="PENDING")
+    assert "Slurm has not started it yet" in (still.waiting_for_start or "") and "is starting" in still.summary
+
+
 def test_jobs_the_caller_may_not_see_are_counted_not_named():
     e = explain(3, records(), SUMMARY, 1000.0, lambda r: r.user == "carol")
     assert e.ahead == [] and e.ahead_hidden == {"jobs": 2, "gpus_held": 7}

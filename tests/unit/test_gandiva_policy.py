@@ -43,20 +43,24 @@ def test_algorithm1_relaxes_affinity_before_it_over_subscribes() -> None:
     assert plan.start[J(4)] == Placement.of({"s0n1": 1}) and not plan.colocate
 
 
-def test_overload_time_slices_with_a_same_size_group_and_the_newcomer_runs_first() -> None:
+def test_overload_time_slices_on_the_node_and_the_newcomer_runs_first() -> None:
+    # Two 1-GPU jobs bound to GPUs 0 and 1 of s0n0 (shard jobs started alone): the
+    # newcomer joins the node, bound to both GPUs, and runs at once on the GPU of the job
+    # that has run longest (job 1, the lower id on a tie), which is suspended.
     c = cluster(1, 2)
     plan = gandiva().decide(
         snap(
             c,
-            running(1, 1, {"s0n0": 1}, slice_since=0.0),
-            running(2, 1, {"s0n0": 1}, slice_since=0.0),
+            running(1, 1, {"s0n0": 1}, slice_since=0.0, bound_gpus=(0,)),
+            running(2, 1, {"s0n0": 1}, slice_since=0.0, bound_gpus=(1,)),
             pending(3, 1),
             pending(4, 2),
             now=5,
         )
     )
-    assert plan.start[J(3)] == Placement.of({"s0n0": 1})
-    assert plan.colocate[J(3)].partners == (J(1),) and plan.colocate[J(3)].mode == "slice"
+    assert plan.start[J(3)] == Placement.of({"s0n0": 1}) and plan.start[J(3)].ids_on("s0n0") == (0,)
+    col = plan.colocate[J(3)]
+    assert col.partners == (J(1), J(2)) and col.mode == "slice" and col.gpus == (0, 1)
     assert plan.suspend == (J(1),) and plan.resume == ()  # early feedback: the newcomer's slice first
     # A 2-GPU job finds no node of affinity 2 to share: it waits (Algorithm 1 line 14).
     assert J(4) not in plan.start and "affinity 2" in plan.reasons[J(4)]
@@ -64,8 +68,8 @@ def test_overload_time_slices_with_a_same_size_group_and_the_newcomer_runs_first
 
 def test_max_height_caps_how_many_jobs_share_a_gpu() -> None:
     c = cluster(1, 1)
-    a = running(1, 1, {"s0n0": 1}, colocated_with=(J(2),))
-    b = running(2, 1, {"s0n0": 1}, colocated_with=(J(1),), suspended=True)
+    a = running(1, 1, {"s0n0": 1}, colocated_with=(J(2),), bound_gpus=(0,), slice_since=0.0)
+    b = running(2, 1, {"s0n0": 1}, colocated_with=(J(1),), suspended=True, bound_gpus=(0,), slice_since=0.0)
     plan = gandiva(max_height=2).decide(snap(c, a, b, pending(3, 1), now=1))
     assert J(3) not in plan.start and "max-height" in plan.reasons[J(3)]
     assert J(3) in gandiva(max_height=3).decide(snap(c, a, b, pending(3, 1), now=1)).colocate
@@ -118,7 +122,8 @@ def test_light_groups_are_packed_heavy_ones_are_not() -> None:
     assert "30 + 30 = 60% <= 100%" in light.notes[J(1)]
     assert gandiva().decide(snap(c, *_pair(90.0), now=100)).pack == ()
     assert gandiva(packing=False).decide(snap(c, *_pair(30.0), now=100)).pack == ()
-    assert gandiva().decide(snap(c, *_pair(30.0, pack_failed=True), now=100)).pack == ()
+    # Packed together before, and it lost to time-slicing: not again (Job.pack_failed_with).
+    assert gandiva().decide(snap(c, *_pair(30.0, pack_failed_with=(J(1), J(2))), now=100)).pack == ()
     # A newcomer runs alone first to be profiled (§4.2.2): no packing before its first slice.
     assert gandiva().decide(snap(c, *_pair(30.0), now=10)).pack == ()
 

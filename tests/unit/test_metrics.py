@@ -18,6 +18,7 @@ from slurm_plugin.controller.enact import Action
 from slurm_plugin.controller.loop import Controller, RoundResult
 from slurm_plugin.controller.metrics import (
     METRIC_NAMES,
+    PROCESS_NAMES,
     ControllerMetrics,
     preemption_reason,
     requeue_reason,
@@ -52,7 +53,7 @@ def test_one_round_sets_every_kind_of_metric():
         Action(2, "signal", "preempted"),
         Action(3, "requeue", "checkpoint acknowledged (step 4, 1.0s, 9 B)"),
         Action(4, "start", "Q1", ok=False),
-        Action(5, "requeue", "x; not a tsbatch job: requeued without a checkpoint"),
+        Action(5, "requeue", "x; not a tsbatch job: requeued without a checkpoint", detail={"lost_gpu_seconds": 80.0}),
     ]
     result = RoundResult(
         200.0,
@@ -82,6 +83,7 @@ def test_one_round_sets_every_kind_of_metric():
     assert s[("teiresias_preemptions_total", (("reason", "other"),))] == 1  # job 5: plain sbatch, requeued at once
     assert s[("teiresias_requeues_total", (("reason", "checkpoint"),))] == 1
     assert s[("teiresias_requeues_total", (("reason", "no-checkpoint"),))] == 1
+    assert s[("teiresias_lost_gpu_seconds_total", ())] == 80.0  # issue 20 B12: job 5's run since its start
     assert s[("teiresias_failed_actions_total", (("action", "start"),))] == 1
     assert s[("teiresias_job_completion_seconds_count", ())] == 1
     assert s[("teiresias_job_completion_seconds_sum", ())] == 60.0  # 160 - 100
@@ -99,7 +101,7 @@ def test_one_round_sets_every_kind_of_metric():
 def test_dry_run_actions_are_not_counted():
     m = ControllerMetrics()
     m.observe_round(RoundResult(1.0, 1, True, Plan(), [Action(1, "signal", "x", ok=None)]), {}, [], 1.0)
-    assert ("teiresias_preemptions_total", (("reason", "other"),)) not in samples(m)
+    assert samples(m)[("teiresias_preemptions_total", (("reason", "other"),))] == 0
 
 
 def test_every_exported_name_is_listed_and_no_series_names_a_job():
@@ -107,7 +109,7 @@ def test_every_exported_name_is_listed_and_no_series_names_a_job():
     m.observe_round(RoundResult(1.0, 1, False, Plan(), []), {5: rec(5, Phase.PENDING, user="alice")}, [], 1.0)
     text = generate_latest(m.registry).decode()
     names = {fam.name for fam in text_string_to_metric_families(text) if not fam.name.endswith("_created")}
-    base = {n.removesuffix("_total") for n in METRIC_NAMES}
+    base = {n.removesuffix("_total") for n in (*METRIC_NAMES, *PROCESS_NAMES)}
     assert names == base
     assert "alice" not in text and 'job="' not in text
 
@@ -130,6 +132,50 @@ def test_serve_answers_over_http_on_loopback():
     finally:
         server.shutdown()
     assert "teiresias_rounds_total 0.0" in body
+
+
+def test_series_are_at_zero_before_anything_happened():
+    """Issue 21 item 7: with nothing queued there was no teiresias_jobs at all, and a
+    labelled counter appeared only at its first event (absent != 0 for alerts and rate())."""
+    got = samples(ControllerMetrics([3600]))
+    for phase in ("PENDING", "STARTING", "RUNNING", "PREEMPTING"):
+        for queue in ("Q1", "Q2"):
+            assert got[("teiresias_jobs", (("phase", phase), ("queue", queue)))] == 0
+    assert got[("teiresias_preemptions_total", (("reason", "priority"),))] == 0
+    assert got[("teiresias_requeues_total", (("reason", "checkpoint"),))] == 0
+    assert got[("teiresias_failed_actions_total", (("action", "start"),))] == 0
+    assert got[("teiresias_round_failures_total", (("why", "slurm-unreachable"),))] == 0
+
+
+def test_build_info_and_the_process_metrics_are_exported():
+    got = samples(ControllerMetrics())
+    (build,) = [k for k in got if k[0] == "teiresias_build_info"]
+    assert dict(build[1])["version"] and got[build] == 1
+    assert got[("process_resident_memory_bytes", ())] > 0 and ("process_cpu_seconds_total", ()) in got
+
+
+def test_the_listen_backlog_takes_a_burst_of_scrapes():
+    """Issue 21 item 7: socketserver's backlog of 5 made 40 of 200 concurrent scrapes time
+    out. The kernel's own view of the socket (ss: Send-Q of a listener is its backlog),
+    then 200 scrapes at once, all answered."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = serve(ControllerMetrics(), "127.0.0.1", 0)
+    try:
+        port = server.server_address[1]
+        ss = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True)
+        backlog = int(ss.stdout.split()[2])
+        assert backlog >= 128, ss.stdout
+
+        def scrape(_: int) -> int:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=15) as r:
+                return r.status
+
+        with ThreadPoolExecutor(200) as pool:
+            assert list(pool.map(scrape, range(200))) == [200] * 200
+    finally:
+        server.shutdown()
 
 
 # ------------------------------------------------------------------ config

@@ -50,6 +50,7 @@ def random_snapshot(rng: random.Random, cluster: Cluster | None = None, accounts
             duration=float(rng.randint(1, 600)) + executed,
             skew=rng.choice([None, 0.1, 0.9]),
             account=rng.choice(accounts),
+            shareable=rng.random() < 0.8,  # live: a shard job; the others hold whole GPUs
         )
         if rng.random() < 0.5:
             # Try to make it RUNNING somewhere it fits.
@@ -117,11 +118,28 @@ def check_plan(policy: SchedulingPolicy, snap: Snapshot, preemptive: bool, minim
     kept = {n.name: 0 for n in snap.cluster.nodes}
     started = {n.name: 0 for n in snap.cluster.nodes}
     kept_ids = set(plan.keep)
+    pooled: dict[str, set[int]] = {}
     for jid in plan.keep:
-        if any(p < jid and p in kept_ids for p in by_id[jid].colocated_with):
+        job = by_id[jid]
+        if job.bound_gpus and job.num_gpus == 1:
+            # A 1-GPU job bound by GPU index (gandiva's pools): the node's pool holds the GPUs
+            # its bound-to-one jobs are bound to and those its others run on.
+            node = job.placement.nodes[0]
+            if len(job.bound_gpus) == 1:
+                pooled.setdefault(node, set()).add(job.bound_gpus[0])
+            elif not job.suspended:
+                pooled.setdefault(node, set()).update(job.placement.allocations[0].gpu_ids)
+            continue
+        if any(p < jid and p in kept_ids for p in job.colocated_with):
             continue  # a colocated group (gandiva) holds its GPUs once
-        for a in by_id[jid].placement.allocations:
+        for a in job.placement.allocations:
             kept[a.node] += a.gpus
+    for node, ids in pooled.items():
+        kept[node] += len(ids)
+    for jid, pl in plan.devices.items():
+        job = by_id[jid]
+        assert jid in plan.keep and len(job.bound_gpus) > 1 and pl.nodes == job.placement.nodes
+        assert len(pl.allocations[0].gpu_ids) == 1 and pl.allocations[0].gpu_ids[0] in job.bound_gpus
     partners = [sh.partner for sh in plan.sharing.values()]
     assert len(set(partners)) == len(partners), "a GPU holds at most two jobs"
     for jid, pl in plan.start.items():
@@ -129,14 +147,24 @@ def check_plan(policy: SchedulingPolicy, snap: Snapshot, preemptive: bool, minim
         assert len(set(pl.nodes)) == len(pl.nodes)
         if jid in plan.colocate:
             # A time-sliced start (gandiva) sits on exactly the GPUs its kept partners hold.
-            partners = plan.colocate[jid].partners
+            col = plan.colocate[jid]
+            partners = col.partners
             assert partners and all(p in plan.keep for p in partners)
+            assert by_id[jid].shareable and all(by_id[p].shareable for p in partners), "a whole-GPU job shares"
+            if col.gpus:
+                # A 1-GPU job joining a node's time-sliced jobs: on that node, on one of the
+                # GPUs it is bound to (Colocation.gpus), among GPUs the node has.
+                assert all(by_id[p].placement.nodes == pl.nodes for p in partners) and pl.num_nodes == 1
+                assert len(pl.allocations[0].gpu_ids) == 1 and pl.allocations[0].gpu_ids[0] in col.gpus
+                assert set(col.gpus) <= set(range(snap.cluster.node(pl.nodes[0]).gpus))
+                continue
             assert all(by_id[p].placement == pl for p in partners)
             continue
         if jid in plan.sharing:
             # A shared start (sjf-bsbf, sjf-ffs) sits on GPUs of one kept job that shared with nobody.
             host = by_id[plan.sharing[jid].partner]
             assert host.job_id in plan.keep and host.shared_with is None
+            assert by_id[jid].shareable and host.shareable, "a whole-GPU job shares"
             on = {a.node: a.gpus for a in host.placement.allocations}
             assert all(0 < a.gpus <= on.get(a.node, 0) for a in pl.allocations)
             continue

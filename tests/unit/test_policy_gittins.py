@@ -11,7 +11,10 @@ D = ServiceDistribution.from_values([4, 8, 12])
 
 
 def gittins(**kw):
-    return build_policy("gittins", PolicyParams(**{"queues": (10.0,), "distribution": D, **kw}))
+    """The paper's 2D-Gittins unless told otherwise: FIFO last queue, FIFO order inside queues
+    (the defaults are not the paper's: test_the_defaults_are_the_indexed_last_queue_and_lifo_resume)."""
+    paper = {"queues": (10.0,), "distribution": D, "last_queue": "fifo", "queue_order": "fifo"}
+    return build_policy("gittins", PolicyParams(**{**paper, **kw}))
 
 
 def test_non_last_queue_is_sorted_by_index_with_delta_equal_to_the_threshold() -> None:
@@ -170,7 +173,9 @@ def test_the_policy_snaps_to_quantile_points_so_a_job_re_ranks_a_few_times_only(
 
     def order(points):
         return (
-            GittinsPolicy(ConsolidatePlacement(), D4, (10.0,), last_queue="gittins", last_queue_points=points)
+            GittinsPolicy(
+                ConsolidatePlacement(), D4, (10.0,), last_queue="gittins", last_queue_points=points, queue_order="fifo"
+            )
             .decide(s)
             .order
         )
@@ -178,3 +183,14 @@ def test_the_policy_snaps_to_quantile_points_so_a_job_re_ranks_a_few_times_only(
     assert order(2) == (4, 5) and order(None) == (5, 4)
     with pytest.raises(ConfigError, match="last queue points"):
         GittinsPolicy(ConsolidatePlacement(), D4, last_queue_points=1)
+
+
+def test_the_defaults_are_the_indexed_last_queue_and_lifo_resume() -> None:
+    """Not the paper's (docs/policies.md, "Defaults"): PolicyParams() and GittinsPolicy alike."""
+    from teiresias.policy.gittins_policy import GittinsPolicy
+    from teiresias.policy.placement import ConsolidatePlacement
+
+    for p in (build_policy("gittins", PolicyParams(distribution=D)), GittinsPolicy(ConsolidatePlacement(), D)):
+        assert (p.last_queue, p.queue_order, p.time_limits) == ("gittins", "lifo-resume", True)
+    las = build_policy("las", PolicyParams())
+    assert las.queue_order == "fifo"  # paper-faithful las by name

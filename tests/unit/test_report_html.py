@@ -37,18 +37,18 @@ SPEC = "num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n1
 APPS = ("vision", "speech", "nlp")
 
 
-def _trace(path: Path, accounts: bool) -> Path:
-    """The public 60-job Tiresias trace, with an account (app) per job if asked."""
+def _trace(path: Path, apps: tuple[str, ...]) -> Path:
+    """The public 60-job Tiresias trace, with an app per job (round robin over ``apps``) if asked."""
     lines = (FIXTURES / "tiresias-60_job.csv").read_text(encoding="utf-8").splitlines()
-    if accounts:
-        lines = [lines[0] + ",account"] + [f"{ln},{APPS[i % 3]}" for i, ln in enumerate(lines[1:])]
+    if apps:
+        lines = [lines[0] + ",app"] + [f"{ln},{apps[i % len(apps)]}" for i, ln in enumerate(lines[1:])]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
-def _simulate(tmp: Path, *extra: str, accounts: bool = True):
+def _simulate(tmp: Path, *extra: str, apps: tuple[str, ...] = APPS):
     (tmp / "spec.csv").write_text(SPEC)
-    trace = _trace(tmp / "t.csv", accounts)
+    trace = _trace(tmp / "t.csv", apps)
     return CliRunner().invoke(
         cli,
         ["simulate", "-t", str(trace), "-c", str(tmp / "spec.csv"), "-p", "las,fifo", "-q", "600", "-o", "30", *extra],
@@ -86,11 +86,11 @@ def test_report_has_every_section_self_contained_with_the_runs_numbers(tmp_path:
     assert "Jain" in sections["fairness"]
 
 
-def test_fairness_section_says_so_when_the_trace_names_no_apps(tmp_path: Path) -> None:
-    r = _simulate(tmp_path, "--report", str(tmp_path / "out.html"), accounts=False)
+def test_fairness_section_says_so_when_every_job_is_in_one_app(tmp_path: Path) -> None:
+    r = _simulate(tmp_path, "--report", str(tmp_path / "out.html"), apps=("search",))
     assert r.exit_code == 0, r.output
     fairness = _sections((tmp_path / "out.html").read_text(encoding="utf-8"))["fairness"]
-    assert "names no apps" in fairness and "<img" not in fairness
+    assert "All jobs are in one app" in fairness and "<img" not in fairness
 
 
 def test_report_needs_an_html_name_and_writes_nothing_on_bad_input(tmp_path: Path) -> None:
@@ -187,3 +187,32 @@ def test_progress_bar_on_a_terminal_only_once_the_replay_runs_long() -> None:
 def test_progress_bar_off_when_stderr_is_not_a_terminal(capsys) -> None:
     _replay(SimulationOptions(progress_delay=0.0))
     assert capsys.readouterr().err == ""
+
+
+def test_the_report_and_the_text_output_name_the_same_apps(tmp_path: Path) -> None:
+    """Issue 23 item 9: one meaning of "app" in one command. The text output's rho
+    tables and the report's fairness section both group by teiresias.policy.themis.apps.app_of
+    (the app column here, not the account column beside it), and a trace with no owner
+    names apps by job-name stem, never "/stem"."""
+    (tmp_path / "spec.csv").write_text(SPEC)
+    lines = (FIXTURES / "tiresias-60_job.csv").read_text(encoding="utf-8").splitlines()
+    mixed = [lines[0] + ",account,app"] + [f"{ln},acct{i % 2},{APPS[i % 3]}" for i, ln in enumerate(lines[1:])]
+    (tmp_path / "mixed.csv").write_text("\n".join(mixed) + "\n", encoding="utf-8")
+    (tmp_path / "plain.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for trace, apps in (("mixed.csv", set(APPS)), ("plain.csv", None)):
+        r = CliRunner().invoke(
+            cli,
+            ["simulate", "-t", str(tmp_path / trace), "-c", str(tmp_path / "spec.csv"), "-p", "las"]
+            + ["--report", str(tmp_path / "r.html")],
+        )
+        assert r.exit_code == 0, r.output
+        table = r.output.split("\napp ", 1)[1].splitlines()[2:]
+        text_apps = {row.split()[0] for row in table if row.strip()}
+        fairness = _sections((tmp_path / "r.html").read_text(encoding="utf-8"))["fairness"]
+        html_apps = set(re.findall(r"<tr><td>las</td><td>([^<]+)</td><td>\d+</td>", fairness))  # app, jobs
+        assert text_apps == html_apps, (trace, text_apps, html_apps)
+        if apps is not None:
+            assert text_apps == apps and "apps: the trace's app column" in r.output
+        else:
+            assert len(text_apps) > 1 and not any(a.startswith("/") for a in text_apps), text_apps
+            assert "apps: job-name stems (the trace has no app, account or user column)" in r.output

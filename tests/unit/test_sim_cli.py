@@ -156,7 +156,7 @@ def test_bad_trace_is_one_line_exit_2_and_nothing_written(files, case):
             ["-p", "las,lottery"],
             "unknown policy 'lottery'; choose from: fifo, best-effort, sjf, srtf, srsf, las, gittins",
         ),
-        (["-p", "gittins"], "policy gittins needs --gittins-samples FILE"),
+        (["-p", "fifo", "--queue-order", "lifo-resume"], "orders las/gittins queues; add las or gittins"),
         (["--queues", "3600,abc"], "--queues '3600,abc': give GPU-second thresholds"),
         (["--queues", "7200,3600"], "must be positive and strictly increasing"),
         (["--interval", "-1"], "--interval -1.0 must be >= 0"),
@@ -191,13 +191,15 @@ def test_help_has_an_example():
 
 def test_outputs_are_all_or_nothing(tmp_path):
     """A failure while writing outputs (e.g. the plot) leaves no output and no temp file."""
-    from teiresias.simulator.atomic import StagedOutputs
+    from teiresias.outputs import StagedOutputs
 
     (tmp_path / "a.json").write_text("old")
     with pytest.raises(RuntimeError):
         with StagedOutputs() as staged:
-            staged.stage(tmp_path / "a.json").write_text("new")
-            staged.stage(tmp_path / "b.csv").write_text("rows")
+            with staged.open(tmp_path / "a.json") as fh:
+                fh.write("new")
+            with staged.open(tmp_path / "b.csv") as fh:
+                fh.write("rows")
             raise RuntimeError("plotting failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
     assert (tmp_path / "a.json").read_text() == "old"
@@ -245,11 +247,13 @@ def test_last_queue_gittins_through_the_command_line(files):
         "400",
         "-g",
         str(files / "gput.csv"),
+        "--queue-order",
+        "fifo",
         "--json",
         "-",
     ]
-    fifo = invoke(*base)
-    idx = invoke(*base, "--last-queue", "gittins")
+    fifo = invoke(*base, "--last-queue", "fifo")
+    idx = invoke(*base)  # the default: the index
     assert fifo.exit_code == 0 and idx.exit_code == 0, fifo.output + idx.output
     a, b = json.loads(fifo.stdout)[0], json.loads(idx.stdout)[0]
     assert a["policy"] == b["policy"] == "gittins"

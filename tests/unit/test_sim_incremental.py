@@ -27,9 +27,13 @@ from teiresias.simulator import SimulationOptions, Simulator, TraceJob
 DIST = ServiceDistribution([30, 50, 120, 200, 400, 800, 2000, 5000])
 VARIANTS = {
     "las": ("las", {}),
-    "gittins": ("gittins", {}),
-    "gittins-last-gittins": ("gittins", {"last_queue": "gittins"}),
-    "gittins-last-gittins-cost": ("gittins", {"last_queue": "gittins", "preempt_cost": 20.0}),
+    "las-running-first": ("las", {"queue_order": "running-first"}),
+    "las-lifo-resume": ("las", {"queue_order": "lifo-resume"}),
+    "gittins-paper": ("gittins", {"last_queue": "fifo", "queue_order": "fifo"}),
+    "gittins-last-gittins": ("gittins", {"last_queue": "gittins", "queue_order": "fifo"}),
+    "gittins-last-gittins-cost": ("gittins", {"last_queue": "gittins", "preempt_cost": 20.0, "queue_order": "fifo"}),
+    "gittins-default": ("gittins", {}),
+    "gittins-default-cost": ("gittins", {"preempt_cost": 20.0}),
     "fifo": ("fifo", {}),
 }
 
@@ -45,7 +49,7 @@ def replay(trace, cluster, name, params, opt):
     return sim, sim.run()
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=rows_st,
     variant=st.sampled_from(sorted(VARIANTS)),
@@ -56,13 +60,20 @@ def replay(trace, cluster, name, params, opt):
     continuous=st.booleans(),
     placement=st.sampled_from(["consolidate", "spread", "profile"]),
     shape=st.sampled_from([(1, 2, 4), (2, 2, 4), (2, 3, 2)]),
+    limits=st.booleans(),
 )
 def test_keyed_replay_equals_full_replay(
-    rows, variant, queues, overhead, interval, promote, continuous, placement, shape
+    rows, variant, queues, overhead, interval, promote, continuous, placement, shape, limits
 ):
     name, knobs = VARIANTS[variant]
     cluster = Cluster.from_tiresias_spec(*shape)
-    trace = [TraceJob(i, g, float(s), float(d), "vgg16" if i % 3 else "resnet50") for i, (g, s, d) in enumerate(rows)]
+    trace = [
+        # Declared time limits (some loose, some tight) move gittins' indices: the keys must still hold.
+        TraceJob(
+            i, g, float(s), float(d), "vgg16" if i % 3 else "resnet50", time_limit=d * (1 + i % 3) if limits else None
+        )
+        for i, (g, s, d) in enumerate(rows)
+    ]
     params = PolicyParams(
         queues=queues, promote_knob=promote, distribution=DIST, continuous=continuous, placement=placement, **knobs
     )
@@ -89,7 +100,7 @@ def test_keyed_rounds_happen_under_a_backlog():
         assert sim.keyed_rounds > 0, name
 
 
-def _job(i, gpus, running, executed, start):
+def _job(i, gpus, running, executed, start, limit=None):
     return Job(
         JobId(i),
         gpus,
@@ -99,11 +110,20 @@ def _job(i, gpus, running, executed, start):
         executed_time=executed,
         waiting_time=float(3 * i % 50),
         placement=Placement.of({"n0": gpus}) if running else None,
+        # lifo-resume reads when a job last started (running) or stopped (waiting, if it ran).
+        state_since=None if start is None else start + float(i % 4),
+        time_limit=limit,
     )
 
 
 snap_st = st.lists(
-    st.tuples(st.sampled_from([1, 2, 4]), st.booleans(), st.floats(0, 4000), st.sampled_from([None, 5.0, 9.0])),
+    st.tuples(
+        st.sampled_from([1, 2, 4]),
+        st.booleans(),
+        st.floats(0, 4000),
+        st.sampled_from([None, 5.0, 9.0]),
+        st.sampled_from([None, 50.0, 3000.0]),
+    ),
     min_size=1,
     max_size=25,
 )
@@ -112,7 +132,7 @@ snap_st = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(
     jobs=snap_st,
-    variant=st.sampled_from(["las", "gittins", "gittins-last-gittins", "gittins-last-gittins-cost"]),
+    variant=st.sampled_from(sorted(v for v in VARIANTS if v != "fifo")),
     promote=st.sampled_from([None, 1.0]),
     continuous=st.booleans(),
     dt=st.floats(0, 500),
@@ -127,7 +147,8 @@ def test_rank_keys_sort_as_decide_ranks_and_hold_until_their_time(jobs, variant,
     )
     assert isinstance(pol, KeyRanked)
     js = [
-        _job(i, g, run, e, start if start is not None or not run else 1.0) for i, (g, run, e, start) in enumerate(jobs)
+        _job(i, g, run, e, start if start is not None or not run else 1.0, lim)
+        for i, (g, run, e, start, lim) in enumerate(jobs)
     ]
     snap = Snapshot(10.0, Cluster.from_tiresias_spec(1, 1, 4096), js)
     keyed = pol.rank_keys(js, 10.0)

@@ -97,5 +97,6 @@ def test_pyslurm_objects_map_to_the_interface():
 
 def test_cli_poll_mode():
     assert select_backend("cli", env={}, poll="scontrol").poll == "scontrol"
-    with pytest.raises(ConfigError, match="json or scontrol"):
+    assert select_backend("cli", env={}, poll="fields").poll == "fields"
+    with pytest.raises(ConfigError, match="choose one of json, scontrol, fields"):
         select_backend("cli", env={}, poll="fast")

@@ -233,3 +233,19 @@ def test_outputs_are_checked_before_reading_and_written_both_or_neither(tmp_path
     bad.write_text("hello\n")
     _one_line_exit_2(run(str(bad), "-o", str(out), "-S", str(tmp_path / "s.csv")), "not sacct output")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt"]
+
+
+def test_a_json_record_without_user_is_named_and_can_take_the_user_parsable2_gives():
+    """Issue 21 item 11: Slurm 22.05 writes ``"user": null`` and no association (and no
+    uid) for a user without one; the converter names those jobs (no_user) and takes
+    the user the CLI read from sacct --parsable2 (live: tests/site/test_site_live.py)."""
+    data = json.loads(JSON_OUT.read_text())
+    for job in data["jobs"]:
+        if job["job_id"] == 5:
+            job["user"], job["association"], job["account"] = None, None, None
+    text = json.dumps(data)
+    conv = parse_sacct(text, "sacct.json")
+    assert conv.no_user == (5,)
+    assert [j.user for j in conv.jobs if j.job_id == 5] == [""]
+    named = parse_sacct(text, "sacct.json", users={5: "u1"})
+    assert named.no_user == () and [j.user for j in named.jobs if j.job_id == 5] == ["u1"]

@@ -106,3 +106,24 @@ def test_synth_cli_bad_input_exit_2(tmp_path):
     bad.write_text("job_id,num_gpu\n")
     r = CliRunner().invoke(cli, ["trace", "check", str(bad)])
     assert r.exit_code == 2 and f"{bad}:1: missing column" in r.output
+
+
+def test_teams_like_merges_teams_of_their_own_sizes_in_bursts():
+    """trace synth --kind teams: the jobs asked for, in submit order, ids 0.., each team an
+    account with its own GPU mix, arrivals at the asked load, the same trace for the same seed."""
+    from teiresias.simulator.synth import TeamsParams, teams_like
+
+    samples = np.geomspace(100, 1e6, 400).tolist()
+    params = TeamsParams(num_jobs=600, cluster_gpus=64, load=2.0, num_teams=5, max_duration=86400.0)
+    jobs = teams_like(samples, params, seed=4)
+    assert len(jobs) == 600 and [j.job_id for j in jobs] == list(range(600))
+    assert all(a.submit_time <= b.submit_time for a, b in zip(jobs, jobs[1:]))
+    assert {j.account for j in jobs} <= {f"team{t}" for t in range(5)} and len({j.account for j in jobs}) > 1
+    offered = sum(j.num_gpus * j.duration for j in jobs) / (64 * jobs[-1].submit_time)
+    assert 1.6 < offered < 2.6  # the span is drawn to meet the load (bursts end a little early)
+    # teams differ in their GPU sizes (each skews the site's mix)
+    mixes = [np.mean([j.num_gpus for j in jobs if j.account == f"team{t}"] or [0]) for t in range(5)]
+    assert max(mixes) > 1.5 * min(m for m in mixes if m)
+    assert teams_like(samples, params, seed=4) == jobs
+    with pytest.raises(ConfigError, match="mean burst size must be >= 1 job"):
+        teams_like(samples, TeamsParams(10, 8, 1.0, burst_mean=0.5))

@@ -4,8 +4,9 @@
 same starts (same GPUs), preemptions (same jobs, same order), promotions and
 reasons as ``decide`` on the whole snapshot, for every policy option and
 placement, on random snapshots: random clusters, running jobs placed on random
-nodes (some over-committed by ``unavailable``, which the kept walk hands to the
-plain one), waiting jobs of every state. This is what keeps the two walks from
+nodes (some over-committed by ``unavailable``, some protected by their owner:
+the kept walk hands both to the plain one), waiting jobs of every state (queue
+orders, time limits, per-node shapes). This is what keeps the two walks from
 drifting: a new option of las or gittins goes into ``VARIANTS``.
 """
 
@@ -21,6 +22,7 @@ from teiresias.errors import ConfigError
 from teiresias.policy.base import walks_kept
 from teiresias.policy.gittins import ServiceDistribution
 from teiresias.policy.kept import KeptRanking
+from teiresias.policy.mlfq import QUEUE_ORDERS
 from teiresias.policy.registry import PolicyParams, build_policy
 
 DIST = ServiceDistribution([30, 50, 120, 200, 400, 800, 2000, 5000, 9000])
@@ -32,9 +34,13 @@ VARIANTS = {
     "las-continuous": ("las", {"continuous": True}),
     "gittins": ("gittins", {}),
     "gittins-continuous": ("gittins", {"continuous": True}),
+    "gittins-last-fifo": ("gittins", {"last_queue": "fifo"}),
     "gittins-last-gittins": ("gittins", {"last_queue": "gittins"}),
     "gittins-last-gittins-cost": ("gittins", {"last_queue": "gittins", "preempt_cost": 20.0}),
 }
+# The order inside a queue (PolicyParams.queue_order; None: the policy's default), drawn on
+# top of every variant.
+ORDERS = [None, *QUEUE_ORDERS]
 
 job_st = st.tuples(
     st.sampled_from([1, 1, 2, 2, 3, 4, 8, 16]),  # GPUs
@@ -44,6 +50,10 @@ job_st = st.tuples(
     st.sampled_from([0.0, 3.0, 50.0, 400.0]),  # delta_J
     st.sampled_from([None, 0.1, 0.9]),  # skew (profile placement)
     st.integers(0, 1000),  # where a running job goes
+    st.sampled_from([None, 0.0, 7.0]),  # since the first start, when it last started or stopped
+    st.sampled_from([None, None, 40.0, 600.0, 5000.0]),  # time limit (s): truncates gittins
+    st.sampled_from([None, None, None, 500.0, 2000.0]),  # protected until (running; now = 1000)
+    st.sampled_from([0, 0, 0, 1, -1]),  # GPUs per node (waiting; -1: all on one node)
 )
 
 
@@ -69,20 +79,25 @@ def _snapshot(rows, switches, nodes, gpn, unavailable_seed):
     cluster = Cluster.from_tiresias_spec(switches, nodes, gpn)
     free = {n.name: n.gpus for n in cluster.nodes}
     jobs = []
-    for i, (g, running, executed, start, waiting, skew, where) in enumerate(rows):
+    for i, (g, running, executed, start, waiting, skew, where, since, limit, protect, per) in enumerate(rows):
         placement = _place(g, free, where) if running else None
         run = placement is not None
+        first = (start if start is not None else 1.0) if run else start
         jobs.append(
             Job(
                 JobId(i),
                 g,
                 float(i % 7),
                 state=JobState.RUNNING if run else JobState.PENDING,
-                first_start_time=(start if start is not None else 1.0) if run else start,
+                first_start_time=first,
+                state_since=None if first is None or since is None else first + since + (i % 5),
                 executed_time=executed if (run or start is not None) else 0.0,
                 waiting_time=waiting,
                 skew=skew,
                 placement=placement,
+                time_limit=limit,
+                protected_until=protect if run else None,
+                gpus_per_node=0 if run else (g if per < 0 else per),
             )
         )
     # GPUs outside the managed jobs: on free GPUs, or (unavailable_seed odd) beyond them,
@@ -106,14 +121,20 @@ def _snapshot(rows, switches, nodes, gpn, unavailable_seed):
     unavailable_seed=st.integers(0, 12),
     keep_waiting=st.lists(st.booleans(), min_size=40, max_size=40),
     switches=st.fixed_dictionaries({name: st.booleans() for name in SWITCHES}),
+    order=st.sampled_from(ORDERS),
 )
 def test_walk_over_a_kept_ranking_decides_as_the_plain_walk(
-    rows, variant, placement, queues, promote, shape, unavailable_seed, keep_waiting, switches
+    rows, variant, placement, queues, promote, shape, unavailable_seed, keep_waiting, switches, order
 ):
     name, knobs = VARIANTS[variant]
     try:
         params = PolicyParams(
-            queues=queues, promote_knob=promote, distribution=DIST, placement=placement, **{**switches, **knobs}
+            queues=queues,
+            promote_knob=promote,
+            distribution=DIST,
+            placement=placement,
+            queue_order=order,
+            **{**switches, **knobs},
         )
     except ConfigError:
         assume(False)  # knobs that do not go together
@@ -139,7 +160,7 @@ def test_walk_over_a_kept_ranking_decides_as_the_plain_walk(
             asked.append(by_id[key[-1]])
     got = policy.decide_kept(Snapshot(now, cluster, asked, unavailable), kept)
     event(f"preempts {min(len(plain.preempt), 3)}, starts {min(len(plain.start), 3)}")
-    event("plain walk (over-committed node)" if got.keep else "kept walk")
+    event("plain walk (over-committed node or protected job)" if got.keep else "kept walk")
     event(f"{min(len(kept.waiting_jobs), 2)} kept waiting")
 
     assert got.start == plain.start
@@ -192,13 +213,16 @@ def test_kept_ranking_tracks_free_gpus_and_refuses_a_job_without_gpus():
     variant=st.sampled_from(sorted(VARIANTS)),
     queues=st.sampled_from([(100.0,), (100.0, 1000.0)]),
     promote=st.sampled_from([None, 1.0]),
+    order=st.sampled_from(ORDERS),
 )
-def test_quiet_until_is_the_soonest_key_promise(rows, variant, queues, promote):
+def test_quiet_until_is_the_soonest_key_promise(rows, variant, queues, promote, order):
     """What lets the simulator ask ``quiet_until`` of a few jobs only (``Simulator._quiet_until``):
     it is the soonest of each job's own, a job whose key holds for ever does not move it, and
     a job whose key holds until a finite time moves it exactly then (KeyRanked)."""
     name, knobs = VARIANTS[variant]
-    policy = build_policy(name, PolicyParams(queues=queues, promote_knob=promote, distribution=DIST, **knobs))
+    policy = build_policy(
+        name, PolicyParams(queues=queues, promote_knob=promote, distribution=DIST, queue_order=order, **knobs)
+    )
     quiet = getattr(policy, "quiet_until", None)
     if quiet is None:
         return

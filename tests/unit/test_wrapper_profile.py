@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import profiler
 from profiler.aggregate import Profile
 from profiler.store import ProfileStore, model_key
 from teiresias.errors import ConfigError
+from tests.unit.test_wrapper_tsbatch import SETUP as TSBATCH_SETUP
 from wrappers import profiling
 from wrappers.batchscript import JobSetup, render
 from wrappers.gpu_count import requested_gpus
@@ -186,13 +188,9 @@ def test_profiling_decision_gives_the_interposer(tmp_path):
 # ----------------------------------------------------------------- the batch script
 
 USER = "#!/bin/bash\n#SBATCH --gpus=2\ntorchrun --nproc-per-node=2 train.py\n"
-SETUP = JobSetup(
-    hook_site="/opt/teiresias/wrappers/hooks/site",
-    base="/shared/ckpt",
-    every=0,
-    profile=True,
-    grace=90,
-    profile_lib="/opt/teiresias/profiler/_tprof.so",
+# tsbatch's golden setup, profiled, with a site spool
+SETUP = replace(
+    TSBATCH_SETUP, profile=True, profile_lib="/opt/teiresias/profiler/_tprof.so", spool="/var/spool/teiresias"
 )
 
 

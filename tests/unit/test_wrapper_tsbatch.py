@@ -26,7 +26,14 @@ USER_SCRIPT = """#!/bin/bash
 python train.py "$@"
 #SBATCH --not-a-directive-after-a-command
 """
-SETUP = JobSetup(hook_site="/opt/teiresias/wrappers/hooks/site", base="/shared/ckpt", every=0, profile=False, grace=90)
+SETUP = JobSetup(
+    hook_site="/opt/teiresias/wrappers/hooks/site",
+    base="/shared/ckpt",
+    every=0,
+    profile=False,
+    grace=90,
+    key="0123456789abcdef",
+)
 
 
 def test_generated_script_matches_golden_file():
@@ -169,6 +176,39 @@ def test_batch_shell_survives_and_forwards_each_signal_once(tmp_path):
         assert (tmp_path / "got").read_text() == "usr2\nusr1\n"
     finally:
         (tmp_path / "stop").write_text("")  # the child (own session) ends by itself
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+ENDS_ON_USR1 = """#!{python}
+import os, pathlib, signal, sys, time
+d = pathlib.Path(sys.argv[1])
+signal.signal(signal.SIGUSR1, lambda s, f: os._exit(0))  # its last step was done: it ends now
+(d / "ready").write_text("")
+while True:
+    time.sleep(0.02)
+"""
+
+
+def test_a_job_ending_while_the_shell_handles_usr1_exits_0(tmp_path):
+    """Issue 20 B2: a preemption signal that comes as the job ends. The shell's
+    trap forwards USR1 and the child ends (exit 0) while the trap still runs; the
+    interrupted ``wait`` said 138 (128 + USR1), and the job ended FAILED 138."""
+    import signal
+
+    setup = JobSetup(str(HERE), str(tmp_path / "jobs"), 0, False, 90)  # hooks on: the trap also acks
+    (tmp_path / "batch.sh").write_text(render(ENDS_ON_USR1.format(python=sys.executable), setup))
+    proc = subprocess.Popen(
+        ["bash", str(tmp_path / "batch.sh"), str(tmp_path)],
+        env={**os.environ, "SLURM_JOB_ID": "7", "TEIRESIAS_CHECKPOINT": "0"},
+        start_new_session=True,
+    )
+    try:
+        poll("the child", (tmp_path / "ready").exists, 20, 0.02)
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.wait(timeout=20) == 0
+    finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

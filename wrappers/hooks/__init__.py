@@ -49,6 +49,7 @@ def _install() -> None:
         rt = Runtime(os.environ)
         patches.install(rt)
         rt.install_signals()
+        rt.device.start(rt.rank())  # a GPU the controller named, before the script's first tensor
         _runtime = rt
     except Exception as exc:  # never stop the user's program over our hooks
         print(f"teiresias: warning: checkpoint hooks not installed: {type(exc).__name__}: {exc}", file=sys.stderr)

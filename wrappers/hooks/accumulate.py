@@ -67,6 +67,7 @@ class Accumulator:
         self.stepped = True  # the real optimizer step of this batch ran
         self.ddp: list[weakref.ref] = []
         self.full_batches = 0
+        self.weight = 1.0  # this micro-batch's share of the step's gradient (unequal short groups)
 
     @property
     def last(self) -> bool:
@@ -130,9 +131,79 @@ def _micro_batches(acc: Accumulator, it: Iterator[Any]) -> Iterator[Any]:
 def _grouped_batches(acc: Accumulator, it: Iterator[Any]) -> Iterator[Any]:
     # Each loader batch is one micro-batch; a group of acc.steps makes a step. An
     # iteration starts a group (a resumed one starts at a saved step boundary).
-    for i, batch in enumerate(it):
-        acc.begin(i % acc.steps, acc.steps)
+    # The epoch's last group may be short (a data set not divisible by the global
+    # batch, issue 23 item 4): it steps after its own last batch, as the MAX-rank
+    # run steps after its short last batch, each batch weighed by its samples.
+    length, first = _length(it), getattr(it, "_num_yielded", 0)
+    sizes = _batch_sizes(it, length)
+    for k, batch in enumerate(it):
+        i = first + k  # the batch's index in the epoch
+        start = i - i % acc.steps
+        count = acc.steps if length is None else min(acc.steps, length - start)
+        acc.begin(i - start, count)
+        group = sizes[start : start + count] if sizes else []
+        acc.weight = group[i - start] * count / sum(group) if group and len(set(group)) > 1 else 1.0
         yield batch
+    acc.weight = 1.0
+
+
+def _length(it: Any) -> int | None:
+    try:
+        return len(it)
+    except TypeError:
+        return None
+
+
+def _batch_sizes(it: Any, length: int | None) -> list[int]:
+    """Per-rank batch sizes of an epoch of a map-style loader with a batch size (else [])."""
+    loader = getattr(it, "_teiresias_loader", None)
+    b, sampler = getattr(loader, "batch_size", None), getattr(loader, "sampler", None)
+    if length is None or not b or sampler is None:
+        return []
+    try:
+        n = len(sampler)
+    except TypeError:
+        return []
+    return [min(b, n - j * b) for j in range(length)]
+
+
+def elastic_mismatch(loader: Any, env: Mapping[str, str]) -> str | None:
+    """Why this loader's epochs differ between the sizes an elastic job may run at, or None.
+
+    A DistributedSampler pads the data set (or drops its tail) to a multiple of the
+    rank count, and a loader with drop_last drops each rank's short last batch: when
+    the samples trained per epoch differ between MAX ranks and a smaller allowed
+    size, no accumulation makes the two runs the same training."""
+    from torch.utils.data import DistributedSampler
+
+    text = env.get(protocol.ENV_ELASTIC, "")
+    sampler = getattr(loader, "sampler", None)
+    if not text or not isinstance(sampler, DistributedSampler):
+        return None
+    try:
+        elastic = protocol.parse_elastic(text)
+        n = len(sampler.dataset)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return None
+    b = loader.batch_size or 1
+
+    def trained(w: int) -> tuple[int, int]:
+        per_rank = n // w if sampler.drop_last else -(-n // w)
+        if loader.drop_last:
+            per_rank = per_rank // b * b
+        return per_rank * w, (-(-n // w) * w if not sampler.drop_last else n // w * w)
+
+    want = trained(elastic.max_gpus)
+    for w in range(elastic.min_gpus, elastic.max_gpus):
+        if elastic.max_gpus % w == 0 and trained(w) != want:
+            return (
+                f"elastic {text}: the data set's {n} samples make epochs of {want[0]} samples at "
+                f"{elastic.max_gpus} ranks but {trained(w)[0]} at {w} (DistributedSampler pads or drops to a "
+                f"multiple of the ranks{', the loader drops short batches' if loader.drop_last else ''}); "
+                f"use a data set of a multiple of {elastic.max_gpus} samples"
+                f"{' and of the global batch' if loader.drop_last else ''}"
+            )
+    return None
 
 
 class _MicroIter:
@@ -173,10 +244,11 @@ def elastic_steps(env: Mapping[str, str]) -> int:
 
 
 def install(jobdir: Any, env: Mapping[str, str] | None = None) -> Accumulator | None:
-    """Read accumulate.json (split) or the elastic setting (group) and patch torch
-    if it asks for s > 1; returns the accumulator (or None)."""
+    """Read accumulate.json (split) in ``jobdir`` (the controller's folder for the job;
+    None: none to trust) or the elastic setting (group) and patch torch if it asks
+    for s > 1; returns the accumulator (or None)."""
     try:
-        setting = protocol.read_accumulate(jobdir)
+        setting = protocol.read_accumulate(jobdir) if jobdir is not None else None
     except protocol.AccumulateInvalid as exc:
         print(f"teiresias: warning: gradient accumulation off: {exc}", file=sys.stderr, flush=True)
         return None
@@ -191,16 +263,21 @@ def install(jobdir: Any, env: Mapping[str, str] | None = None) -> Accumulator | 
 
     @functools.wraps(orig_iter)
     def loader_iter(self: Any) -> Any:
-        return _MicroIter(acc, orig_iter(self), group)
+        inner = orig_iter(self)
+        if group:
+            inner.__dict__["_teiresias_loader"] = self  # (a Consumed epoch has a __dict__ too)
+        return _MicroIter(acc, inner, group)
 
     dl.DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]
 
     orig_backward = torch.Tensor.backward
 
     @functools.wraps(orig_backward)
-    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def backward(self: Any, gradient: Any = None, *args: Any, **kwargs: Any) -> Any:
         acc.backward_seen = True
-        return orig_backward(self, *args, **kwargs)
+        if acc.weight != 1.0:
+            gradient = (torch.ones_like(self) if gradient is None else gradient) * acc.weight
+        return orig_backward(self, gradient, *args, **kwargs)
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
 

@@ -60,6 +60,16 @@ class CheckpointDirUnusable(Exception):
     """The job directory cannot be created or used; the job runs without checkpoints."""
 
 
+class CheckpointsReadOnly(CheckpointDirUnusable):
+    """The checkpoints can be read but no new one written (a read-only file system,
+    a folder without write permission): the job resumes from them, saves fail."""
+
+
+class CheckpointNotWritten(Exception):
+    """A checkpoint could not be written (a full disk, a file-size limit, a read-only
+    folder); ``str`` is the one-line reason. The previous checkpoints are intact."""
+
+
 @dataclass(frozen=True)
 class Written:
     path: Path
@@ -95,14 +105,31 @@ class CheckpointStore:
         self.keep = max(1, keep)
 
     def prepare(self) -> None:
-        ensure_private_dir(self.jobdir)
-        ensure_private_dir(self.dir)
-        probe = self.dir / f".probe-{os.getpid()}"
+        """Make the folders; raise CheckpointsReadOnly when checkpoints can only be read
+        (the job resumes from them, a save fails with one line), CheckpointDirUnusable
+        when there is nothing to use."""
         try:
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as exc:
-            raise CheckpointDirUnusable(f"cannot write in {self.dir}: {exc.strerror or exc}") from exc
+            ensure_private_dir(self.jobdir)
+            ensure_private_dir(self.dir)
+            probe = self.dir / f".probe-{os.getpid()}"
+            try:
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as exc:
+                raise CheckpointDirUnusable(f"cannot write in {self.dir}: {exc.strerror or exc}") from exc
+        except CheckpointDirUnusable as exc:
+            if self._readable():
+                raise CheckpointsReadOnly(str(exc)) from exc
+            raise
+
+    def _readable(self) -> bool:
+        """Our own folder of checkpoints, there to be read (check_trusted checks each file)."""
+        try:
+            st = os.lstat(self.dir)
+            os.listdir(self.dir)
+        except OSError:
+            return False
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
     # ------------------------------------------------------------------ listing
     def list(self) -> list[tuple[int, int, Path]]:
@@ -129,17 +156,25 @@ class CheckpointStore:
         final = self.dir / f"ckpt-{seq:06d}-step{step}.pt"
         tmp = self.dir / f".{final.name}.{os.getpid()}.tmp"
         t0 = time.perf_counter()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        writer: _Writer | None = None
         try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as raw:
+                writer = _Writer(raw, self.jobdir, seq)
                 # cast: torch.save writes to a file object with write() and flush() only, all
-                # the test writer has (its FileLike type says IO[bytes])
-                f: BinaryIO = cast(BinaryIO, _PausingWriter(raw, self.jobdir, seq)) if _pause_seq() == seq else raw
-                torch.save(payload, f)
+                # the writer has (its FileLike type says IO[bytes])
+                _original(torch.save)(payload, cast(BinaryIO, writer))
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, final)
             _fsync_dir(self.dir)
+        except Exception as exc:
+            tmp.unlink(missing_ok=True)
+            # torch.save hides the writer's OSError behind its own RuntimeError ("unexpected pos")
+            cause = writer.error if writer is not None and writer.error is not None else exc
+            where = getattr(cause, "filename", None) or self.dir
+            reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else _first_line(cause)
+            raise CheckpointNotWritten(f"{reason} ({where})") from exc
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -275,7 +310,7 @@ def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return _original(torch.load)(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for bad files
         first = exc
     try:
@@ -304,7 +339,7 @@ def _load_weights_only(path: Path, trust: str) -> dict[str, Any]:
             ) from exc
         try:
             with torch.serialization.safe_globals(objs):
-                data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+                data = _original(torch.load)(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception as exc:  # noqa: BLE001
             m = re.search(r"but got <class '([\w.]+)'>", str(exc))
             if m is None or m.group(1) in need:
@@ -401,6 +436,11 @@ def _check_checkpoint(data: Any) -> None:
             _get(point, key, int, where + ".point")
 
 
+def _original(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's own save/load: the hooks watch the script's (patches._watch_own_files), not their own."""
+    return cast(Callable[..., Any], getattr(fn, "__wrapped__", fn))
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -419,20 +459,27 @@ def _pause_seq() -> int | None:
     return int(value) if value.isdigit() else None
 
 
-class _PausingWriter:
-    """Tests only (``TEIRESIAS_TEST_PAUSE_IN_WRITE=<seq>``): after some bytes of
-    checkpoint ``seq`` are on disk, announce ``<jobdir>/test-paused-<seq>``
-    (holding our pid) and stop, so a test can SIGKILL us mid-write. Pauses
-    once per job: the marker stays, and a rerun writes straight through."""
+class _Writer:
+    """The file torch.save writes a checkpoint to: it keeps the first OSError (torch
+    reports a failed write as "unexpected pos"), and, for tests only
+    (``TEIRESIAS_TEST_PAUSE_IN_WRITE=<seq>``), after some bytes of checkpoint
+    ``seq`` are on disk announces ``<jobdir>/test-paused-<seq>`` (holding our pid)
+    and stops, so a test can SIGKILL us mid-write. Pauses once per job: the
+    marker stays, and a rerun writes straight through."""
 
     def __init__(self, raw: BinaryIO, jobdir: Path, seq: int) -> None:
         self.raw = raw
+        self.error: OSError | None = None
         self.marker = jobdir / f"test-paused-{seq}"
         self.written = 0
-        self.armed = not self.marker.exists()
+        self.armed = _pause_seq() == seq and not self.marker.exists()
 
     def write(self, data: Any) -> int:
-        n = self.raw.write(data)
+        try:
+            n = self.raw.write(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
         self.written += n
         if self.armed and self.written >= 4096:
             self.armed = False
@@ -445,4 +492,8 @@ class _PausingWriter:
         return n
 
     def flush(self) -> None:
-        self.raw.flush()
+        try:
+            self.raw.flush()
+        except OSError as exc:
+            self.error = self.error or exc
+            raise

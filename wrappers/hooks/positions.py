@@ -41,8 +41,13 @@ class IterRecord:
     def key(self) -> tuple[int, int]:
         return (self.ord, self.n)
 
+    worker_rng: bool = False  # its loader's workers drew random numbers (set at save)
+    length: int = -1  # items in the iteration (-1: unknown): pos == length is its end
+
     def to_plain(self) -> dict[str, Any]:
         return {
+            "worker_rng": self.worker_rng,
+            "len": self.length,
             "kind": self.kind,
             "ord": self.ord,
             "n": self.n,
@@ -77,6 +82,28 @@ class Positions:
     owners: dict[int, Any] = field(default_factory=dict)  # ord -> loader (strong: loaders live for the run)
     live: list[IterRecord] = field(default_factory=list)
     first: dict[int, tuple[list[torch.Tensor], torch.Tensor]] = field(default_factory=dict)  # ord -> states
+    worker_flags: dict[int, Any] = field(default_factory=dict)  # ord -> shared byte its workers set (workers.py)
+
+    def worker_flag(self, owner: Any) -> Any:
+        """The shared byte this loader's workers set when they draw random numbers."""
+        from wrappers.hooks import workers
+
+        ord_ = self.ord_of(owner)
+        if ord_ not in self.worker_flags:
+            self.worker_flags[ord_] = workers.new_flag()
+        return self.worker_flags[ord_]
+
+    def worker_rng(self, ord_: int) -> bool:
+        flag = self.worker_flags.get(ord_)
+        return flag is not None and bool(flag.value)
+
+    def persistent_random_workers(self) -> int | None:
+        """A loader with persistent workers that draw random numbers (its ord), if any."""
+        for ord_, flag in self.worker_flags.items():
+            owner = self.owners.get(ord_)
+            if flag.value and getattr(owner, "persistent_workers", False) and getattr(owner, "num_workers", 0) > 0:
+                return ord_
+        return None
 
     def ord_of(self, owner: Any) -> int:
         ord_ = getattr(owner, "_teiresias_ord", None)
@@ -98,6 +125,10 @@ class Positions:
         n = self.iterations.get(ord_, 0)
         self.iterations[ord_] = n + 1
         rec = IterRecord(kind, ord_, n, [g.get_state() for g in generators_of(owner)], torch.get_rng_state())
+        try:
+            rec.length = len(owner)
+        except TypeError:
+            pass
         if n == 0:
             self.first[ord_] = (rec.gens, rec.rng)
         rec.first_gens, rec.first_rng = self.first.get(ord_, (rec.gens, rec.rng))
@@ -177,19 +208,21 @@ def loader_iter_at(
     make: Callable[[Any], Any],
     next_: Callable[[Any], Any],
     at_start: Callable[[], None] | None = None,
+    fetch: bool = False,
 ) -> Any:
     """A new iterator of ``loader`` (made by the original ``DataLoader.__iter__``)
     that continues after ``skip`` batches; ``at_start`` runs right before its
-    sampler starts (after the iterator drew its base seed)."""
+    sampler starts (after the iterator drew its base seed); ``fetch``: load the
+    skipped batches (in the workers, which draw their random numbers again) and drop them."""
     if skip == 0 and at_start is None:
         return make(loader)
     from torch.utils.data.dataloader import _DatasetKind
 
-    if loader._dataset_kind == _DatasetKind.Iterable:
+    if loader._dataset_kind == _DatasetKind.Iterable or fetch:
         if at_start is not None:
             at_start()
         it = make(loader)
-        for _ in range(skip):  # no indices to skip: fetch and drop
+        for _ in range(skip):  # no indices to skip, or workers to bring where they were: fetch and drop
             next_(it)
         return it
     attr = "batch_sampler" if loader._auto_collation else "sampler"

@@ -126,8 +126,13 @@ class Replay:
             out = dict(part)
             out["point"] = dict(part["point"])
             out["iterators"] = [dict(it) for it in part["iterators"]]
+            ends = {(it["ord"], it["n"]) for it in out["iterators"] if it.get("len", -1) == it["pos"] > 0}
             for item in [out["point"], *out["iterators"]]:
-                if item.get("pos", -1) > 0:
+                if (item.get("ord"), item.get("n")) in ends and item["pos"] > 0:
+                    # An epoch's end: its length at the new size is known when it is rebuilt
+                    # (Runtime.on_iter); a short last step makes it no multiple of the old one.
+                    item["end"] = True
+                elif item.get("pos", -1) > 0:
                     if item["pos"] * old % new:
                         raise ResumeError(
                             f"cannot resume at {new} rank(s): the checkpoint's data position "
@@ -155,6 +160,16 @@ class Replay:
             if it["ord"] == ord_ and it["n"] == n:
                 return it
         return None
+
+    def resolve_end(self, saved: dict[str, Any], length: int) -> None:
+        """An iterator saved at its epoch's end (at another size): its position is the
+        end of the epoch at this size, and so is the point's if it names this iterator."""
+        assert self.ckpt is not None
+        saved["pos"] = length
+        saved.pop("end", None)
+        p = self.local_part(self.ckpt)["point"]
+        if p.pop("end", None) and (p["ord"], p["n"]) == (saved["ord"], saved["n"]):
+            p["pos"] = length
 
     def is_point(self, kind: str, ord_: int, n: int, pos: int) -> bool:
         """Whether this data request is the one at which the checkpoint was taken."""

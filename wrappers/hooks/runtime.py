@@ -36,14 +36,22 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
 from wrappers import protocol
 from wrappers.hooks import state as st
 from wrappers.hooks import usage
-from wrappers.hooks.checkpoint import FORMAT, CheckpointDirUnusable, CheckpointStore, Written
+from wrappers.hooks.checkpoint import (
+    FORMAT,
+    CheckpointDirUnusable,
+    CheckpointNotWritten,
+    CheckpointsReadOnly,
+    CheckpointStore,
+    Written,
+)
+from wrappers.hooks.device import DeviceSwitch
 from wrappers.hooks.positions import Consumed, IterRecord, Positions, generators_of
 from wrappers.hooks.ranks import Ranks
 from wrappers.hooks.replay import Replay, ResumeError
@@ -51,6 +59,7 @@ from wrappers.hooks.signals import (
     SIGNAL_STOP,
     Stop,
     exit_now,
+    ignore_job_signals,
     quiet_launcher_signal,
     requeue_self,
     say,
@@ -81,7 +90,13 @@ class Runtime:
         self.restart_count = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
         self.every = int(env.get(protocol.ENV_EVERY, "0") or 0)
         base = env.get(protocol.ENV_BASE, protocol.DEFAULT_BASE)
-        self.jobdir: Path = protocol.job_dir(base, self.job_id or "nojob")
+        # The batch shell names this incarnation's folders (teiresias/jobfiles.py): the job
+        # directory (checkpoints) and the control folder the controller reads (Ack,
+        # handshake markers, records); a job started otherwise keeps <base>/<job id> for both.
+        self.key = env.get(protocol.ENV_JOB_KEY, "")
+        self.jobdir: Path = Path(env.get(protocol.ENV_JOB_DIR) or protocol.job_dir(base, self.job_id or "nojob"))
+        self.ctldir: Path = Path(env.get(protocol.ENV_CONTROL_DIR) or self.jobdir)
+        self.ctl_in: Path = Path(env.get(protocol.ENV_CONTROL_IN) or self.jobdir)
         self.store = CheckpointStore(self.jobdir, keep=int(env.get(protocol.ENV_KEEP, "2") or 2))
         self.enabled = True
         self.tracked = st.Tracked()
@@ -92,14 +107,26 @@ class Runtime:
         self.api_request = False  # api.checkpoint_now()
         self.step = 0
         self.loaded = False
+        self.started = False  # this run's started marker is made (ensure_loaded)
         self.resumed_from: int | None = None
         self._dir_checked = False
+        self.writable = True  # False: checkpoints can be read, not written (usable())
+        self.save_failures = 0  # periodic/API saves that failed this run (reported once)
+        # Start of the logical run (this process, or the first run of the checkpoint chain it
+        # resumes): a file the script reads during replay that is newer was written by this job.
+        self.job_start = time.time()
+        self.state_loads = 0  # the script's own Optimizer.load_state_dict calls (logical run)
+        self.restoring = False  # our own load_state_dict calls are not the script's
+        self.skipped_saves = 0  # the script's torch.save calls skipped in replay
+        self.fetch_skipped = False  # the iterator being made fetches the batches it skips (on_iter)
         self.ranks = Ranks(env)
         self.replay = Replay(env, self.store, self.ranks)
         self.timer = StepTimer(
-            env, self.jobdir, self.job_id, self.restart_count, lambda: self.enabled and self.rank() == 0
+            env, self.ctldir, self.job_id, self.restart_count, lambda: self.enabled and self.rank() == 0
         )
-        self.suspender = Suspender(self.jobdir, self.job_id, self.restart_count)
+        self.suspender = Suspender(self.ctldir, self.job_id, self.restart_count)
+        # A job bound to several GPUs runs on the one the controller names (device.py).
+        self.device = DeviceSwitch(env, self.control_in, self.ctldir, self.job_id, self.restart_count)
         # GPU sharing's sub-batches (accumulate.py), when the job dir asks for them: set by patches.install
         self.accumulator: Accumulator | None = None
 
@@ -113,11 +140,13 @@ class Runtime:
     # ------------------------------------------------------------------ signals
     def install_signals(self) -> None:
         atexit.register(self.write_run)  # a run that ends normally reports its iteration time
+        atexit.register(self.at_exit)
         sys.excepthook = quiet_launcher_signal(sys.excepthook)
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in SIGNAL_STOP:
             signal.signal(signum, self._on_signal)
+        atexit.register(ignore_job_signals)  # runs late: atexit calls handlers last-in first-out
         # Time-slicing (scontrol suspend): park at the next step boundary. A process
         # that trains nothing (torchrun's agent) or waits to be requeued stops at once.
         self.suspender.install(lambda: bool(self.tracked.live_optimizers()) and not self.waiting)
@@ -149,6 +178,15 @@ class Runtime:
                 return False
             try:
                 self.store.prepare()
+            except CheckpointsReadOnly as exc:
+                # Resume from what is there (a valid checkpoint must not be ignored); a save
+                # fails with one line and the previous checkpoint stays (issue 23 item 6).
+                self.writable = False
+                if self.rank() == 0:
+                    say(
+                        f"warning: checkpoints can be read but not written: {exc}; this run resumes "
+                        f"from them, a preemption will save nothing new"
+                    )
             except CheckpointDirUnusable as exc:
                 self.enabled = False
                 if self.rank() == 0:
@@ -158,19 +196,36 @@ class Runtime:
                     )
             else:
                 # GPU/CPU usage for the controller (wrappers/hooks/usage.py); one sampler per node.
-                usage.start(self.env, self.jobdir, self.job_id, self.restart_count)
+                usage.start(self.env, self.ctldir, self.job_id, self.restart_count)
         return self.enabled
+
+    def control_in(self) -> Path | None:
+        """The folder the controller writes this job's settings to (accumulate.json), or
+        None: a spool ``.in`` folder counts only when the controller owns it (anyone may
+        create a name in the spool; teiresias/jobfiles.py)."""
+        if self.ctl_in == self.jobdir or protocol.controller_folder(self.ctl_in):
+            return self.ctl_in
+        if self.ctl_in.exists() and self.rank() == 0:
+            say(f"warning: {self.ctl_in} is not the controller's; its settings are ignored")
+        return None
 
     # ------------------------------------------------------------------ resume
     def ensure_loaded(self) -> None:
-        """On the first data request or step: find this job's checkpoint and enter replay."""
+        """On the first data request or step: find this job's checkpoint and enter replay,
+        and tell the batch shell this run has started (``_note_run_started``)."""
+        self.find_checkpoint()
+        if not self.started and self.enabled:
+            self.started = True
+            self._note_run_started()
+
+    def find_checkpoint(self) -> None:
+        """Find this job's checkpoint and enter replay (once): also on the script's own
+        torch.save/torch.load, which may come before its first data request."""
         if self.loaded:
             return
         self.loaded = True
-        if not self.usable():
-            return
-        self._note_run_started()
-        self.replay.find()
+        if self.usable():
+            self.replay.find()
 
     def _note_run_started(self) -> None:
         """Tell the batch shell this run is about to use its state, then honour a
@@ -182,10 +237,11 @@ class Runtime:
         first; then either our handler got its forwarded USR1 or the request was
         recorded before we look for it here."""
         try:
-            protocol.mark_run_started(self.jobdir, self.restart_count, os.getpid())
+            protocol.mark_run_started(self.ctldir, self.restart_count, os.getpid())
         except OSError as exc:
-            say(f"warning: cannot mark this run as started in {self.jobdir}: {exc.strerror or exc}")
-        if protocol.preempt_requested(self.jobdir, self.restart_count):
+            if self.writable or self.ctldir != self.jobdir:  # (a read-only job directory: said once already)
+                say(f"warning: cannot mark this run as started in {self.ctldir}: {exc.strerror or exc}")
+        if protocol.preempt_requested(self.ctldir, self.restart_count):
             self.signal_stop = max(self.signal_stop, Stop.PREEMPT)
 
     @property
@@ -201,10 +257,15 @@ class Runtime:
         """Load every state at the point where the checkpoint was taken; replay ends."""
         data, path = self.replay.take()
         local = self.replay.local_part(data)
+        self.restoring = True
         try:
             st.restore_shared(self.tracked, data["shared"])
         except (st.StateMismatch, RuntimeError, KeyError, ValueError) as exc:
-            raise ResumeError(f"cannot resume from {path}: {exc}") from exc
+            self.refuse(f"cannot resume from {path}: {exc}")
+        finally:
+            self.restoring = False
+        self.job_start = data.get("job_start", self.job_start)
+        self.state_loads = data.get("state_loads", self.state_loads)
         st.restore_rng(local["rng"])
         self.positions.restore_generator_states(local["loader_gens"])
         for opt, n in zip(self.tracked.live_optimizers(), data["optimizer_steps"]):
@@ -223,6 +284,12 @@ class Runtime:
         if not self.enabled:
             return make(0, None), None
         ord_, n = self.positions.peek(owner)
+        if n == 0 and kind == "loader" and self.env.get(protocol.ENV_ELASTIC):
+            from wrappers.hooks.accumulate import elastic_mismatch
+
+            why = elastic_mismatch(owner, self.env)
+            if why:
+                self.refuse(why)
         if self.pending:
             self._save_and_act({"kind": "iter", "ord": ord_, "n": n, "pos": 0})
         skip, at_start = 0, None
@@ -237,9 +304,14 @@ class Runtime:
                     _set_states(owner, *first)
                     at_start = lambda: _set_states(owner, saved["gens"], saved["rng"])  # noqa: E731
             elif saved is not None:
+                if saved.get("end"):
+                    self.replay.resolve_end(saved, len(owner))
                 # Put back the generator states the original run had when it made this
                 # iterator, so it draws the same base seed and the same permutation.
                 skip = saved["pos"]
+                # Workers that drew random numbers (augmentation) must draw them again for the
+                # batches before the position, each in its worker: fetched and dropped.
+                self.fetch_skipped = bool(saved.get("worker_rng")) and not _persistent(owner, n)
                 self.positions.first.setdefault(ord_, (saved["first_gens"], saved["first_rng"]))
                 if _persistent(owner, n):
                     # The original made this iterator at epoch 0 and only reset it since.
@@ -254,7 +326,10 @@ class Runtime:
         if at_start is not None:
             assert saved is not None  # at_start is only ever set together with saved
             rec.gens, rec.rng = saved["gens"], saved["rng"]
-        it = make(skip, at_start)
+        try:
+            it = make(skip, at_start)
+        finally:
+            self.fetch_skipped = False
         rec.pos = skip
         return it, rec
 
@@ -276,13 +351,14 @@ class Runtime:
 
     def on_step(self, optimizer: Any) -> None:
         """After every ``optimizer.step()``: count, and decide (with all ranks) whether to stop."""
+        self.tracked.training_started()
         n = getattr(optimizer, "_teiresias_steps", 0) + 1
         optimizer._teiresias_steps = n
         new_step = n > self.step
         self.step = max(self.step, n)
         self.ensure_loaded()
         if self.replaying:
-            raise ResumeError(
+            self.refuse(
                 "an optimizer step ran before the resume point was reached: this script does not "
                 "replay deterministically up to its checkpoint (see docs/checkpointing.md)"
             )
@@ -290,8 +366,19 @@ class Runtime:
             if self.suspender.requested:
                 self._park()
             return
+        persistent = self.positions.persistent_random_workers()
+        if persistent is not None:
+            self.refuse(
+                f"persistent DataLoader workers draw random numbers (loader {persistent}: random augmentation): "
+                f"they keep their generators from epoch to epoch, which a resumed run cannot give back, so a "
+                f"preemption would change the training. Set persistent_workers=False (workers made for each "
+                f"epoch are resumed exactly), or submit with tsbatch --no-checkpoint"
+            )
         if new_step:  # several optimizers stepping together make one iteration
             self.timer.tick()
+            gpu = self.device.wanted()
+            if gpu is not None:
+                self.device.switch(gpu, self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
         stop = self.signal_stop
         if self.every and self.step % self.every == 0:
             stop = max(stop, Stop.PERIODIC)
@@ -314,6 +401,71 @@ class Runtime:
         The step clock restarts, so the stopped time is not taken for a slow step."""
         self.suspender.park(self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
         self.timer.pause()
+        gpu = self.device.wanted(force=True)  # the controller may resume it on another GPU
+        if gpu is not None:
+            self.device.switch(gpu, self.step, self.tracked.models(), self.tracked.live_optimizers(), self.rank())
+
+    # ------------------------------------------------------------------ the script's own files and state
+    def on_script_save(self, f: Any) -> bool:
+        """``torch.save`` by the script: False to skip it. Before the resume point the
+        original run made every save the script makes again (its files are there,
+        right); made again, they would hold the fresh model of the replay. Only saves
+        to a path are skipped: one to a buffer (Lightning writes that to the file
+        next) must give bytes."""
+        self.find_checkpoint()
+        if not self.replaying or not isinstance(f, (str, os.PathLike)):
+            return True
+        self.skipped_saves += 1
+        if self.skipped_saves == 1 and self.rank() == 0:
+            say("replaying to the checkpoint: the script's torch.save calls are skipped until then (made already)")
+        return False
+
+    def on_script_load(self, f: Any) -> None:
+        """``torch.load`` by the script: during replay, a file this job wrote after the
+        checkpoint's run began means the script resumes itself (issue 23 item 1)."""
+        self.find_checkpoint()
+        if not self.replaying or not isinstance(f, (str, os.PathLike)):
+            return
+        start = (self.ckpt or {}).get("job_start")
+        try:
+            mtime = os.stat(f).st_mtime
+        except OSError:
+            return
+        if isinstance(start, float) and mtime >= start:
+            self.refuse_self_resume(f"reads {os.fspath(f)}, which this job wrote {time.ctime(mtime)}")
+
+    def on_state_load(self) -> None:
+        """``Optimizer.load_state_dict`` by the script: counted; during replay one more than
+        the original run had made by its checkpoint means the script restores itself."""
+        if self.restoring:
+            return
+        self.find_checkpoint()
+        self.state_loads += 1
+        if self.replaying and self.state_loads > int((self.ckpt or {}).get("state_loads", self.state_loads)):
+            self.refuse_self_resume("loads an optimizer state the original run had not loaded by then")
+
+    def refuse_self_resume(self, what: str) -> NoReturn:
+        step = (self.ckpt or {}).get("step", "?")
+        self.refuse(
+            f"the script {what}, before reaching the checkpoint at step {step}: it resumes itself, "
+            f"which the hooks' replay cannot follow. Submit it with tsbatch --no-checkpoint to let its own "
+            f"checkpoints resume it, or skip its own resume when wrappers.hooks.api.resumed_step() is not None"
+        )
+
+    def refuse(self, reason: str) -> NoReturn:
+        """Stop with one line and exit 2 before any wrong step (the checkpoints stay)."""
+        if self.rank() == 0:
+            say(f"error: {reason}. Nothing was changed: the checkpoints are as they were.")
+        exit_now(2)
+
+    def at_exit(self) -> None:
+        """A run that ends still replaying never reached its checkpoint: what it did is not
+        the training it resumes (issue 23 item 1: it ended COMPLETED 0 with 0 steps)."""
+        if self.replaying:
+            self.refuse(
+                f"the script ended before reaching the checkpoint at step {(self.ckpt or {}).get('step', '?')} "
+                f"it was resuming: it does not replay deterministically up to it (see docs/checkpointing.md)"
+            )
 
     # ------------------------------------------------------------------ iteration time
     def write_run(self) -> None:
@@ -322,6 +474,8 @@ class Runtime:
 
     # ------------------------------------------------------------------ saving
     def _local_state(self, point: dict[str, Any]) -> dict[str, Any]:
+        for r in self.positions.live:
+            r.worker_rng = self.positions.worker_rng(r.ord)
         return {
             "rng": st.capture_rng(),
             "iterators": [r.to_plain() for r in self.positions.live],
@@ -333,39 +487,55 @@ class Runtime:
         stop, self.pending = self.pending, Stop.NONE
         if stop >= Stop.PREEMPT:
             self.signal_stop = Stop.NONE
-        written = self.save(stop, point)
+        written, failed = self.save(stop, point)
         if stop == Stop.PREEMPT:
-            if self.rank() == 0 and written is not None:
-                protocol.write_ack(
-                    self.jobdir,
-                    protocol.Ack(
-                        job_id=int(self.job_id),
-                        restart_count=self.restart_count,
-                        step=written.step,
-                        path=str(written.path),
-                        bytes=written.bytes,
-                        seconds=written.seconds,
-                        time=time.time(),
-                    ),
-                )
-                say(f"preempted: checkpoint at step {written.step} written, waiting to be requeued")
+            if self.rank() == 0:
+                self._ack(written)
+                if written is not None:
+                    say(f"preempted: checkpoint at step {written.step} written, waiting to be requeued")
             self.waiting = True
             wait_for_requeue()
         elif stop == Stop.TIMELIMIT:
             if self.rank() == 0:
-                say(f"time limit: checkpoint at step {self.step} written, requeueing")
-                requeue_self(self.job_id)
+                if not failed:
+                    say(f"time limit: checkpoint at step {self.step} written, requeueing")
+                requeue_self(self.job_id)  # written or not: a later run resumes from the newest checkpoint
             exit_now(0)
         elif stop == Stop.TERM:
-            if self.rank() == 0:
+            if self.rank() == 0 and not failed:
                 say(f"SIGTERM: checkpoint at step {self.step} written, exiting")
             exit_now(128 + signal.SIGTERM)
 
-    def save(self, stop: Stop, point: dict[str, Any]) -> Written | None:
-        """Gather every rank's local state; rank 0 writes; everybody waits for the file."""
+    def _ack(self, written: Written | None) -> None:
+        """Answer the preemption: the checkpoint just written, or (the save failed) "nothing
+        new saved" with the newest checkpoint's step, as the batch shell's early Ack."""
+        newest = self.store.list()
+        ack = protocol.Ack(
+            job_id=int(self.job_id),
+            restart_count=self.restart_count,
+            step=written.step if written else (newest[-1][1] if newest else 0),
+            path=str(written.path) if written else "",
+            bytes=written.bytes if written else 0,
+            seconds=written.seconds if written else 0.0,
+            time=time.time(),
+            saved=written is not None,
+            key=self.key,
+        )
+        try:
+            protocol.write_ack(self.ctldir, ack)
+        except OSError as exc:
+            say(
+                f"error: cannot write the preemption Ack in {self.ctldir}: {exc.strerror or exc}; "
+                f"waiting to be requeued after the controller's grace time"
+            )
+
+    def save(self, stop: Stop, point: dict[str, Any]) -> tuple[Written | None, bool]:
+        """Gather every rank's local state; rank 0 writes; everybody waits for the file.
+        Returns (what rank 0 wrote, whether its write failed); a failed write costs one
+        line and keeps every earlier checkpoint (issue 23 item 5)."""
         world, rank = self.world(), self.rank()
         ranks = self.ranks.gather(self._local_state(point))
-        written = None
+        written, failed = None, False
         if rank == 0:
             payload = {
                 "format": FORMAT,
@@ -376,26 +546,55 @@ class Runtime:
                 "reason": stop.name.lower(),
                 "world_size": world,
                 "optimizer_steps": [getattr(o, "_teiresias_steps", 0) for o in self.tracked.live_optimizers()],
+                "job_start": self.job_start,
+                "state_loads": self.state_loads,
                 "shared": st.capture_shared(self.tracked),
                 "ranks": ranks,
             }
-            written = self.store.write(payload, self.step)
-            protocol.append_record(
-                self.jobdir,
-                protocol.CheckpointRecord(
-                    job_id=int(self.job_id),
-                    restart_count=self.restart_count,
-                    step=written.step,
-                    path=str(written.path),
-                    bytes=written.bytes,
-                    seconds=round(written.seconds, 6),
-                    time=time.time(),
-                    reason=stop.name.lower(),
-                ),
-            )
+            try:
+                written = self.store.write(payload, self.step)
+                protocol.append_record(
+                    self.ctldir,
+                    protocol.CheckpointRecord(
+                        job_id=int(self.job_id),
+                        restart_count=self.restart_count,
+                        step=written.step,
+                        path=str(written.path),
+                        bytes=written.bytes,
+                        seconds=round(written.seconds, 6),
+                        time=time.time(),
+                        reason=stop.name.lower(),
+                    ),
+                )
+            except (CheckpointNotWritten, OSError) as exc:
+                failed = True
+                self._say_not_written(stop, written, exc)
             self.write_run()
         self.ranks.barrier()
-        return written
+        return written, failed
+
+    def _say_not_written(self, stop: Stop, written: Written | None, exc: Exception) -> None:
+        """One line for a failed save (a failed periodic one once per run): what is kept, what follows."""
+        if stop < Stop.PREEMPT:
+            self.save_failures += 1
+            if self.save_failures > 1:
+                return
+        if written is not None:  # the checkpoint is whole; only its record line is missing
+            say(f"warning: checkpoint at step {written.step} written, its record not: {exc}")
+            return
+        newest = self.store.list()
+        kept = (
+            f"the previous checkpoint ({newest[-1][2].name}, step {newest[-1][1]}) is kept"
+            if newest
+            else "no earlier checkpoint exists"
+        )
+        then = {
+            Stop.PREEMPT: "acknowledging the preemption with nothing new saved",
+            Stop.TIMELIMIT: "requeueing: the next run resumes from the previous checkpoint",
+            Stop.TERM: "exiting",
+        }.get(stop, "training goes on (further failures of periodic checkpoints are not reported)")
+        reason = f"{exc.strerror} ({exc.filename or self.jobdir})" if isinstance(exc, OSError) and exc.strerror else exc
+        say(f"error: checkpoint at step {self.step} not written: {reason}; {kept}; {then}")
 
 
 def _persistent(owner: Any, n: int) -> bool:

@@ -59,7 +59,7 @@ def requeue_self(job_id: str) -> None:
         # USR1/USR2 ignored in scontrol (SIG_IGN survives exec): a repeated
         # warning forwarded to our descendants must not kill it mid-request.
         subprocess.run(
-            ["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30, preexec_fn=_ignore_job_signals
+            ["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30, preexec_fn=ignore_job_signals
         )
     except (OSError, subprocess.SubprocessError) as exc:
         say(f"warning: scontrol requeue {job_id} failed: {exc}")
@@ -79,7 +79,12 @@ def quiet_launcher_signal(previous: Callable[..., Any]) -> Callable[..., Any]:
     return hook
 
 
-def _ignore_job_signals() -> None:
+def ignore_job_signals() -> None:
+    """USR1/USR2 ignored, as tsbatch starts the job's processes. At exit (atexit):
+    Python's finalization puts the default action back on every signal with a
+    Python handler, and the default action of USR1 is to die (exit 138, the
+    job FAILED and not requeued); a preemption that comes after the last step
+    must find a process that ends as it would have (issue 20 B2)."""
     for signum in SIGNAL_STOP:
         if signum != signal.SIGTERM:
             signal.signal(signum, signal.SIG_IGN)

@@ -30,6 +30,61 @@ class Tracked:
     schedulers: list[weakref.ref] = field(default_factory=list)
     scalers: list[weakref.ref] = field(default_factory=list)
     registered: dict[str, Any] = field(default_factory=dict)  # api.register(): strong refs, by name
+    created: int = 0  # modules made so far: each gets its number (creation order)
+    training: bool = False  # an optimizer has stepped in this process
+
+    def add_module(self, m: torch.nn.Module) -> None:
+        """A module made by ``__init__`` or copied (``copy.deepcopy``, a hand-made EMA)."""
+        self.created += 1
+        for key in ("_teiresias_v0", "_teiresias_extra"):  # a copy's, taken from its original
+            m.__dict__.pop(key, None)
+        m.__dict__["_teiresias_seq"] = self.created
+        self.modules.add(m)
+        if self.training:  # made while training (an EMA of the trained model): compare from now
+            m.__dict__["_teiresias_v0"] = _versions(m)
+
+    def training_started(self) -> None:
+        """At the first optimizer step: what every module holds now is the script's setup
+        (the same in every run); a module whose tensors change from here on is training state."""
+        if not self.training:
+            self.training = True
+            for m in self.outermost():
+                m.__dict__["_teiresias_v0"] = _versions(m)
+
+    def outermost(self) -> list[torch.nn.Module]:
+        """Tracked modules no other tracked module contains, in creation order."""
+        mods = list(self.modules)
+        inner: set[int] = set()
+        for m in mods:
+            for child in m.modules():
+                if child is not m:
+                    inner.add(id(child))
+        return sorted((m for m in mods if id(m) not in inner), key=lambda m: m.__dict__.get("_teiresias_seq", 0))
+
+    def extras(self) -> list[torch.nn.Module]:
+        """The script's other stateful modules (issue 23 item 3): not a model (no optimizer
+        owns their parameters) but changed by training, as an EMA copy
+        (``torch.optim.swa_utils.AveragedModel``) or BatchNorm statistics of a frozen
+        network in train mode. Untouched ones (a frozen teacher) hold what the script's
+        setup gives them in every run and are not saved."""
+        models = {id(m) for m in self.models()}
+        out = []
+        for m in self.outermost():
+            if id(m) in models or not _versions(m):
+                continue
+            if m.__dict__.get("_teiresias_extra") or _versions(m) != m.__dict__.get("_teiresias_v0", ()):
+                out.append(m)
+        return out
+
+    def candidates(self, cls: str, keys: list[str]) -> list[torch.nn.Module]:
+        """Outermost non-model modules of this signature, in creation order: an extra is
+        found again by its rank among them."""
+        models = {id(m) for m in self.models()}
+        return [
+            m
+            for m in self.outermost()
+            if id(m) not in models and _signature(m, m.state_dict()) == {"class": cls, "keys": keys}
+        ]
 
     @staticmethod
     def _alive(refs: list[weakref.ref]) -> list[Any]:
@@ -55,21 +110,18 @@ class Tracked:
                     order.setdefault(id(p), len(order))
         if not order:
             return []
-        mods = list(self.modules)
-        inner: set[int] = set()
-        for m in mods:
-            for child in m.modules():
-                if child is not m:
-                    inner.add(id(child))
         ranked = []
-        for m in mods:
-            if id(m) in inner:
-                continue
+        for m in self.outermost():
             first = min((order[id(p)] for p in m.parameters() if id(p) in order), default=None)
             if first is not None:
                 ranked.append((first, m))
         ranked.sort(key=lambda t: t[0])
         return [m for _, m in ranked]
+
+
+def _versions(m: torch.nn.Module) -> tuple[tuple[int, int], ...]:
+    """Which tensors a module holds and how often each was changed in place."""
+    return tuple((id(t), t._version) for t in (*m.parameters(), *m.buffers()))
 
 
 def _signature(model: torch.nn.Module, sd: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +140,18 @@ def capture_shared(tracked: Tracked) -> dict[str, Any]:
         "schedulers": [{"class": type(s).__qualname__, "state": s.state_dict()} for s in tracked.live_schedulers()],
         "scalers": [{"class": type(s).__qualname__, "state": s.state_dict()} for s in tracked.live_scalers()],
         "registered": {name: obj.state_dict() for name, obj in tracked.registered.items()},
+        "extras": _capture_extras(tracked),
     }
+
+
+def _capture_extras(tracked: Tracked) -> list[dict[str, Any]]:
+    out = []
+    for m in tracked.extras():
+        sd = m.state_dict()
+        sig = _signature(m, sd)
+        rank = [id(c) for c in tracked.candidates(sig["class"], sig["keys"])].index(id(m))
+        out.append({**sig, "rank": rank, "state": sd})
+    return out
 
 
 class StateMismatch(Exception):
@@ -113,6 +176,15 @@ def restore_shared(tracked: Tracked, shared: dict[str, Any]) -> None:
     for name, obj in tracked.registered.items():
         if name in shared["registered"]:
             obj.load_state_dict(shared["registered"][name])
+    for e in shared.get("extras", []):
+        found = tracked.candidates(e["class"], e["keys"])
+        if e["rank"] >= len(found):
+            raise StateMismatch(
+                f"the checkpoint holds a {e['class']} (a module changed by training, e.g. an EMA copy) "
+                f"this run has not made by the resume point"
+            )
+        found[e["rank"]].load_state_dict(e["state"])
+        found[e["rank"]].__dict__["_teiresias_extra"] = True  # state from now on, changed or not
 
 
 def _load_list(what: str, objs: list[Any], saved: list[dict[str, Any]]) -> None:

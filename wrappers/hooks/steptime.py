@@ -1,5 +1,8 @@
 """Timing: each run's median iteration time, for the controller's PACKLIMIT
-history (Tiresias §3.3.2) and Themis' work left (jobfiles.RunRecord in runs.jsonl).
+history (Tiresias §3.3.2) and Themis' work left (jobfiles.RunRecord in runs.jsonl),
+and how busy the job keeps its device: the share of each step's wall time spent
+outside the DataLoader's ``__next__`` (``RunRecord.busy``), the utilisation
+Gandiva's packing ranks jobs by where NVML cannot measure it (§4.2.2).
 
 The first steps of a run (allocator and cache warm-up, DDP bucket rebuild)
 are left out; the last STEP_WINDOW intervals are kept; rank 0 appends the
@@ -40,6 +43,8 @@ class StepTimer:
         self.restart_count = restart_count
         self.may_write = may_write
         self._step_s: deque[float] = deque(maxlen=STEP_WINDOW)
+        self._busy: deque[float] = deque(maxlen=STEP_WINDOW)  # share of each step outside the loader
+        self._wait = 0.0  # seconds in the DataLoader since the last step
         self._step_t: float | None = None  # perf_counter at the last optimizer step
         self._warmup = WARMUP_STEPS
         self._steps_timed = 0
@@ -52,15 +57,23 @@ class StepTimer:
             if self._warmup > 0:
                 self._warmup -= 1
             else:
-                self._step_s.append(t - self._step_t)
+                dt = t - self._step_t
+                self._step_s.append(dt)
+                self._busy.append(max(0.0, 1.0 - self._wait / dt) if dt > 0 else 1.0)
                 self._steps_timed += 1
         self._step_t = t
+        self._wait = 0.0
         if self._steps_timed and t - self._run_written >= RUN_WRITE_EVERY_S:
             self.write_run()
 
     def pause(self) -> None:
         """The job was stopped (suspended): the stopped time is not a slow step."""
         self._step_t = None
+        self._wait = 0.0
+
+    def waited(self, seconds: float) -> None:
+        """The script waited ``seconds`` for its next batch (patches.py, DataLoader.__next__)."""
+        self._wait += seconds
 
     def write_run(self) -> None:
         """Rank 0 appends this run's median iteration time to runs.jsonl (protocol.RunRecord)."""
@@ -81,6 +94,7 @@ class StepTimer:
                     median_step_s=round(median, 6),
                     nodes=nodes,
                     time=time.time(),
+                    busy=round(100.0 * sum(self._busy) / len(self._busy), 1) if self._busy else None,
                 ),
             )
         except (OSError, ValueError) as exc:

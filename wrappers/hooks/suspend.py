@@ -43,7 +43,7 @@ from wrappers import protocol
 class _Moved:
     """Tensors moved to the host, with how to put each one back."""
 
-    back: list[Callable[[], None]] = field(default_factory=list)
+    back: list[Callable[..., None]] = field(default_factory=list)
     bytes: int = 0
 
 
@@ -61,8 +61,8 @@ def offload(models: list[torch.nn.Module], optimizers: list[Any]) -> _Moved:
         moved.bytes += t.numel() * t.element_size()
         t.data = t.data.to("cpu", non_blocking=False)
 
-        def back(t: torch.Tensor = t, device: torch.device = device) -> None:
-            t.data = t.data.to(device)
+        def back(to: torch.device | None = None, t: torch.Tensor = t, device: torch.device = device) -> None:
+            t.data = t.data.to(to or device)
 
         moved.back.append(back)
 
@@ -82,9 +82,12 @@ def offload(models: list[torch.nn.Module], optimizers: list[Any]) -> _Moved:
                     state[key] = value.to("cpu")
 
                     def back_state(
-                        state: dict[str, Any] = state, key: str = key, device: torch.device = device
+                        to: torch.device | None = None,
+                        state: dict[str, Any] = state,
+                        key: str = key,
+                        device: torch.device = device,
                     ) -> None:
-                        state[key] = state[key].to(device)
+                        state[key] = state[key].to(to or device)
 
                     moved.back.append(back_state)
     if moved.back and torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -93,9 +96,10 @@ def offload(models: list[torch.nn.Module], optimizers: list[Any]) -> _Moved:
     return moved
 
 
-def restore(moved: _Moved) -> None:
+def restore(moved: _Moved, to: torch.device | None = None) -> None:
+    """Put the tensors back where they were, or (``to``) on another GPU (device.py)."""
     for back in moved.back:
-        back()
+        back(to)
     if moved.back:
         torch.cuda.synchronize()
 

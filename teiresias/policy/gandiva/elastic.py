@@ -36,17 +36,21 @@ def shrink(r: Round, waiting: list[Job]) -> None:
             node = job.placement.allocations[0].node
             if r.snapshot.unavailable.get(node, 0):
                 continue
-            short = want.num_gpus - r.free.get(node, 0)
+            # A job of several GPUs gets whole ones only (none a floater holds a shard of).
+            idle = r.whole_free(node) if want.num_gpus > 1 else r.free.get(node, 0)
+            short = want.num_gpus - idle
             if short <= 0 or want.num_gpus > r.snapshot.cluster.node(node).gpus:
                 continue
             size = job.num_gpus - short
             if size < low:
                 continue
-            r.resize[job.job_id] = Placement.of({node: size})
+            # It keeps its lowest GPUs (its placement names them once the owner knows them).
+            own = job.placement.ids_on(node)
+            r.resize[job.job_id] = Placement.on({node: own[:size]}) if len(own) >= size else Placement.of({node: size})
             r.touched.add(job.job_id)
             r.notes[job.job_id] = (
                 f"shrink: {job.num_gpus} -> {size} GPUs on {node}: job {want.job_id} waits"
-                f" for {want.num_gpus} and the node has {r.free.get(node, 0)} idle"
+                f" for {want.num_gpus} and the node has {idle} idle"
             )
             return  # one waiting job served per round; the next round sees the freed GPUs
 
@@ -61,7 +65,10 @@ def grow(r: Round, idle_period: float) -> float:
         if job.num_gpus >= high or len(job.placement.allocations) != 1:
             continue
         node = job.placement.allocations[0].node
-        extra = min(r.free.get(node, 0), high - job.num_gpus)
+        # Whole GPUs only: it grows to 2 or more, and a GPU a floater holds a shard of is no
+        # GPU Slurm gives a gpu job (state.Round.whole_free); counting it planned a "grow" to
+        # the size the job already has (the engine refused it).
+        extra = min(r.whole_free(node), high - job.num_gpus)
         if extra <= 0 or r.snapshot.unavailable.get(node, 0):
             continue
         since = r.snapshot.idle_since.get(node, now)
@@ -69,9 +76,10 @@ def grow(r: Round, idle_period: float) -> float:
             wake = min(wake, since + idle_period)
             continue
         size = job.num_gpus + extra
-        to = Placement.of({node: size})
+        got = r.take(Placement.of({node: extra}), job)
+        own = job.placement.ids_on(node)
+        to = Placement.on({node: own + got.ids_on(node)}) if own else Placement.of({node: size})
         r.resize[job.job_id] = to
-        r.take(Placement.of({node: extra}))
         r.touched.add(job.job_id)
         r.notes[job.job_id] = (
             f"grow: {job.num_gpus} -> {size} GPUs on {node}, idle for {now - since:.0f} s (>= {idle_period:g} s)"

@@ -6,7 +6,9 @@ round). Three uses, in this order each round:
 
 1. lower the height: when GPUs are idle, a time-sliced job (the one
    suspended longest) moves there and stops sharing (§4.2.1: "migrating a
-   job that is suspended to the newly vacated GPU");
+   job that is suspended to the newly vacated GPU"); a 1-GPU job bound to
+   one GPU index moves only to that index of another node, and GPUs freed on
+   its own node go to its pool's rotation (pools.py) without a restart;
 2. consolidate: a job spread over more nodes than it needs moves onto fewer
    nodes when idle GPUs allow (§4.2.2, Figure 8);
 3. defragment, while jobs wait or time-slice: on the non-idle node with the
@@ -20,15 +22,22 @@ from __future__ import annotations
 from teiresias.domain import Job, Placement
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.gandiva.affinity import get_node
-from teiresias.policy.gandiva.state import Group, Round
+from teiresias.policy.gandiva.state import Group, Pool, Round, in_pool
 
 
 def _move(r: Round, job: Job, to: Placement, note: str) -> None:
-    """Record a migration and update the round's groups and idle GPUs."""
+    """Record a migration and update the round's groups, pools and idle GPUs."""
+    to = r.take(to, job)
     r.migrate[job.job_id] = to
-    r.take(to)
     r.touched.add(job.job_id)
     r.notes[job.job_id] = note
+    pool = r.pool_of.pop(job.job_id, None)
+    if pool is not None:
+        pool.members = [m for m in pool.members if m.job_id != job.job_id]
+        r.alloc[pool.node] = r.alloc.get(pool.node, 0) - 1
+        node = to.nodes[0]
+        r.add_to_pool(job, node, to.ids_on(node)[0], job.bound_gpus)
+        return
     g = r.group_of[job.job_id]
     g.members.remove(job)
     if g.size == 1:
@@ -47,20 +56,21 @@ def lower_height(r: Round, placement: PlacementPolicy) -> None:
         for m in g.members
         if not r.runs[m.job_id] and m.job_id not in r.touched
     ]
+    movers += [m for p in r.pools.values() for m in p.members if not r.runs[m.job_id] and m.job_id not in r.touched]
     movers.sort(key=lambda m: (m.slice_since if m.slice_since is not None else float("-inf"), m.job_id))
     for m in movers:
-        g = r.group_of[m.job_id]
-        if g.size < 2:
-            continue
+        pool = r.pool_of.get(m.job_id)
+        if pool is not None:
+            where = f"a node of {pool.size} time-sliced jobs ({pool.node})"
+        else:
+            g = r.group_of[m.job_id]
+            if g.size < 2:
+                continue
+            where = f"a time-sliced group of {g.size}"
         got = get_node(m, r, placement, max_height=0)
-        if isinstance(got, str):
+        if isinstance(got, str) or (pool is not None and got.placement.nodes == (pool.node,)):
             continue
-        _move(
-            r,
-            m,
-            got.placement,
-            f"migrate: leaves a time-sliced group of {g.size} for idle GPUs ({got.line}); the height drops",
-        )
+        _move(r, m, got.placement, f"migrate: leaves {where} for idle GPUs ({got.line}); the height drops")
 
 
 def consolidate(r: Round, placement: PlacementPolicy, max_gpus_per_node: int) -> None:
@@ -72,7 +82,8 @@ def consolidate(r: Round, placement: PlacementPolicy, max_gpus_per_node: int) ->
         need_nodes = -(-job.num_gpus // max(max_gpus_per_node, 1))
         if job.job_id in r.touched or g.placement.num_nodes <= need_nodes:
             continue
-        to = placement.place(job, r.free, r.snapshot.cluster)
+        free = {n: r.whole_free(n) for n in r.free}
+        to = placement.place(job, free, r.snapshot.cluster)
         if to is not None and to.num_nodes < g.placement.num_nodes:
             _move(
                 r,
@@ -83,12 +94,17 @@ def consolidate(r: Round, placement: PlacementPolicy, max_gpus_per_node: int) ->
             )
 
 
+def _calm(p: Pool, r: Round) -> bool:
+    """A pool whose jobs all run, none packed: its jobs are as alone as a group of one."""
+    return all(r.runs[m.job_id] and not r.packed.get(m.job_id) for m in p.members)
+
+
 def defragment(r: Round, threshold: int) -> None:
     """§4.2.2 background defragmentation, one pass per round."""
     order = {n.name: i for i, n in enumerate(r.snapshot.cluster.nodes)}
     unavailable = r.snapshot.unavailable
     while True:
-        busy = {n for g in r.groups for n in g.nodes}
+        busy = {n for g in r.groups for n in g.nodes} | {n for n, p in r.pools.items() if p.members}
         sources = sorted((n for n in busy if r.free.get(n, 0) >= threshold), key=lambda n: (-r.free[n], order[n]))
         moved = False
         for src in sources:
@@ -97,11 +113,17 @@ def defragment(r: Round, threshold: int) -> None:
                 for g in r.groups
                 if g.size == 1 and g.nodes == (src,) and g.members[0].job_id not in r.touched
             ]
+            p = r.pools.get(src)
+            if p is not None and _calm(p, r):
+                jobs += [m for m in p.members if m.job_id not in r.touched and in_pool(m)]
             for job in sorted((j for j in jobs if j.num_gpus > 0), key=lambda j: (j.num_gpus, j.job_id)):
                 dests = [
                     n
                     for n in busy
-                    if n != src and not unavailable.get(n, 0) and job.num_gpus <= r.free.get(n, 0) < r.free[src]
+                    if n != src
+                    and not unavailable.get(n, 0)
+                    and r.fits(job, n, job.num_gpus)
+                    and r.free.get(n, 0) < r.free[src]
                 ]
                 if not dests:
                     continue

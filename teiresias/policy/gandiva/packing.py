@@ -1,15 +1,16 @@
-"""Packing with introspection (Gandiva §3.1 "Packing", §4.2.2).
+"""Packing with introspection for groups of multi-GPU jobs (Gandiva §3.1 "Packing", §4.2.2).
 
-A time-sliced group is packed (all members run at once) when it looks light:
-the members' GPU utilisation, measured while each ran alone (NVML through
-the hooks; ``Job.usage``), adds up to at most ``pack_util`` percent and their
-memory fits the GPU. Without a utilisation (no NVML, e.g. CPU-only nodes) the
-policy tries it when the members' solo mini-batch times are known: the
-paper's trial and error. A packed group is measured again: its throughput,
-sum over members of solo / packed mini-batch time, must beat time-slicing's
-1 (one member at full speed at a time), else it is unpacked (and the job
-marked ``pack_failed`` by the owner, so it is not tried again). Both
-decisions carry these numbers in ``Plan.notes``.
+(1-GPU jobs are packed per GPU of their node's pool: pools.py.) A time-sliced
+group is packed (all members run at once) when it looks light: the members'
+measured utilisation (NVML through the hooks, else the hooks' step timing:
+``JobUsage.utilisation``), taken while each ran alone, adds up to at most
+``pack_util`` percent and their memory fits the GPU. Without a measured
+utilisation nothing is packed: a blind trial was undone almost every time
+(54 packs, 52 unpacks on one trace). A packed group is measured again: its
+throughput, sum over members of solo / packed mini-batch time, must beat
+time-slicing's 1 (one member at full speed at a time), else it is unpacked
+and those jobs are not packed together again (``Job.pack_failed_with``, kept
+by the owner). Both decisions carry these numbers in ``Plan.notes``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def packed_throughput(g: Group) -> float | None:
 
 
 def _util(m: Job) -> float | None:
-    return m.usage.gpu_util if m.usage is not None else None
+    return m.usage.utilisation if m.usage is not None else None
 
 
 def _fits_memory(g: Group) -> bool | None:
@@ -72,12 +73,16 @@ def introspect(r: Round, pack_util: float, settle: float) -> float:
                 r.touched.add(m.job_id)
                 r.runs[m.job_id] = i == 0  # back to slicing: the first member takes the first slice
                 r.notes[m.job_id] = (
-                    f"unpack: packed throughput {tput:.2f} < 1.00 of time-slicing (solo/packed mini-batch: {rates})"
+                    f"unpack: packed throughput {tput:.2f} < 1.00 of time-slicing (solo/packed mini-batch: {rates});"
+                    " not packed with these jobs again"
                 )
             continue
         # Jobs arrive in exclusive mode and are profiled first (§4.2.2): each member must have run a slice.
-        if any(m.pack_failed or m.first_start_time is None or now - m.first_start_time < settle for m in g.members):
+        if any(m.first_start_time is None or now - m.first_start_time < settle for m in g.members):
             continue
+        ids = {m.job_id for m in g.members}
+        if any(set(m.pack_failed_with) & (ids - {m.job_id}) for m in g.members):
+            continue  # packed together before, and it lost to time-slicing
         utils = [_util(m) for m in g.members]
         mem = _fits_memory(g)
         if all(u is not None for u in utils):
@@ -85,19 +90,10 @@ def introspect(r: Round, pack_util: float, settle: float) -> float:
             if total > pack_util or mem is False:
                 continue
             why = (
-                f"pack: GPU utilisation {' + '.join(f'{u:.0f}' for u in utils if u is not None)}"
+                f"pack: utilisation {' + '.join(f'{u:.0f}' for u in utils if u is not None)}"
                 f" = {total:.0f}% <= {pack_util:g}%" + ("" if mem is None else ", memory fits")
             )
             candidates.append((total, int(g.members[0].job_id), g, why))
-        elif all(m.solo_step_time for m in g.members) and mem is not False:
-            candidates.append(
-                (
-                    float("inf"),
-                    int(g.members[0].job_id),
-                    g,
-                    "pack: no GPU utilisation measured; trying it (solo mini-batch times known)",
-                )
-            )
     # Greedy, lightest first (§4.2.2): the order only matters for the audit, each group is independent.
     for _, _, g, why in sorted(candidates, key=lambda c: (c[0], c[1])):
         g.packed = True

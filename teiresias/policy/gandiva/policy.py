@@ -2,12 +2,15 @@
 
 Each round, in this order:
 
-1. introspection: unpack groups whose packed throughput lost, pack light
-   ones (``packing.introspect``; only with ``packing``);
-2. time-slicing: every sliced group's slice turns over (``slicing.rotate``);
+1. introspection: unpack packings whose measured throughput lost, pack the
+   lightest waiting jobs onto the lightest GPUs (``pools.introspect`` for
+   1-GPU jobs, ``packing.introspect`` for groups; only with ``packing``);
+2. time-slicing: the 1-GPU jobs of each node rotate across its GPUs
+   (``pools.rotate``, §4.1 Figure 9), every multi-GPU group's slice turns
+   over (``slicing.rotate``);
 3. reactive mode (§4.2.1): waiting jobs in arrival order get a node by
-   Algorithm 1 (``affinity.get_node``): idle GPUs, else time-slicing with a
-   group of same-size jobs (the newcomer runs its first slice at once: early
+   Algorithm 1 (``affinity.get_node``): idle GPUs, else time-slicing on a
+   node of same-size jobs (the newcomer runs its first slice at once: early
    feedback is the design goal), else they wait;
 4. grown elastic jobs shrink for jobs that could not get idle GPUs;
 5. migration: lower the height onto GPUs still idle, consolidate spread
@@ -22,9 +25,9 @@ the paper (§4.1); each server is fair by round robin.
 
 from __future__ import annotations
 
-from teiresias.domain import Colocation, Job, JobId, Plan, Snapshot
+from teiresias.domain import Colocation, Job, JobId, Placement, Plan, Snapshot
 from teiresias.policy.base import PlacementPolicy
-from teiresias.policy.gandiva import elastic, migration, packing, slicing
+from teiresias.policy.gandiva import elastic, migration, packing, pools, slicing
 from teiresias.policy.gandiva.affinity import get_node
 from teiresias.policy.gandiva.params import GandivaParams
 from teiresias.policy.gandiva.state import Group, Round, build_round
@@ -55,8 +58,10 @@ class GandivaPolicy:
     def _decide(self, snapshot: Snapshot) -> tuple[Plan, float]:
         p = self.params
         r = build_round(snapshot)
-        wake = packing.introspect(r, p.pack_util, p.slice) if p.packing else float("inf")
-        wake = min(wake, slicing.rotate(r, p.slice))
+        wake = float("inf")
+        if p.packing:
+            wake = min(packing.introspect(r, p.pack_util, p.slice), pools.introspect(r, p.pack_util, p.slice))
+        wake = min(wake, slicing.rotate(r, p.slice), pools.rotate(r, p.slice))
         waiting = sorted((j for j in snapshot.jobs if not j.is_running), key=lambda j: (j.submit_time, j.job_id))
         needy: list[Job] = []
         # Once a size fails, later jobs of that size fail too (placing jobs only takes GPUs and slots).
@@ -65,20 +70,29 @@ class GandivaPolicy:
             if job.num_gpus <= 0:
                 r.reasons[job.job_id] = "asks for no GPU"
                 continue
-            got = failed.get(job.num_gpus) or get_node(job, r, self.placement, p.max_height)
+            # (A job bound to one GPU index fails or fits on its own: not cached by size.)
+            got = (None if job.bound_gpus else failed.get(job.num_gpus)) or get_node(
+                job, r, self.placement, p.max_height
+            )
             if isinstance(got, str):
-                failed[job.num_gpus] = got
+                if not job.bound_gpus:
+                    failed[job.num_gpus] = got
                 r.reasons[job.job_id] = got
                 needy.append(job)
                 continue
-            r.start[job.job_id] = got.placement
             r.notes[job.job_id] = f"start: {got.line} (Algorithm 1)"
-            r.runs[job.job_id] = True
             r.touched.add(job.job_id)
-            if got.group is None:
-                r.take(got.placement)
-                r.add_group(Group(members=[job], placement=got.placement, packed=False))
+            if got.pool is not None:
+                pools.hand_over(r, got.pool, job, got.gpu, got.line)
+                needy.append(job)
+            elif got.group is None:
+                r.runs[job.job_id] = True
+                placed = r.take(got.placement, job)
+                r.start[job.job_id] = placed
+                r.add_group(Group(members=[job], placement=placed, packed=False))
             else:
+                r.runs[job.job_id] = True
+                r.start[job.job_id] = got.placement
                 self._join(r, got.group, job)
                 needy.append(job)
         if p.grow_shrink:
@@ -86,10 +100,10 @@ class GandivaPolicy:
         if p.migration:
             migration.lower_height(r, self.placement)
             migration.consolidate(r, self.placement, snapshot.cluster.max_gpus_per_node)
-            overloaded = bool(needy) or any(g.size > 1 and not g.packed for g in r.groups)
+            overloaded = bool(needy) or any(g.size > 1 and not g.packed for g in r.groups) or _sliced_pools(r)
             if overloaded:
                 migration.defragment(r, p.defrag_threshold)
-        if p.grow_shrink and not needy and not any(g.size > 1 for g in r.groups):
+        if p.grow_shrink and not needy and not any(g.size > 1 for g in r.groups) and not _sliced_pools(r):
             wake = min(wake, elastic.grow(r, p.idle_period))
         return self._plan(snapshot, r), wake
 
@@ -134,6 +148,11 @@ class GandivaPolicy:
             unpack=tuple(r.unpack),
             migrate=dict(r.migrate),
             resize=dict(r.resize),
+            devices={
+                j: Placement.on({r.pool_of[j].node: (g,)})
+                for j, g in r.devices.items()
+                if j in r.pool_of and j not in r.migrate and j not in r.start
+            },
             notes={
                 k: v
                 for k, v in r.notes.items()
@@ -144,5 +163,11 @@ class GandivaPolicy:
                 or k in r.unpack
                 or k in suspend
                 or k in resume
+                or k in r.devices
             },
         )
+
+
+def _sliced_pools(r: Round) -> bool:
+    """Some node's 1-GPU jobs take turns (a member waits suspended)."""
+    return any(not r.runs[m.job_id] for p in r.pools.values() for m in p.members)

@@ -89,6 +89,16 @@ class SharingProfile:
         return tuple(out) or (self.batch,)
 
 
+@dataclass(frozen=True, slots=True)
+class PairOptions:
+    """What SharingModel.options gives for a (host model, host sub-batch, guest model)."""
+
+    xi_host: float
+    xi_guest: float
+    # (sub-batch b, r(b), accumulation steps) for each b that fits memory, largest b first.
+    sub_batches: tuple[tuple[int, float, int], ...]
+
+
 @dataclass(frozen=True)
 class SharingModel:
     """Profiles by model name (case-insensitive), pair overrides, and the GPU's memory.
@@ -103,6 +113,33 @@ class SharingModel:
     pairs: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     gpu_memory_gb: float = 0.0
     min_sub_batch: int = 1
+
+    # Memo of ``options``: what a pair decision needs that depends on the models only (the
+    # model is immutable; ``dataclasses.replace`` starts a new memo).
+    _options: dict[tuple[str, int | None, str], PairOptions] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def options(self, host_model: str, host_sub_batch: int | None, guest_model: str) -> PairOptions:
+        """xi of both and the guest's sub-batches that fit beside the host (Algorithm 2's
+        candidates, largest first, with r(b) and the accumulation steps); the same for every
+        pair of these models, so computed once (docs/sjf-bsbf.md §4)."""
+        key = (host_model, host_sub_batch, guest_model)
+        got = self._options.get(key)
+        if got is None:
+            xi_host, xi_guest = self.interference(host_model, guest_model)
+            guest = self.profile(guest_model)
+            got = PairOptions(
+                xi_host,
+                xi_guest,
+                tuple(
+                    (b, guest.iteration_time(b), -(-guest.batch // b))
+                    for b in guest.sub_batches(self.min_sub_batch)
+                    if self.fits(host_model, host_sub_batch, guest_model, b)
+                ),
+            )
+            self._options[key] = got
+        return got
 
     def profile(self, model_name: str) -> SharingProfile:
         return self.profiles.get(model_name.strip().lower(), self.default)

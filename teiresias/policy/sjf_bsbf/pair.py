@@ -38,6 +38,29 @@ def overlapped(t1: float, t2b: float, xi1: float, xi2: float) -> PairTimes:
     return PairTimes(t1 + end2 * (1.0 - 1.0 / xi1), end2)
 
 
+# Seconds within which two sums of completion times are equal (they are computed in floats
+# from times of at most ~1e7 s, so rounding stays far below it).
+TIE = 1e-6
+
+
+def approves(shared: PairTimes, seq: PairTimes) -> bool:
+    """Theorem 1's choice: share when the pair's average completion time is lower shared; on a
+    tie (equal up to rounding), share when it cannot hurt: the pair's GPUs are free no later
+    than one after the other (the jobs behind them start no later). Issue 22 item 4: live,
+    two fresh jobs get the same estimated length, and at xi = 1.5 Theorem 1 ties for every
+    guest longer than its host (the slope 2 - xi1 (2 - 1/xi2) of §3 is 0): the guest waited."""
+    d = shared.average - seq.average
+    if d < -TIE:
+        return True
+    return d <= TIE and max(shared.host_end, shared.guest_end) <= seq.guest_end + TIE
+
+
+def clearly_refuses(shared: PairTimes, seq: PairTimes) -> bool:
+    """A refusal that holds for every longer guest of the same models (``SjfBsbfPolicy._share``):
+    the shared average is above the other by more than rounding and the tie band's width."""
+    return shared.average - seq.average > 20 * TIE
+
+
 def sequential(t1: float, t2: float) -> PairTimes:
     """The guest waits for the host's GPUs and then runs alone at its full batch."""
     return PairTimes(t1, t1 + t2)
@@ -61,6 +84,9 @@ class PairDecision:
     guest_slowdown_alone: float  # r(b): the guest's iteration time at b relative to its full batch
     shared: PairTimes
     sequential: PairTimes
+    # The queue check (queue.QueueForecast.check): summed completion times of the pair and the
+    # jobs waiting, with the pair and without it; None where it did not run.
+    queue: tuple[float, float] | None = None
 
     @property
     def best_average(self) -> float:
@@ -82,28 +108,29 @@ def decide_pair(
     ``first_fit`` (SJF-FFS): share with the largest sub-batch that fits,
     whatever Theorem 1 says.
     """
-    xi1, xi2 = model.interference(host_model, guest_model)
-    guest = model.profile(guest_model)
+    opts = model.options(host_model, host_sub_batch, guest_model)
+    if not opts.sub_batches:
+        return None
+    xi1, xi2 = opts.xi_host, opts.xi_guest
     seq = sequential(t1, t2)
-    best: PairDecision | None = None
-    for b in guest.sub_batches(model.min_sub_batch):
-        if not model.fits(host_model, host_sub_batch, guest_model, b):
-            continue
-        r = guest.iteration_time(b)
+    best: tuple[int, float, int, PairTimes] | None = None
+    for b, r, acc in opts.sub_batches:
         times = overlapped(t1, t2 * r, xi1, xi2)
-        cand = PairDecision(
-            share=first_fit or times.average < seq.average,
-            sub_batch=b,
-            accumulation=-(-guest.batch // b),
-            xi_host=xi1,
-            xi_guest=xi2,
-            guest_slowdown_alone=r,
-            shared=times,
-            sequential=seq,
-        )
+        # first_fit: the largest sub-batch that fits. Else strictly better only: ties keep the
+        # larger sub-batch (fewer accumulation steps).
+        if best is None or (not first_fit and times.average < best[3].average):
+            best = (b, r, acc, times)
         if first_fit:
-            return cand
-        # Strictly better only: ties keep the larger sub-batch (fewer accumulation steps).
-        if best is None or times.average < best.shared.average:
-            best = cand
-    return best
+            break
+    assert best is not None
+    b, r, acc, times = best
+    return PairDecision(
+        share=first_fit or approves(times, seq),
+        sub_batch=b,
+        accumulation=acc,
+        xi_host=xi1,
+        xi_guest=xi2,
+        guest_slowdown_alone=r,
+        shared=times,
+        sequential=seq,
+    )

@@ -19,7 +19,9 @@ def name_prefix(name: str) -> str:
 
 def app_of(job: Job) -> str:
     """The app of ``job``: its explicit app (``tsbatch --app``, a trace's ``app`` column), else
-    its account (or user, without one) plus the stem of its job name, as ``account/stem``."""
+    its account (or user, without one) plus the stem of its job name, as ``account/stem``; a
+    job with no owner at all (a trace without those columns) is in the app ``stem``."""
     if job.app:
         return job.app
-    return f"{job.account or job.user}/{name_prefix(job.model_name)}"
+    owner = job.account or job.user
+    return f"{owner}/{name_prefix(job.model_name)}" if owner else name_prefix(job.model_name)

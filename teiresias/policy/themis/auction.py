@@ -13,6 +13,9 @@ total fits, so per-node variables would add nothing but solve time (24 s
 instead of 0.1 s with 64 apps bidding on 64 nodes, docs/themis.md); which
 GPUs each winning job gets is the placement policy's choice in the walk.
 
+A bidder left with nothing counts as rho = infinity in that maximization
+(``NOTHING``): the split serves as many bidders as the GPUs allow first.
+
 Hidden payment (Partial Allocation, Cole et al. [5]): app i keeps the fraction
 c_i = prod_{j!=i} v_j(G_pf) / prod_{j!=i} v_j(G_pf^{-i}) <= 1 of its
 proportional-fair allocation, v = 1/rho and G_pf^{-i} the proportional-fair
@@ -39,6 +42,15 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 MAX_LEVELS = 32
+# log(rho) added for a bidder at level 0 in the proportional-fair solve: the split first serves
+# as many bidders as the GPUs allow, then maximizes prod 1/rho. Why: Themis' valuations are
+# homogeneous (rho(m G) = rho(G) / m, Appendix, Theorem 3.2), so an app with no GPUs has an
+# unbounded rho (§3.3.2: "causing its rho to become unbounded"). Ours is finite at 0 GPUs
+# (the app is assumed to get its share after one lease, so that every app can bid), which
+# made nothing look better than a little: two apps of equal rho bid rho(0) = 1.07, rho(4) = 2.0,
+# rho(8) = 1.0, rho(16) = 0.5, and the split gave one of them all 16 GPUs (issue 22 item 6).
+# The hidden payments still use the finite rho.
+NOTHING = 50.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,9 @@ def _solve(bids: Sequence[Bid], capacity: Mapping[str, int]) -> tuple[dict[str, 
     for i, b in enumerate(bids):
         ys = list(range(len(cost), len(cost) + len(b.gpus)))
         for v, (g, r) in zip(ys, zip(b.gpus, b.rho)):
-            cost.append(math.log(r))  # minimize sum log(rho) = maximize sum log(1/rho)
+            # minimize sum log(rho) = maximize sum log(1/rho); a bidder left with nothing counts as
+            # unbounded (NOTHING), whatever its finite rho says
+            cost.append(math.log(r) + (NOTHING if g == 0 else 0.0))
             # exactly one level per app; then the level's GPUs count against the GPUs on auction
             rows.extend((i, len(bids)))
             cols.extend((v, v))

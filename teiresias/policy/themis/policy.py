@@ -8,20 +8,24 @@ jobs' counters every round (teiresias.policy.themis.rho).
 
 A round:
 
-1. Group jobs into apps (``apps.app_of``); inside an app its jobs go in
-   2D-LAS order (the app's own rule, Tiresias' discretized queues).
+1. Group jobs into apps (``apps.app_of``); inside an app its running jobs
+   come first, then its waiting ones, each in 2D-LAS order (the app's own
+   rule, Tiresias' discretized queues), so that an app keeps its running
+   jobs unless its share shrinks.
 2. Running jobs whose lease has not ended keep their GPUs and are out of the
    auction. If no job is pending, every ended lease is renewed (nobody else
    wants the GPUs).
 3. Otherwise the GPUs on auction are the idle ones plus those of jobs whose
    lease ended. Apps are sorted by current rho; the 1 - f fraction farthest
-   from fair (highest rho) bid rho for each level of their job order; the
+   from fair (highest rho), and at least two apps, bid rho for each level of
+   their job order; the
    partial-allocation auction (``auction.auction``) gives each winner c_i of
    its proportional-fair share (in expectation: GPUs are indivisible).
 4. The ranking handed to the shared allocation walk: leased jobs, then the
    winners' jobs (within their granted GPUs), then the leftovers: the
    unfiltered apps in a random order seeded from ``seed`` and the round's
-   time, then the filtered apps' remaining jobs. The walk starts jobs on idle
+   time, then the filtered apps' remaining jobs toward equal rho (``_fill``).
+   The walk starts jobs on idle
    GPUs first and preempts only jobs ranked below (ended leases), lowest
    first; a preempted job goes through the owner's checkpoint/requeue path.
 5. Every job started, or whose lease ended and that still runs, gets a new
@@ -33,6 +37,7 @@ A round:
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -117,7 +122,10 @@ class ThemisPolicy:
 
         reported = {a: r * self.misreport.get(a, 1.0) for a, r in now_rho.items()}
         by_unfairness = sorted(apps, key=lambda a: (-reported[a], a))
-        n_filter = math.ceil((1.0 - self.fairness_knob) * len(apps) - 1e-9)
+        # At least two bidders: with few apps ceil((1 - f) N) is 1, and a lone bidder takes
+        # everything on auction for a lease (issue 22 item 6; Themis Fig. 19: at f = 1 "only a
+        # single app ... participates in the auction" and max rho degrades).
+        n_filter = max(math.ceil((1.0 - self.fairness_knob) * len(apps) - 1e-9), min(2, len(apps)))
         filtered = by_unfairness[:n_filter]
         # GPUs on auction per node: idle ones plus those of running jobs whose lease ended.
         capacity = {n: max(v, 0) for n, v in snapshot.free_gpus().items()}
@@ -127,8 +135,13 @@ class ThemisPolicy:
                     for alloc in j.placement.allocations:
                         capacity[alloc.node] = capacity.get(alloc.node, 0) + alloc.gpus
         on_auction = sum(capacity.values())
-        # Each app's jobs up for auction, in its own order.
-        offer = {a: [j for j in js if j.job_id not in leased_ids] for a, js in apps.items()}
+        # Each app's jobs up for auction, its running ones first (issue 22 item 7): in plain
+        # 2D-LAS order a waiting job of the app (less service) ranks above its running ones, and
+        # a lease end preempted some of its jobs to run others of its own, its share unchanged.
+        offer = {
+            a: [j for j in js if j.is_running and j.job_id not in leased_ids] + [j for j in js if not j.is_running]
+            for a, js in apps.items()
+        }
         bids: list[Bid] = []
         bid_jobs: dict[str, list[list[Job]]] = {}
         blocked = False  # a filtered app's smallest level needs more GPUs than are on auction
@@ -173,13 +186,51 @@ class ThemisPolicy:
                 placed.add(j.job_id)
         unfiltered = [a for a in by_unfairness if a not in set(filtered)]
         random.Random(f"{self.seed}:{now!r}").shuffle(unfiltered)
-        for a in unfiltered + filtered:
+        for a in unfiltered:
             for j in offer[a]:
                 if j.job_id not in placed:
                     ranked.append(j)
                     placed.add(j.job_id)
+        for j in self._fill(filtered, offer, placed, inputs, [*leased, *ranked[len(leased) :]]):
+            ranked.append(j)
+            placed.add(j.job_id)
         w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
         return self._plan(snapshot, ranked, w, leased_ids, rho_by_job, leased if blocked else ())
+
+    @staticmethod
+    def _fill(
+        filtered: Sequence[str],
+        offer: Mapping[str, list[Job]],
+        placed: set[JobId],
+        inputs: Mapping[str, AppRho],
+        have: Sequence[Job],
+    ) -> list[Job]:
+        """The filtered apps' jobs that neither a lease nor the auction placed, in the order they
+        may take what is left: one job at a time to the app whose rho is the highest with the GPUs
+        it holds so far (``have``: leased and won jobs), ties in filter order.
+
+        Why not app by app in rho order: with two apps of equal rho, the auction's
+        proportional-fair split may give one app everything (losing a round looks cheap:
+        its rho with no GPUs assumes its share after one lease), and the hidden payment leaves
+        GPUs over; app by app, the first app by name took them all, for a full lease.
+        Filling toward equal rho splits them."""
+        gpus = {a: 0 for a in filtered}
+        for j in have:
+            a = app_of(j)
+            if a in gpus:
+                gpus[a] += j.num_gpus
+        queue = {a: [j for j in offer[a] if j.job_id not in placed] for a in filtered}
+        heap = [(-inputs[a].rho(gpus[a]), k, a) for k, a in enumerate(filtered) if queue[a]]
+        heapq.heapify(heap)
+        out: list[Job] = []
+        while heap:
+            _, k, a = heapq.heappop(heap)
+            j = queue[a].pop(0)
+            out.append(j)
+            gpus[a] += j.num_gpus
+            if queue[a]:
+                heapq.heappush(heap, (-inputs[a].rho(gpus[a]), k, a))
+        return out
 
     def _plan(
         self,

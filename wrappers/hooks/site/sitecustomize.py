@@ -1,6 +1,8 @@
 """teiresias job hooks, put on PYTHONPATH by tsbatch's batch script.
 
-Three things, all cheap until the script imports torch:
+Four things, all cheap until the script imports torch:
+0. when ``TEIRESIAS_CHECKPOINT=1``, ignore USR1/USR2 if their action is the
+   default one (to die), as tsbatch starts the job's processes;
 1. run the ``sitecustomize`` this file shadows (the next one on sys.path), so
    site-wide customisation keeps working;
 2. when ``TEIRESIAS_CHECKPOINT=1``, arm the checkpoint/resume hooks
@@ -50,6 +52,19 @@ def _load_wrappers_package() -> None:
     spec.loader.exec_module(module)
 
 
+def _ignore_job_signals() -> None:
+    """USR1/USR2 ignored from the start, as tsbatch starts the job's processes: a
+    process exec'd by one that had the hooks' handlers (torchrun's workers) starts
+    with their default action, which is to die, until its own hooks are installed."""
+    import signal
+
+    for name in ("SIGUSR1", "SIGUSR2"):
+        if signal.getsignal(getattr(signal, name)) == signal.SIG_DFL:
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+if os.environ.get("TEIRESIAS_CHECKPOINT") == "1":
+    _ignore_job_signals()
 _chain_next_sitecustomize()
 if os.environ.get("TEIRESIAS_CHECKPOINT") == "1":
     try:
