@@ -16,12 +16,13 @@ them with this command line.
     .venv/bin/python benchmarks/bench_simulator.py --policies las,fifo,gittins --compare-full \\
         --skip-round --skip-compare --skip-testbed          # old (full rounds) vs new, side by side
     .venv/bin/python benchmarks/bench_simulator.py --sizes 15000 --nodes 75 --policies las,gittins \\
-        --max-duration 604800 --compare-keyed --skip-round --skip-compare --skip-testbed   # keyed rounds off vs on
+        --max-duration 604800 --compare-keyed --skip-round --skip-compare --skip-testbed   # kept rounds off vs on
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import time
 from pathlib import Path
@@ -63,6 +64,8 @@ class TimedPolicy:
             self.quiet_until = inner.quiet_until
         if callable(getattr(inner, "rank_keys", None)):
             self.rank_keys = inner.rank_keys
+        if callable(getattr(inner, "decide_kept", None)):
+            self.decide_kept = self._decide_kept
         self.seconds = 0.0
         self.calls = 0
 
@@ -72,6 +75,18 @@ class TimedPolicy:
         self.seconds += time.perf_counter() - t
         self.calls += 1
         return plan
+
+    def _decide_kept(self, snapshot, kept):
+        t = time.perf_counter()
+        plan = self.inner.decide_kept(snapshot, kept)
+        self.seconds += time.perf_counter() - t
+        self.calls += 1
+        return plan
+
+
+def records_hash(records) -> str:
+    """A short hash of a replay's job records: equal hashes, equal decisions (old vs new trees)."""
+    return hashlib.sha1(repr(sorted(records, key=lambda r: r.job_id)).encode()).hexdigest()[:12]
 
 
 def speed(
@@ -89,7 +104,7 @@ def speed(
     """Replay speed; with ``compare_full`` each replay also runs with every round seeing every job
     and every tick run (``prune_rounds`` / ``skip_quiet_ticks`` off: the engine before they
     existed, same policy code), side by side, and the two results must agree. With
-    ``compare_keyed`` the "before" replay has only ``keyed_rounds`` off (contended rounds see
+    ``compare_keyed`` the "before" replay has only ``keyed_rounds`` off (no kept rounds: contended rounds see
     every running job, as before the engine kept rank keys)."""
     cluster = cluster or Cluster.from_tiresias_spec(8, 32, 8)  # n256g8
     params = params or PolicyParams(distribution=ServiceDistribution(samples))
@@ -102,11 +117,11 @@ def speed(
         "(CPU s = this process's CPU time: on a shared machine it is the figure to compare;\n"
         " jobs/s and ms/round are per CPU second; 'in policy' = share of wall time inside decide();\n"
         " pruned = rounds the policy saw only pending jobs (all, or the newcomers); mode full = no pruning,\n"
-        " no tick skipping; mode unkeyed = no keyed rounds (contended rounds see every running job))"
+        " no tick skipping; mode unkeyed = no kept rounds (contended rounds see every running job))"
     )
     print(
         f"{'jobs':>7} {'policy':>12} {'mode':>6} {'wall s':>8} {'CPU s':>8} {'jobs/s':>8} {'rounds':>8} "
-        f"{'pruned':>8} {'ms/round':>9} {'in policy':>9} {'avg JCT':>9} {'avg queue':>9}"
+        f"{'pruned':>8} {'ms/round':>9} {'in policy':>9} {'avg JCT':>9} {'avg queue':>9} {'records':>12}"
     )
     modes = (
         [("full", {"prune_rounds": False, "skip_quiet_ticks": False}), ("fast", {})] if compare_full else [("fast", {})]
@@ -134,7 +149,8 @@ def speed(
                 print(
                     f"{n:>7} {name:>12} {mode:>6} {wall:>8.2f} {cpu:>8.2f} {n / cpu:>8.0f} {s.rounds:>8} "
                     f"{sim.pruned_rounds + sim.extended_rounds:>8} {1000 * cpu / max(s.rounds, 1):>9.3f} "
-                    f"{100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} {s.avg_queue_delay:>9.0f}",
+                    f"{100 * pol.seconds / wall:>8.0f}% {s.avg_jct:>9.0f} {s.avg_queue_delay:>9.0f} "
+                    f"{records_hash(res.records):>12}",
                     flush=True,
                 )
             if len(records) == 2 and records[0] != records[1]:
@@ -263,7 +279,7 @@ def main() -> None:
     ap.add_argument(
         "--compare-keyed",
         action="store_true",
-        help="also replay with keyed rounds off, side by side (before rank keys were kept)",
+        help="also replay with kept rounds off, side by side (every contended round sees every running job)",
     )
     ap.add_argument("--nodes", type=int, default=256, help="speed: nodes of 8 GPUs [256]")
     ap.add_argument("--last-queue", default="fifo", help="speed: gittins' last queue order [fifo]")

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from operator import sub
+from typing import Any, Protocol
 
 from teiresias.domain import Cluster, Job, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.policy.base import PlacementPolicy
@@ -89,14 +90,7 @@ def walk(
     out = Walk()
     keep, preempt, reasons = out.keep, out.preempt, out.reasons
     blocked_by: JobId | None = None
-    # Failure memo, so 10,000 waiting jobs of a few shapes cost a few placements:
-    # feasibility depends only on the job's shape (``placement.job_key``) and the
-    # free map. ``idle`` only shrinks between evictions (hence the version);
-    # idle + unvisited held GPUs only ever shrinks during a walk.
-    job_key = getattr(placement, "job_key", None)
-    idle_failed: dict[object, int] = {}
-    avail_failed: set[object] = set()
-
+    memo = FailureMemo(placement)
     evicted, pinned = st.evicted, st.pinned
     n_visited = 0  # running jobs on offer visited so far (synced into ``st`` when used)
     for j in ranked:
@@ -120,41 +114,83 @@ def walk(
             reasons[j.job_id] = f"blocked behind job {blocked_by} ({policy_name or 'fifo'})"
             continue
         st.n_visited = n_visited
-        need = j.num_gpus
-        if need <= 0:
-            reasons[j.job_id] = f"asks for {need} GPUs: teiresias schedules GPU jobs only"
+        if j.num_gpus <= 0:
+            reasons[j.job_id] = f"asks for {j.num_gpus} GPUs: teiresias schedules GPU jobs only"
             continue
-        idle_total = st.idle_total
-        held_total = st.held_total() if preemptive else 0
-        if idle_total + held_total < need:
-            # Not enough GPUs even counting every lower-ranked running job's.
-            reasons[j.job_id] = f"waiting for {need} GPUs, {idle_total} free"
-            if head_of_line_blocking:
-                blocked_by = j.job_id
-            continue
-        key = job_key(j) if job_key is not None else None
-        got = None
-        if idle_total >= need and (key is None or idle_failed.get(key) != st.version):
-            got = placement.place(j, st.idle, st.cluster)
-            if got is None and key is not None:
-                idle_failed[key] = st.version
-        if got is None and held_total > 0 and (key is None or key not in avail_failed):
-            got = _place_with_eviction(j, st, placement)
-            if got is None and key is not None:
-                avail_failed.add(key)
+        got = place_pending(j, st, placement, memo, reasons)
         if got is None:
-            if idle_total < need:
-                reasons[j.job_id] = f"waiting for {need} GPUs, {idle_total} free"
-            else:
-                reasons[j.job_id] = (
-                    f"waiting for {need} GPUs: {idle_total} free but not placeable ({placement.name} placement)"
-                )
             if head_of_line_blocking:
                 blocked_by = j.job_id
             continue
         st.start(j.job_id, got)
         out.start[j.job_id] = got
     return out
+
+
+class Offer(Protocol):
+    """What a walk's GPU bookkeeping offers a pending job at its turn (``_State`` here, the kept
+    walk's in ``teiresias.policy.kept``): the idle GPUs, and the running jobs ranked below it
+    that still hold theirs (the unvisited holders), which preemption can hand out."""
+
+    cluster: Cluster
+    idle: dict[str, int]
+    idle_total: int
+    version: int  # moves on at every eviction (idle GPUs only shrink between two)
+
+    def held_total(self) -> int: ...
+
+    def n_unvisited_holders(self) -> int: ...
+
+    def unvisited_holders(self) -> Iterator[_Placed]: ...
+
+    def avail(self) -> dict[str, int]: ...
+
+
+class FailureMemo:
+    """Placements that failed in this walk, so 10,000 waiting jobs of a few shapes cost a few
+    placements: feasibility depends only on the job's shape (``placement.job_key``) and the
+    free map. ``idle`` only shrinks between evictions (hence the version); idle + unvisited
+    held GPUs only ever shrinks during a walk."""
+
+    __slots__ = ("job_key", "idle_failed", "avail_failed")
+
+    def __init__(self, placement: PlacementPolicy) -> None:
+        self.job_key = getattr(placement, "job_key", None)
+        self.idle_failed: dict[object, int] = {}
+        self.avail_failed: set[object] = set()
+
+
+def place_pending(
+    j: Job, st: Offer, placement: PlacementPolicy, memo: FailureMemo, reasons: dict[JobId, str]
+) -> Placement | None:
+    """Where pending job ``j`` (asking for GPUs) starts at its turn of the walk, or None (its
+    reason written): on idle GPUs if it fits there, else on idle GPUs plus those of the fewest
+    lowest-ranked running jobs (Tiresias Pseudocode 2)."""
+    need = j.num_gpus
+    idle_total = st.idle_total
+    held_total = st.held_total()
+    if idle_total + held_total < need:
+        # Not enough GPUs even counting every lower-ranked running job's.
+        reasons[j.job_id] = f"waiting for {need} GPUs, {idle_total} free"
+        return None
+    key = memo.job_key(j) if memo.job_key is not None else None
+    got = None
+    if idle_total >= need and (key is None or memo.idle_failed.get(key) != st.version):
+        got = placement.place(j, st.idle, st.cluster)
+        if got is None and key is not None:
+            memo.idle_failed[key] = st.version
+    if got is None and held_total > 0 and (key is None or key not in memo.avail_failed):
+        got = _place_with_eviction(j, st, placement)
+        if got is None and key is not None:
+            memo.avail_failed.add(key)
+    if got is None:
+        if idle_total < need:
+            reasons[j.job_id] = f"waiting for {need} GPUs, {idle_total} free"
+        else:
+            reasons[j.job_id] = (
+                f"waiting for {need} GPUs: {idle_total} free but not placeable ({placement.name} placement)"
+            )
+    return got
 
 
 _BASE: dict[int, tuple[object, dict[str, int]]] = {}
@@ -219,9 +255,14 @@ class _State:
             prefix.append(held)
             if j.protected_until is not None and j.protected_until > now:
                 protected = True
-        for name, u in snapshot.unavailable.items():
-            if name in idle:
-                idle[name] -= u
+        unavailable = snapshot.unavailable
+        if type(unavailable) is dict and len(unavailable) == len(idle) and list(unavailable) == list(idle):
+            # Every node, in node order (the simulator's map of held GPUs): subtracted in C.
+            idle = dict(zip(idle, map(sub, idle.values(), unavailable.values())))
+        else:
+            for name, u in unavailable.items():
+                if name in idle:
+                    idle[name] -= u
         # A node where managed jobs hold more GPUs than are usable (DRAINing, or
         # GPUs taken outside the managed partitions) has nothing to give: its jobs
         # are "pinned", kept whatever their rank and never on offer for
@@ -302,12 +343,7 @@ class _State:
                 victim = node_holders.pop()
                 if victim.job_id not in self.evicted:
                     self._evict(victim, job_id)
-        avail = self._avail
-        for a in placement.allocations:
-            idle[a.node] -= a.gpus
-            self.idle_total -= a.gpus
-            if avail is not None:
-                avail[a.node] -= a.gpus
+        self.idle_total -= hand_out(placement, idle, self._avail)
 
     def _holders_on(self, node: str) -> list[_Placed]:
         if self._holders is None:
@@ -333,7 +369,19 @@ class _State:
         self._evicted_unvisited_gpus += size
 
 
-def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Placement | None:
+def hand_out(placement: Placement, idle: dict[str, int], avail: dict[str, int] | None) -> int:
+    """Take a started job's GPUs out of a walk's idle map (and its available map once built);
+    how many it took."""
+    taken = 0
+    for a in placement.allocations:
+        idle[a.node] -= a.gpus
+        taken += a.gpus
+        if avail is not None:
+            avail[a.node] -= a.gpus
+    return taken
+
+
+def _place_with_eviction(job: Job, st: Offer, placement: PlacementPolicy) -> Placement | None:
     """Place ``job`` on idle GPUs plus those of the fewest lowest-priority running jobs.
 
     First on everything lower-ranked jobs hold (if that fails, nothing can
@@ -354,11 +402,23 @@ def _place_with_eviction(job: Job, st: _State, placement: PlacementPolicy) -> Pl
             victims.append(next(source))
         return victims[:m]
 
+    # Idle plus the first ``grown[0]`` victims: galloping only adds victims, so each probe adds
+    # to the last one's map (placements never change the map they are given).
+    grown: list[Any] = [0, dict(st.idle)]
+
     def attempt(m: int) -> Placement | None:
-        cand = dict(st.idle)
-        for v in first(m):
-            for a in v.placement.allocations:
-                cand[a.node] += a.gpus
+        if m >= grown[0]:
+            cand = grown[1]
+            first(m)
+            for v in victims[grown[0] : m]:
+                for a in v.placement.allocations:
+                    cand[a.node] += a.gpus
+            grown[0] = m
+        else:
+            cand = dict(st.idle)
+            for v in victims[:m]:
+                for a in v.placement.allocations:
+                    cand[a.node] += a.gpus
         return placement.place(job, cand, st.cluster)
 
     # Below ``lo`` victims the GPU count alone cannot suffice; with all of them

@@ -9,9 +9,10 @@ import numpy as np
 
 from teiresias.domain import Job, Plan, Snapshot
 from teiresias.errors import ConfigError
-from teiresias.policy.allocate import to_plan, walk
+from teiresias.policy.allocate import to_plan
 from teiresias.policy.base import PlacementPolicy
 from teiresias.policy.gittins import ServiceDistribution
+from teiresias.policy.kept import KeptRanking, walk_ranked
 from teiresias.policy.mlfq import QUEUE_ORDERS, Mlfq
 
 # How the last queue is ordered: the paper's FIFO by first start, or the Gittins index with Delta = infinity.
@@ -156,14 +157,20 @@ class GittinsPolicy:
         return self._mlfq().keys(jobs, now)
 
     def decide(self, snapshot: Snapshot) -> Plan:
-        jobs = snapshot.jobs
-        dist = self.distribution
-        if self.continuous:
-            index = {j.job_id: dist.index(j.attained_service) for j in jobs}
-            ranked = sorted(jobs, key=lambda j: (-index[j.job_id], j.job_id))
-            w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
-            return to_plan(ranked, w, index=index)
+        return self.decide_kept(snapshot, None)
 
-        ranked, queues, promoted, indices = self._mlfq().rank(jobs, snapshot.now)
-        w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
+    def decide_kept(self, snapshot: Snapshot, kept: KeptRanking | None) -> Plan:
+        """``decide`` for the jobs of ``snapshot`` among the running jobs ``kept`` holds (the
+        owner's ranking of them: ``WalksKept``, teiresias.policy.kept); None: ``decide`` itself.
+        The snapshot's jobs are ranked, then walked (Pseudocode 2)."""
+        jobs = snapshot.jobs
+        if self.continuous:
+            dist = self.distribution
+            index = {j.job_id: dist.index(j.attained_service) for j in jobs}
+            keyed = sorted(((-index[j.job_id], j.job_id), j) for j in jobs)
+            ranked = [j for _, j in keyed]
+            w = walk_ranked(snapshot, ranked, [k for k, _ in keyed], kept, self.placement, policy_name=self.name)
+            return to_plan(ranked, w, index=index)
+        ranked, keys, queues, promoted, indices = self._mlfq().rank_keyed(jobs, snapshot.now)
+        w = walk_ranked(snapshot, ranked, keys, kept, self.placement, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted, index=indices)

@@ -7,8 +7,9 @@ from typing import Any
 
 from teiresias.domain import Job, Plan, Snapshot
 from teiresias.errors import ConfigError
-from teiresias.policy.allocate import to_plan, walk
+from teiresias.policy.allocate import to_plan
 from teiresias.policy.base import PlacementPolicy
+from teiresias.policy.kept import KeptRanking, walk_ranked
 from teiresias.policy.mlfq import QUEUE_ORDERS, Mlfq, mlfq_quiet_until
 
 
@@ -69,11 +70,18 @@ class LasPolicy:
         return Mlfq(self.thresholds, self.promote_knob, order=self.queue_order)
 
     def decide(self, snapshot: Snapshot) -> Plan:
+        return self.decide_kept(snapshot, None)
+
+    def decide_kept(self, snapshot: Snapshot, kept: KeptRanking | None) -> Plan:
+        """``decide`` for the jobs of ``snapshot`` among the running jobs ``kept`` holds (the
+        owner's ranking of them: ``WalksKept``, teiresias.policy.kept); None: ``decide`` itself.
+        The snapshot's jobs are ranked, then walked (Pseudocode 2)."""
         jobs = snapshot.jobs
         if self.continuous:
-            ranked = sorted(jobs, key=lambda j: (j.attained_service, j.job_id))
-            w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
+            keyed = sorted(((j.attained_service, j.job_id), j) for j in jobs)
+            ranked = [j for _, j in keyed]
+            w = walk_ranked(snapshot, ranked, [k for k, _ in keyed], kept, self.placement, policy_name=self.name)
             return to_plan(ranked, w)
-        ranked, queues, promoted, _ = self._mlfq().rank(jobs, snapshot.now)
-        w = walk(snapshot, ranked, self.placement, preemptive=True, policy_name=self.name)
+        ranked, keys, queues, promoted, _ = self._mlfq().rank_keyed(jobs, snapshot.now)
+        w = walk_ranked(snapshot, ranked, keys, kept, self.placement, policy_name=self.name)
         return to_plan(ranked, w, queues=queues, promote=promoted)

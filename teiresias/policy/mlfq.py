@@ -144,10 +144,18 @@ class Mlfq:
         Lean on purpose: the simulator ranks every job on every event.
         Returns (ranked, queues, promoted, indices).
         """
+        ranked, _, queues, promoted, indices = self.rank_keyed(jobs, now)
+        return ranked, queues, promoted, indices
+
+    def rank_keyed(
+        self, jobs: Sequence[Job], now: float
+    ) -> tuple[list[Job], list[tuple[Any, ...]], dict[JobId, int], list[JobId], dict[JobId, float]]:
+        """``rank`` with each ranked job's sort key (the key ``keys`` gives it) beside it:
+        (ranked, keys, queues, promoted, indices)."""
         got = self._keyed(jobs, now)
         keyed = got.keyed
         keyed.sort()
-        return [t[-1] for t in keyed], got.queues, got.promoted, got.indices
+        return [t[-1] for t in keyed], [t[:-1] for t in keyed], got.queues, got.promoted, got.indices
 
     def keys(self, jobs: Sequence[Job], now: float) -> list[tuple[tuple[Any, ...], float]]:
         """(key, until) per job: the sort key ``rank`` gives it, ending

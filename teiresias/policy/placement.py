@@ -58,6 +58,12 @@ class _Topology:
         self.order = {n.name: i for i, n in enumerate(cluster.nodes)}
         self.names = [n.name for n in cluster.nodes]
         self.switches = tuple(cluster.switches().values())
+        # Each switch's nodes as a range of cluster.nodes, when they are contiguous there (the
+        # usual switch-major order): a placement reads their free GPUs as a slice.
+        index = {n.name: i for i, n in enumerate(cluster.nodes)}
+        ranges = [(index[ns[0].name], index[ns[-1].name] + 1) for ns in self.switches]
+        contiguous = all(e - b == len(ns) and index[ns[0].name] == b for (b, e), ns in zip(ranges, self.switches))
+        self.switch_ranges: tuple[tuple[int, int], ...] | None = tuple(ranges) if contiguous else None
         self.max_switch_gpus = max((sum(n.gpus for n in ns) for ns in self.switches), default=0)
         self._switch_sizes = [sorted((n.gpus for n in ns), reverse=True) for ns in self.switches]
         self._all_sizes = sorted((n.gpus for n in cluster.nodes), reverse=True)
@@ -161,12 +167,18 @@ class ConsolidatePlacement(_ByGpuCount):
         if k == 1:
             return _best_single_node(need, free, topo)
         groups = topo.switches if need <= topo.max_switch_gpus else (cluster.nodes,)
+        ranges = topo.switch_ranges if need <= topo.max_switch_gpus else ((0, len(cluster.nodes)),)
+        vals = _free_in_node_order(free, topo.names) if ranges is not None else None
         chosen: list[tuple[Node, int]] | None = None
         waste = 0
-        for nodes in groups:
+        for g, nodes in enumerate(groups):
             # Most placements tried under a backlog fail: when even the k nodes with the most
             # free GPUs fall short, _fewest_nodes would need more than k nodes; skip building its input.
-            frees = [free.get(n.name, 0) for n in nodes]
+            if vals is not None and ranges is not None:
+                b, e = ranges[g]
+                frees = vals[b:e]
+            else:
+                frees = [free.get(n.name, 0) for n in nodes]
             frees.sort(reverse=True)
             if sum(frees[:k]) < need:
                 continue
@@ -300,15 +312,22 @@ def _best_single_node(need: int, free: Mapping[str, int], topo: _Topology) -> Pl
     Written with list operations that run in C: placements are tried for
     every waiting job of every round, and most fail on the first ``max``.
     """
+    if not free or max(free.values()) < need:
+        return None  # (free's values in any order: no node holds that many)
     names = topo.names
     vals = _free_in_node_order(free, names)
-    if not vals or max(vals) < need:
+    top = max(vals) if vals else 0
+    if top < need:
         return None
-    if need in vals:
-        i = vals.index(need)  # an exact fit is the tightest
+    # The tightest fit: the smallest free count >= need that some node has (nodes hold a few
+    # GPUs: scanning the counts upward costs a few C-speed list scans).
+    if top - need <= 16:
+        v = need
+        while v not in vals:
+            v += 1
     else:
-        i = vals.index(min(v for v in vals if v >= need))
-    return Placement((Allocation(names[i], need),))
+        v = min(x for x in vals if x >= need)
+    return Placement((Allocation(names[vals.index(v)], need),))
 
 
 def _free_in_node_order(free: Mapping[str, int], names: list[str]) -> list[int]:

@@ -40,13 +40,13 @@ Deterministic: no randomness at all; ties resolve by trace order.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from teiresias.domain import Cluster, JobId, JobState, Placement, Plan, Snapshot
 from teiresias.domain.plan import Sharing
@@ -55,6 +55,7 @@ from teiresias.policy.base import (
     CarriesState,
     KeyRanked,
     SchedulingPolicy,
+    WalksKept,
     grants_leases,
     is_idle_first,
     is_preemptive,
@@ -62,7 +63,9 @@ from teiresias.policy.base import (
     quiet_until_of,
     uses_slices,
     wake_at_of,
+    walks_kept,
 )
+from teiresias.policy.kept import KeptRanking
 from teiresias.policy.protect import MinRun, protected_until
 from teiresias.policy.themis.apps import app_of
 from teiresias.simulator.clock import Clock, SimulatedClock
@@ -106,8 +109,8 @@ class SimulationOptions:
     # changed nothing, until the policy's ``quiet_until`` (policies that have
     # one), as long as nothing arrives or completes. Results are unchanged.
     skip_quiet_ticks: bool = True
-    # Leave out of a contended round the running jobs ranked above every pending job
-    # (policies that are ``KeyRanked``; Simulator._keyed_plan), with prune_rounds. Results
+    # Keep the running jobs ranked between rounds and hand a contended round only the pending
+    # jobs (policies that are ``WalksKept``; Simulator._keyed_plan), with prune_rounds. Results
     # are unchanged; False only to measure what it saves (benchmarks/bench_simulator.py).
     keyed_rounds: bool = True
     # Gandiva (docs/gandiva.md, "Simulator"): seconds a migration or a resize costs the job
@@ -150,7 +153,8 @@ class Simulator:
         self._min_nodes_gpn = cluster.max_gpus_per_node
         self._free = {n.name: n.gpus for n in cluster.nodes}
         self._free_total = total
-        self._held: dict[str, int] = {}  # GPUs held per node by running jobs
+        # GPUs held per node by running jobs, every node in node order (a round's ``unavailable``).
+        self._held: dict[str, int] = {n.name: 0 for n in cluster.nodes}
         self._pending_gpus = 0  # GPUs asked for by pending jobs
         self._queues: dict[JobId, int] = {}
         # The abilities the policy declares (teiresias/policy/base.py), read as the controller
@@ -162,22 +166,25 @@ class Simulator:
         self._preemptive = is_preemptive(policy)
         self._carry: object = None  # the last full round's plan.carry (CarriesState)
         self.pruned_rounds = 0
-        # Rounds that left out the running jobs ranked above every pending job (_keyed_plan).
-        keyed = self._idle_first and self.opt.keyed_rounds
+        # Rounds that hand the policy the pending jobs and the running ones as a ranking kept
+        # here between rounds (_keyed_plan; teiresias.policy.kept).
+        keyed = self._idle_first and self.opt.keyed_rounds and walks_kept(policy)
         self._rank_keys = policy.rank_keys if keyed and isinstance(policy, KeyRanked) else None
-        # Running jobs' rank keys, kept between rounds until the policy's ``until``: job ->
-        # (key, entry number); the keys sorted; (until, entry number, job) by expiry; jobs
-        # started since their key was last asked for.
-        self._rkeys: dict[JobId, tuple[tuple, int]] = {}
-        self._rsorted: list[tuple] = []
-        self._rexpiry: list[tuple[float, int, JobId]] = []
+        self._decide_kept = policy.decide_kept if keyed and isinstance(policy, WalksKept) else None
+        self._kept = KeptRanking(cluster) if self._rank_keys is not None else None
+        # Running jobs' rank keys are kept (in ``_kept``) until the policy's ``until``: kept
+        # job -> its finite until, and the expiry heap of (until, job) (an entry is live while
+        # it matches the dict); running jobs whose key must be asked (started since); kept jobs
+        # whose key holds no longer than the round (asked again every round).
+        self._runtil: dict[JobId, float] = {}
+        self._rexpiry: list[tuple[float, JobId]] = []
         self._runkeyed: set[JobId] = set()
-        self._rentry = 0
-        # Pending jobs' keys (a waiting job's key holds while it waits, unless the policy
-        # says otherwise): job -> key, the keys sorted, jobs whose key must be asked for.
-        self._pkeys: dict[JobId, tuple] = {}
-        self._psorted: list[tuple] = []
+        self._rvolatile: set[JobId] = set()
+        # Pending jobs whose key must be asked (arrived, preempted or promoted since), and those
+        # whose key may move while they wait (the policy ranks them every round); the others
+        # are kept in ``_kept`` too, under a key that holds while they wait.
         self._punkeyed: set[JobId] = set()
+        self._pvolatile: set[JobId] = set()
         self.keyed_rounds = 0
         self._quiet = quiet_until_of(policy) if self.opt.skip_quiet_ticks else None
         # The "base": the last round that planned nothing, while since then only arrivals
@@ -191,8 +198,10 @@ class Simulator:
         rule = self.opt.min_run
         self._protect = rule.checkpointing > 0 or (rule.plain > 0 and bool(self.opt.plain_jobs))
         if self._protect:
+            # Protected jobs are pinned by the plain walk (allocate._State): every round whole.
             self._idle_first = self._extend = False
             self._quiet, self._rank_keys = None, None
+            self._kept, self._decide_kept = None, None
         self.lost_gpu_seconds = 0.0  # work of plain jobs lost at their preemptions
         self.extended_rounds = 0
         self._time = SimTime(t0)  # what the SimJobs' counters are read against
@@ -363,7 +372,7 @@ class Simulator:
         j.restore_left = 0.0
         j.needs_restore = True
         self._pending[j.job_id] = j
-        if self._rank_keys is not None:
+        if self._kept is not None:
             self._punkeyed.add(j.job_id)
         self._pending_gpus += j.num_gpus
 
@@ -506,8 +515,8 @@ class Simulator:
         differ, and the engine uses none of them (a running job's
         ``queue_index`` reads the last full round).
         """
-        if not self._idle_first or not self._running:
-            return None
+        if not self._idle_first or not self._running or self._kept is not None:
+            return None  # (with kept ranks, a kept round costs less and decides the same)
         if self._preemptive and self._pending_gpus > self._free_total:
             return None  # not every pending job can start: the full round decides
         pending = list(self._pending.values())
@@ -517,89 +526,66 @@ class Simulator:
         return plan
 
     def _keyed_plan(self, now: float) -> Plan | None:
-        """The round's plan from a snapshot without the running jobs ranked above every pending job.
+        """The round's plan from the pending jobs and the running ones as a ranking kept here.
 
-        For an ``idle_first`` policy that ranks by a key of each job alone
-        (``KeyRanked``), the walk meets such a running job before any pending
-        one: nobody has taken GPUs yet, so it is kept, and it matters only
-        through the GPUs it holds. Handed the other jobs with those GPUs as
-        ``unavailable``, the policy ranks the rest in the same relative order,
-        sees the same idle GPUs and, for each pending job, the same lower-ranked
-        running jobs to evict: the same starts, preemptions and promotions. The
-        left-out jobs' order / keep / queues are not in the plan; the engine
-        uses none of them (a running job's ``queue_index`` reads the last round
-        that saw it). Under a backlog most running jobs rank above every
-        waiting one (las: started jobs first inside a queue), so a contended
-        round shrinks to the waiting jobs and the running ones they may evict.
+        For a ``WalksKept`` policy (las, gittins: ``KeyRanked``, ``idle_first``,
+        preemptive), running jobs matter to a round only through their rank and
+        the GPUs they hold, and both change only when a job starts, stops or its
+        key moves. So they are kept in a ``KeptRanking`` under the keys the
+        policy's ``rank_keys`` gave them, asked again only at a start and at
+        their ``until`` (a FIFO-keyed job: its demotion; an index that moves
+        with attained service: every round), and the policy is handed the
+        pending jobs alone with that ranking (``decide_kept``), which decides
+        what ``decide`` on every job would (teiresias.policy.kept; the same
+        starts, preemptions and promotions). The plan's order / keep / queues
+        leave out the running jobs not preempted; the engine uses none of them
+        (a running job's ``queue_index`` reads the last round that saw it).
         """
-        if self._rank_keys is None or not self._running or not self._pending:
+        kept, rank_keys, decide_kept = self._kept, self._rank_keys, self._decide_kept
+        if kept is None or rank_keys is None or decide_kept is None or not self._running or not self._pending:
             return None
-        rank_keys = self._rank_keys
-        pending = list(self._pending.values())
-        punkeyed, pcache, psorted = self._punkeyed, self._pkeys, self._psorted
-        top = None
-        if punkeyed:
-            asked = [self._pending[jid] for jid in punkeyed]
-            punkeyed.clear()
-            for k, until in rank_keys(asked, now):
-                if until == math.inf:
-                    pcache[k[-1]] = k
-                    bisect.insort(psorted, k)
-                else:
-                    punkeyed.add(k[-1])  # no promise: ask again next round
-                    if top is None or k < top:
-                        top = k
-        if psorted and (top is None or psorted[0] < top):
-            top = psorted[0]
-        assert top is not None
-        # Running jobs' keys are asked for only when they may have moved: at a start, and
-        # at their ``until`` (a FIFO-keyed job: its demotion), so a round costs O(changes)
-        # here, plus the jobs it keeps.
         running = self._running
-        rsorted = self._rsorted
-        # At most the kept keys above ``top`` and the unkeyed jobs can be left out; if that is
-        # under a quarter of the snapshot, the smaller snapshot would cost about what it saves:
-        # the full round (which decides the same). Unasked keys stay unasked until needed.
-        active = len(running) + len(pending)
-        if 4 * (bisect.bisect_right(rsorted, top) + len(self._runkeyed)) < active:
-            return None
+        # Keys to ask: jobs started since (added), and kept jobs whose key may have moved (moved).
         stale = [running[jid] for jid in self._runkeyed]
         self._runkeyed.clear()
-        expiry, cache = self._rexpiry, self._rkeys
+        stale.extend(running[jid] for jid in self._rvolatile)
+        self._rvolatile.clear()
+        expiry, runtil = self._rexpiry, self._runtil
         limit = now + _QUIET_MARGIN
         while expiry and expiry[0][0] <= limit:
-            _, entry, jid = heapq.heappop(expiry)
-            got = cache.get(jid)
-            if got is not None and got[1] == entry:
-                self._drop_key(jid)
+            u, jid = heapq.heappop(expiry)
+            if runtil.get(jid) == u:
+                del runtil[jid]
                 stale.append(running[jid])
-        below = []
-        for k, until in rank_keys(stale, now) if stale else ():
-            if until <= limit:
-                # No promise (an index that moves with attained service): ask again next round.
-                self._runkeyed.add(k[-1])
-                if k > top:
-                    below.append(k[-1])
-                continue
-            self._rentry += 1
-            cache[k[-1]] = (k, self._rentry)
-            bisect.insort(rsorted, k)
-            heapq.heappush(expiry, (until, self._rentry, k[-1]))
-        pos = bisect.bisect_right(rsorted, top)
-        below.extend(k[-1] for k in rsorted[pos:])
-        if 4 * (len(running) - len(below)) < active:
-            return None  # little to leave out after all (see above)
-        unavailable = dict(self._held)
-        jobs = []
-        for jid in below:
-            j = running[jid]
-            # A running job always holds a placement (_to_running sets it, _stop clears it),
-            # which Job's type cannot say; no per-job check in this loop.
-            for a in j.placement.allocations:  # type: ignore[union-attr]
-                unavailable[a.node] -= a.gpus
-            jobs.append(j)
-        jobs.extend(pending)
-        return self.policy.decide(Snapshot(now, self.cluster, jobs, unavailable))
+        if stale:
+            by_id = {j.job_id: j for j in stale}
+            asked = rank_keys(stale, now)
+            kept.rekey_many([(k[-1], k) for k, _ in asked if k[-1] in kept])
+            for k, until in asked:
+                jid = k[-1]
+                if jid not in kept:
+                    kept.add(k, by_id[jid])
+                if until <= limit:
+                    self._rvolatile.add(jid)  # no promise: ask again next round
+                    runtil.pop(jid, None)
+                elif until < math.inf:
+                    runtil[jid] = until
+                    heapq.heappush(expiry, (until, jid))
+                else:
+                    runtil.pop(jid, None)
+            if len(expiry) > 4 * len(runtil) + 64:  # mostly entries of jobs since stopped or asked again
+                expiry[:] = [t for t in expiry if runtil.get(t[1]) == t[0]]
+                heapq.heapify(expiry)
+        pending = self._pending
+        if self._punkeyed:
+            unkeyed = [pending[jid] for jid in self._punkeyed]
+            self._punkeyed.clear()
+            for k, until in rank_keys(unkeyed, now):
+                if until == math.inf:
+                    kept.add_waiting(k, pending[k[-1]])
+                else:
+                    self._pvolatile.add(k[-1])
+        return decide_kept(Snapshot(now, self.cluster, [pending[jid] for jid in self._pvolatile]), kept)
 
     def _to_running(self, j: SimJob, placement: Placement, now: float) -> None:
         """Move a pending job to running on ``placement``, its run beginning ``now``; the caller
@@ -620,20 +606,19 @@ class Simulator:
             j.protected_until = protected_until(now, j.job_id not in self.opt.plain_jobs, self.opt.min_run)
 
     def _drop_pending_key(self, jid: JobId) -> None:
-        """Forget a pending job's kept rank key (it started, or was promoted)."""
-        self._punkeyed.discard(jid)
-        k = self._pkeys.pop(jid, None)
-        if k is not None:
-            psorted = self._psorted
-            del psorted[bisect.bisect_left(psorted, k)]
+        """Forget a pending job's kept rank (it started, ended, or was promoted)."""
+        if self._kept is not None:
+            self._kept.discard_waiting(jid)
+            self._punkeyed.discard(jid)
+            self._pvolatile.discard(jid)
 
     def _drop_key(self, jid: JobId) -> None:
-        """Forget a job's kept rank key (it stopped, or its key may have moved)."""
+        """Forget a job's kept rank (it stopped running)."""
+        if self._kept is not None:
+            self._kept.discard(jid)
         self._runkeyed.discard(jid)
-        got = self._rkeys.pop(jid, None)
-        if got is not None:
-            rsorted = self._rsorted
-            del rsorted[bisect.bisect_left(rsorted, got[0])]
+        self._rvolatile.discard(jid)
+        self._runtil.pop(jid, None)
 
     def _quiet_until(self) -> float:
         """The policy's ``quiet_until`` for the jobs of the base round, as they were then.
@@ -642,11 +627,29 @@ class Simulator:
         no other job changed state, so reading their counters at the base's
         time gives exactly the base round's snapshot. Asked lazily, once per
         base, when a tick or an arrival needs it.
+
+        With kept ranks (``_keyed_plan``), only the jobs that can give the
+        soonest change are asked about (``KeyRanked``: a job whose key holds
+        for ever cannot move the ranking, and a job whose key holds until a
+        finite time moves it then; tests/unit/test_walk_kept.py checks both of
+        every such policy): those whose key may move at any time or was not
+        asked yet, those whose promise ran out by the base, and those whose
+        promise ends within ``_QUIET_MARGIN`` of the soonest of the others.
         """
         if self._base_quiet is None:
             assert self._quiet is not None and self._base_at is not None
-            at, new = self._base_at, self._base_new
-            jobs = [j for j in self._active.values() if j.job_id not in new] if new else list(self._active.values())
+            at, new, active = self._base_at, self._base_new, self._active
+            if self._kept is not None:
+                runtil, late = self._runtil, at + _QUIET_MARGIN
+                soonest = min((u for u in runtil.values() if u > late), default=math.inf)
+                near = soonest + _QUIET_MARGIN
+                ids = [jid for jid, u in runtil.items() if u <= near]
+                moving = chain(ids, self._rvolatile, self._runkeyed, self._pvolatile, self._punkeyed)
+                jobs = [active[jid] for jid in moving if jid not in new]
+            elif new:
+                jobs = [j for j in active.values() if j.job_id not in new]
+            else:
+                jobs = list(active.values())
             now = self._time.now
             self._time.now = at
             try:
@@ -728,7 +731,7 @@ class Simulator:
             if j is not None:
                 j.executed_time = 0.0  # Tiresias §3.2.3: t_J and delta_J reset on promotion
                 j.waiting_time = 0.0
-                if self._rank_keys is not None and jid in self._pending:
+                if self._kept is not None and jid in self._pending:
                     self._drop_pending_key(jid)  # its key moved
                     self._punkeyed.add(jid)
         for jid, end in plan.leases.items() if self._leases else ():
@@ -820,7 +823,7 @@ class Simulator:
                     self._mech.demand(now, tj.num_gpus)
                     self._active[job.job_id] = job
                     self._pending[job.job_id] = job
-                    if self._rank_keys is not None:
+                    if self._kept is not None:
                         self._punkeyed.add(job.job_id)
                     self._pending_gpus += job.num_gpus
                     if self._base_at is not None:

@@ -1,15 +1,17 @@
-"""Keyed rounds (``KeyRanked``): leaving out the running jobs ranked above every pending job
-changes no decision.
+"""Kept rounds (``WalksKept``): handing the policy the pending jobs and the running ones as a
+ranking the engine keeps between rounds changes no decision.
 
 A policy that ranks by a key of each job alone (las, gittins) gives the
 simulator those keys with until when each holds; under a backlog the engine
-hands the policy only the pending jobs and the running jobs ranked below the
-best of them (``Simulator._keyed_plan``), keeping running jobs' keys between
-rounds. The replay must equal, record for record, the one where every round
-sees every job (``prune_rounds`` off); fifo (no keys, never preempts) is in
-the comparison as the control. The traces are contended on purpose (up to 60
-jobs on 8 GPUs), so keyed rounds do happen: the test asserts they did.
-"""
+keeps the running jobs (and the waiting ones whose key cannot move) ranked in
+a ``KeptRanking`` between rounds and hands the policy only the other pending
+jobs (``Simulator._keyed_plan``; the walk over it, with what it remembers of
+the last round's failures, is teiresias.policy.kept). The replay must equal,
+record for record, the one where every round sees every job (``prune_rounds``
+off), for every placement, on clusters of one and two switches; fifo (no keys,
+never preempts) is in the comparison as the control. The traces are contended
+on purpose (up to 60 jobs on 8-12 GPUs), so kept rounds do happen: the test
+asserts they did."""
 
 from dataclasses import replace
 
@@ -56,11 +58,15 @@ def replay(trace, cluster, name, params, opt):
     interval=st.sampled_from([0.0, 10.0, 60.0]),
     promote=st.sampled_from([None, 2.0]),
     continuous=st.booleans(),
+    placement=st.sampled_from(["consolidate", "spread", "profile"]),
+    shape=st.sampled_from([(1, 2, 4), (2, 2, 4), (2, 3, 2)]),
     limits=st.booleans(),
 )
-def test_keyed_replay_equals_full_replay(rows, variant, queues, overhead, interval, promote, continuous, limits):
+def test_keyed_replay_equals_full_replay(
+    rows, variant, queues, overhead, interval, promote, continuous, placement, shape, limits
+):
     name, knobs = VARIANTS[variant]
-    cluster = Cluster.from_tiresias_spec(1, 2, 4)
+    cluster = Cluster.from_tiresias_spec(*shape)
     trace = [
         # Declared time limits (some loose, some tight) move gittins' indices: the keys must still hold.
         TraceJob(
@@ -68,7 +74,9 @@ def test_keyed_replay_equals_full_replay(rows, variant, queues, overhead, interv
         )
         for i, (g, s, d) in enumerate(rows)
     ]
-    params = PolicyParams(queues=queues, promote_knob=promote, distribution=DIST, continuous=continuous, **knobs)
+    params = PolicyParams(
+        queues=queues, promote_knob=promote, distribution=DIST, continuous=continuous, placement=placement, **knobs
+    )
     opt = SimulationOptions(interval=interval, preempt_overhead=overhead, progress=False)
     _, full = replay(trace, cluster, name, params, replace(opt, prune_rounds=False, skip_quiet_ticks=False))
     sim, fast = replay(trace, cluster, name, params, opt)

@@ -80,16 +80,19 @@ def test_quiet_ticks_are_skipped_up_to_the_demotion_tick():
 
 
 def test_pruning_happens_and_falls_back_under_contention():
-    """Arrivals that fit are pruned rounds; a Q1 arrival that must preempt takes the full round."""
+    """Arrivals that fit are pruned rounds; a Q1 arrival that must preempt takes the full round.
+    (With kept rounds, las takes those instead of pruned ones: here they are off.)"""
     cluster = Cluster.from_tiresias_spec(1, 1, 4)
     # Job 0 fills the node and is demoted after 100 GPU-s; jobs 1-2 arrive while it runs.
     trace = [TraceJob(0, 2, 0.0, 500.0), TraceJob(1, 2, 10.0, 50.0), TraceJob(2, 4, 200.0, 50.0)]
     params = PolicyParams(queues=(100.0,))
-    opt = SimulationOptions(interval=60.0, progress=False)
+    opt = SimulationOptions(interval=60.0, progress=False, keyed_rounds=False)
     sim, res = replay(trace, cluster, params, "las", opt)
     _, full = replay(trace, cluster, params, "las", replace(opt, prune_rounds=False))
     assert res.records == full.records and res.summary.preemptions == full.summary.preemptions > 0
     assert 0 < sim.pruned_rounds < res.summary.rounds
+    kept, res = replay(trace, cluster, params, "las", replace(opt, keyed_rounds=True))
+    assert res.records == full.records and kept.pruned_rounds == 0 and kept.keyed_rounds > 0
 
 
 def test_policy_without_the_mark_sees_every_job():
