@@ -71,7 +71,9 @@ def test_wrap_same_output(clean_slurm, tmp_path):
     out_a, out_b = tmp_path / "a.out", tmp_path / "b.out"
     cmd = "echo wrapped $((6*7)); echo err >&2"
     a = submitted(sbatch(clean_slurm, f"--output={out_a}", f"--wrap={cmd}"))
-    b = submitted(tsbatch(clean_slurm, f"--output={out_b}", "--wrap", cmd))
+    # A job folder of its own: under the default base (~/.teiresias/jobs/<ClusterName>) an id
+    # another test cluster of this session used has a folder, set aside with a line of its own.
+    b = submitted(tsbatch(clean_slurm, f"--checkpoint-dir={tmp_path / 'ck'}", f"--output={out_b}", "--wrap", cmd))
     ja = clean_slurm.wait_for(a, "COMPLETED", timeout=60)
     jb = clean_slurm.wait_for(b, "COMPLETED", timeout=60)
     assert out_a.read_text() == out_b.read_text() == "wrapped 42\nerr\n"
