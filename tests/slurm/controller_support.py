@@ -180,3 +180,20 @@ def queue_rows(ctl, cluster) -> dict[int, dict]:
     )
     assert q.returncode == 0, q.stderr
     return {r["job_id"]: r for r in json.loads(q.stdout)}
+
+
+def tie_files(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """The files of SJF-BSBF's Theorem 1 tie (issue 22 item 4): a GPU-time distribution
+    where every past job took 600 GPU-s (samples), a checkpoint base, a release file and
+    a shard job's batch script that writes its CUDA_VISIBLE_DEVICES to env.<job> and
+    waits for the release file. Returns (samples, base, release, batch)."""
+    samples = tmp_path / "gput.csv"
+    samples.write_text("duration\n" + "600\n" * 20)
+    base, release = tmp_path / "ckpt", tmp_path / "release"
+    batch = tmp_path / "tie.sh"
+    batch.write_text(
+        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
+        f'echo "$CUDA_VISIBLE_DEVICES" > {tmp_path}/env.$SLURM_JOB_ID\n'
+        f"while [ ! -e {release} ]; do sleep 0.2; done\n"
+    )
+    return samples, base, release, batch

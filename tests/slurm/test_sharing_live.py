@@ -28,7 +28,7 @@ from slurm_plugin.localcluster import CLUSTER_NAME, ClusterConfig
 from slurm_plugin.localcluster.config import render_gres_conf, render_slurm_conf
 from tests.helpers import poll
 from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
-from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
+from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc, tie_files
 from tests.torch.jobs import SCRIPTS, plain_env, run
 from wrappers import protocol
 
@@ -228,15 +228,7 @@ def test_two_fresh_jobs_share_where_theorem_1_ties(shard_cluster, tmp_path) -> N
     pair's average is 900 s). b9c4356 kept the guest waiting ("would raise the pair's average JCT
     to 600 s from 600 s"); the tie now goes to sharing, which frees the GPU sooner. No sharing
     model: every sub-batch fits, the guest runs at its full batch (no accumulation)."""
-    samples = tmp_path / "gput.csv"
-    samples.write_text("duration\n" + "600\n" * 20)
-    base, release = tmp_path / "ckpt", tmp_path / "release"
-    batch = tmp_path / "tie.sh"
-    batch.write_text(
-        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
-        f'echo "$CUDA_VISIBLE_DEVICES" > {tmp_path}/env.$SLURM_JOB_ID\n'
-        f"while [ ! -e {release} ]; do sleep 0.2; done\n"
-    )
+    samples, base, release, batch = tie_files(tmp_path)
     with shard_cluster.reconfigured(job_submit_lua=LUA) as c:
         ctl = ControllerProc(tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples)}).start()
         try:

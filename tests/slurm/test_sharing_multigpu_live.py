@@ -24,7 +24,7 @@ from slurm_plugin.controller import channel
 from teiresias import jobfiles
 from tests.helpers import poll
 from tests.slurm.conftest import own_cluster, own_cluster_config, tsbatch_submit
-from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc
+from tests.slurm.controller_support import LUA, TEIRESIAS, ControllerProc, tie_files
 from tests.torch.jobs import SCRIPTS
 
 pytestmark = [pytest.mark.slurm]
@@ -133,15 +133,7 @@ def test_two_fresh_jobs_share_where_theorem_1_ties_on_a_4gpu_node(gpus4, tmp_pat
     check, so sharing still ties there."""
     c = gpus4
     c.clean()
-    samples = tmp_path / "gput.csv"
-    samples.write_text("duration\n" + "600\n" * 20)
-    base, release = tmp_path / "ckpt", tmp_path / "release"
-    batch = tmp_path / "tie.sh"
-    batch.write_text(
-        "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --gres=shard:1\n#SBATCH -p gpu\n#SBATCH -t 10\n"
-        f'echo "$CUDA_VISIBLE_DEVICES" > {tmp_path}/env.$SLURM_JOB_ID\n'
-        f"while [ ! -e {release} ]; do sleep 0.2; done\n"
-    )
+    samples, base, release, batch = tie_files(tmp_path)
     ctl = ControllerProc(tmp_path, c, policy={"name": "sjf-bsbf", "gittins_samples": str(samples)}).start()
 
     def tsb(name: str) -> int:

@@ -23,6 +23,18 @@ def rec(job_id: int = 1) -> JobRecord:
     return JobRecord(job_id=job_id, gpus=2, submit_time=100.0, phase=Phase.PENDING, phase_since=100.0)
 
 
+def starting(job_id: int = 1, for_s: float = 2.0) -> JobRecord:
+    """A 2-GPU job released onto node<job_id> ``for_s`` seconds ago, not started yet."""
+    return JobRecord(
+        job_id=job_id,
+        gpus=2,
+        submit_time=100.0,
+        phase=Phase.STARTING,
+        phase_since=NOW - for_s,
+        planned=Placement.of({f"node{job_id}": 2}),
+    )
+
+
 def test_only_the_projects_own_hold_is_waiting():
     assert not_waiting_reason(held_job(), rec(), NODES, NOW) is None
     why = not_waiting_reason(held_job(admin_comment=""), rec(), NODES, NOW)
@@ -96,14 +108,7 @@ def test_a_job_of_several_partitions_is_sized_against_all_of_them():
 
 
 def test_a_job_its_owner_holds_while_starting_is_theirs():
-    r = JobRecord(
-        job_id=1,
-        gpus=2,
-        submit_time=100.0,
-        phase=Phase.STARTING,
-        phase_since=NOW - 100,
-        planned=Placement.of({"node1": 2}),
-    )
+    r = starting(for_s=100)
     out = reconcile(CFG, {1: r}, [held_job(admin_comment="")], NODES, NOW)
     assert r.phase is Phase.PENDING and r.planned is None
     assert out.to_hold == {} and "held by its owner" in out.not_waiting[1] and out.snapshot.jobs == ()
@@ -111,14 +116,7 @@ def test_a_job_its_owner_holds_while_starting_is_theirs():
 
 def test_slurms_own_priority_0_on_a_refused_start_is_a_failed_start_not_a_users_hold():
     # Slurm 22.05 sets priority 0 itself on a job it cannot start (BadConstraints).
-    r = JobRecord(
-        job_id=1,
-        gpus=2,
-        submit_time=100.0,
-        phase=Phase.STARTING,
-        phase_since=NOW - 2,
-        planned=Placement.of({"node1": 2}),
-    )
+    r = starting()
     out = reconcile(CFG, {1: r}, [held_job(admin_comment="", state_reason="BadConstraints")], NODES, NOW)
     assert r.phase is Phase.STARTING and "BadConstraints" in out.start_failed[1] and 1 in out.to_hold
 
@@ -126,16 +124,6 @@ def test_slurms_own_priority_0_on_a_refused_start_is_a_failed_start_not_a_users_
 def test_req_node_not_avail_on_usable_nodes_is_waited_out():
     # Slurm's word for a node that is down and for one a job above it could not start on
     # (tests/slurm/test_controller_defects_live.py::test_a_job_slurm_passes_over_for_...).
-    def starting() -> JobRecord:
-        return JobRecord(
-            job_id=1,
-            gpus=2,
-            submit_time=100.0,
-            phase=Phase.STARTING,
-            phase_since=NOW - 2,
-            planned=Placement.of({"node1": 2}),
-        )
-
     released = held_job(held=False, admin_comment="", state_reason="ReqNodeNotAvail", required_nodes=("node1",))
     out = reconcile(CFG, {1: starting()}, [released], NODES, NOW)
     assert out.start_failed == {} and out.to_hold == {}
@@ -146,24 +134,14 @@ def test_req_node_not_avail_on_usable_nodes_is_waited_out():
 
 def test_a_start_passed_over_for_a_job_released_above_it_is_not_timed_out():
     # Slurm stops its pass at a released job it cannot start; those below wait (Priority).
-    def starting(job_id: int) -> JobRecord:
-        return JobRecord(
-            job_id=job_id,
-            gpus=2,
-            submit_time=100.0,
-            phase=Phase.STARTING,
-            phase_since=NOW - 60,  # past the start timeout (30 s)
-            planned=Placement.of({f"node{job_id}": 2}),
-        )
-
     def released(job_id: int, reason: str, priority: int):
         return held_job(job_id, held=False, admin_comment="", state_reason=reason, priority=priority)
 
-    top, below = starting(1), starting(2)
+    top, below = starting(1, for_s=60), starting(2, for_s=60)  # past the start timeout (30 s)
     jobs = [released(1, "Resources", 1000002), released(2, "Priority", 1000001)]
     out = reconcile(CFG, {1: top, 2: below}, jobs, NODES, NOW)
     assert list(out.start_failed) == [1]  # the one Slurm could not start times out
     assert below.phase is Phase.STARTING and below.phase_since == NOW  # its own clock from now
-    alone = starting(2)
+    alone = starting(2, for_s=60)
     out = reconcile(CFG, {2: alone}, [released(2, "Priority", 1000001)], NODES, NOW)
     assert list(out.start_failed) == [2]  # nothing released above it: its own timeout
